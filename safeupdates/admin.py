@@ -1,0 +1,60 @@
+"""Read-only admin of the request log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from safeupdates.models import ProcessedRequest
+
+
+@admin.register(ProcessedRequest)
+class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The request log is written by safeupdates only: it can be inspected, filtered and searched."""
+
+    list_display = ["request_id", "target_link", "version", "status", "attempts", "created_at", "processed_at"]
+    list_filter = ["status", "content_type", "queue"]
+    search_fields = ["=request_id", "=object_id"]
+    date_hierarchy = "created_at"
+    ordering = ["-created_at", "-id"]
+    list_select_related = ["content_type"]
+    readonly_fields = [
+        "request_id",
+        "content_type",
+        "object_id",
+        "target_link",
+        "version",
+        "changes",
+        "status",
+        "error",
+        "attempts",
+        "queue",
+        "created_at",
+        "processed_at",
+    ]
+    fields = readonly_fields
+
+    @admin.display(description=_("target"))
+    def target_link(self, obj: ProcessedRequest) -> str:
+        label = f"{obj.content_type.app_label}.{obj.content_type.model} {obj.object_id}"
+        try:
+            url = reverse(
+                f"admin:{obj.content_type.app_label}_{obj.content_type.model}_change", args=[obj.object_id]
+            )
+        except NoReverseMatch:
+            return label
+        return format_html('<a href="{}">{}</a>', url, label)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,93 @@
+"""System checks of safeupdates (``safeupdates.E001`` ...), run by ``manage.py check``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig, apps
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+
+from safeupdates import conf
+from safeupdates.guard import SUPPORTED_VENDORS
+
+
+@register(Tags.compatibility)
+def check_django_rq(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``."""
+    if not apps.is_installed("django_rq"):
+        return [
+            Error(
+                "django_rq is not in INSTALLED_APPS.",
+                hint="safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
+                "and configure RQ_QUEUES.",
+                id="safeupdates.E001",
+            )
+        ]
+    queues = getattr(settings, "RQ_QUEUES", {}) or {}
+    name = conf.queue_name()
+    if name not in queues:
+        return [
+            Error(
+                f"SAFEUPDATES_QUEUE is {name!r}, which is not a queue in RQ_QUEUES.",
+                hint=f"Add {name!r} to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: "
+                f"{', '.join(sorted(queues)) or '(none configured)'}.",
+                id="safeupdates.E002",
+            )
+        ]
+    return []
+
+
+@register(Tags.models)
+def check_models(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W001: a ``SafeUpdateModel`` without ``safe_update_fields``; E003: a name there is not updatable."""
+    from safeupdates.models import SafeUpdateModel
+    from safeupdates.validation import writable_field
+
+    messages: list[CheckMessage] = []
+    configs = app_configs if app_configs is not None else apps.get_app_configs()
+    for config in configs:
+        for model in config.get_models():
+            if not issubclass(model, SafeUpdateModel):
+                continue
+            names = getattr(model, "safe_update_fields", ())
+            if not names:
+                messages.append(
+                    Warning(
+                        f"{model._meta.label} has no safe_update_fields, so enqueue_update() refuses every field.",
+                        hint="Name the fields queued jobs may change, e.g. safe_update_fields = ('active',).",
+                        obj=model,
+                        id="safeupdates.W001",
+                    )
+                )
+            for name in names:
+                try:
+                    writable_field(model, name)
+                except Exception as exc:
+                    messages.append(
+                        Error(
+                            f"{model._meta.label}.safe_update_fields names {name!r}, which cannot be updated: {exc}",
+                            hint="List concrete, non-primary-key fields only.",
+                            obj=model,
+                            id="safeupdates.E003",
+                        )
+                    )
+    return messages
+
+
+@register(Tags.database)
+def check_database(databases: list[str] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """E004: the guarded write supports PostgreSQL and SQLite only."""
+    messages: list[CheckMessage] = []
+    for alias in databases or []:
+        vendor = connections[alias].vendor
+        if vendor not in SUPPORTED_VENDORS:
+            messages.append(
+                Error(
+                    f"Database {alias!r} is {vendor}; safeupdates supports PostgreSQL and SQLite.",
+                    hint="Use PostgreSQL in production (SQLite for development).",
+                    id="safeupdates.E004",
+                )
+            )
+    return messages

@@ -1,0 +1,54 @@
+"""Settings of safeupdates, each read at call time so that ``override_settings`` works.
+
+Every setting is optional and prefixed ``SAFEUPDATES_``. Values are validated by the system checks in
+:mod:`safeupdates.checks`, never at import.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_CLOCK_SKEW = 300
+DEFAULT_JOB_TIMEOUT = 60
+DEFAULT_RETRY: dict[str, Any] = {"max": 3, "interval": [1, 5, 15]}
+DEFAULT_RELAY_AFTER = 30
+DEFAULT_RETENTION = 30
+
+
+def _get(name: str, default: Any) -> Any:
+    return getattr(settings, f"SAFEUPDATES_{name}", default)
+
+
+def queue_name() -> str:
+    """Name of the django-rq queue (a key of ``RQ_QUEUES``) that apply jobs go to."""
+    return str(_get("QUEUE", DEFAULT_QUEUE))
+
+
+def max_clock_skew() -> timedelta:
+    """How far in the future a client timestamp may lie before it is refused (seconds or timedelta)."""
+    value = _get("MAX_CLOCK_SKEW", DEFAULT_MAX_CLOCK_SKEW)
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+
+
+def job_timeout() -> int:
+    """RQ's native ``job_timeout`` of an apply job, in seconds."""
+    return int(_get("JOB_TIMEOUT", DEFAULT_JOB_TIMEOUT))
+
+
+def retry() -> dict[str, Any]:
+    """Keyword arguments of ``rq.Retry`` for transient database errors (``{"max": 0}`` disables)."""
+    return dict(_get("RETRY", DEFAULT_RETRY))
+
+
+def relay_after() -> int:
+    """Seconds a request may stay ``pending`` before the relay delivers it again."""
+    return int(_get("RELAY_AFTER", DEFAULT_RELAY_AFTER))
+
+
+def retention() -> int:
+    """Days that terminal requests are kept by ``safeupdates_purge`` when no ``--older-than`` is given."""
+    return int(_get("RETENTION", DEFAULT_RETENTION))

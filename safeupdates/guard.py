@@ -1,0 +1,190 @@
+"""The guarded UPDATE: one statement that checks and writes per-field versions atomically.
+
+A field is written only if the version of its own last write is lower than the incoming version; the
+version of a field with no entry of its own in ``field_versions`` is the one under ``"*"`` (the last full
+``save()``), else 0. Because the check sits in the statement's ``WHERE`` and ``CASE`` expressions, the
+database re-evaluates it on the newest row version after waiting for a concurrent writer's lock
+(PostgreSQL's READ COMMITTED recheck), so there is no window between check and write.
+
+SQL is built once per model, field set and database vendor, and cached.
+"""
+
+from __future__ import annotations
+
+import json
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from safeupdates.exceptions import SafeUpdatesError
+
+SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
+
+
+@dataclass(frozen=True)
+class GuardedUpdate:
+    """The SQL of a guarded update of ``fields`` on ``model`` for one database vendor.
+
+    ``sql`` runs ``UPDATE ... WHERE pk = %s AND (any field's guard passes)``. Parameters come from
+    :meth:`params`: ``values`` is one ``(db value, version)`` pair per field, in ``fields`` order, so
+    that a merged batch can carry a different version per field. In timestamp mode ``sql`` also sets
+    ``last_synced_at`` and requires it to be older; :meth:`params` then takes ``synced_at``.
+    ``recorded_sql`` (PostgreSQL only) also records the request in the request log, in the same
+    statement; it returns the recorded status, or NULL if the request id was already there.
+    """
+
+    fields: tuple[str, ...]
+    sql: str
+    recorded_sql: str | None
+    timestamp: bool
+    versions_column: str
+    vendor: str
+
+    @property
+    def sql_returning_versions(self) -> str:
+        """``sql`` that also returns the row's new ``field_versions`` (no row: nothing written)."""
+        return f"{self.sql} RETURNING {self.versions_column}"
+
+    def load_versions(self, value: Any) -> dict[str, int]:
+        """Decode the ``field_versions`` returned by :attr:`sql_returning_versions`."""
+        return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
+
+    def params(
+        self, pk: Any, values: Sequence[tuple[Any, int]], synced_at: Any = None
+    ) -> list[Any]:
+        params: list[Any] = []
+        for value, version in values:
+            params += (version, value)
+        for _value, version in values:
+            params += (version, version)
+        params.append(max(version for _value, version in values))
+        if self.timestamp:
+            params.append(synced_at)
+        params.append(pk)
+        params += (version for _value, version in values)
+        if self.timestamp:
+            params.append(synced_at)
+        return params
+
+    def recorded_params(
+        self,
+        pk: Any,
+        values: Sequence[tuple[Any, int]],
+        *,
+        request_id: Any,
+        content_type_id: int,
+        version: int,
+        changes_json: str,
+    ) -> list[Any]:
+        return [
+            *self.params(pk, values),
+            request_id,
+            request_id,
+            content_type_id,
+            str(pk),
+            version,
+            changes_json,
+            pk,
+            pk,
+        ]
+
+
+def guarded_update(
+    model: type[models.Model], fields: Sequence[str], connection: BaseDatabaseWrapper, *, timestamp: bool = False
+) -> GuardedUpdate:
+    """Return the (cached) guarded update of ``fields`` on ``model`` for ``connection``'s vendor."""
+    if connection.vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(
+            f"safeupdates supports PostgreSQL and SQLite; database {connection.alias!r} is {connection.vendor}."
+        )
+    return _build(model, tuple(fields), connection.vendor, timestamp)
+
+
+@lru_cache(maxsize=1024)
+def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, timestamp: bool) -> GuardedUpdate:
+    from django.db import connections
+
+    # Any connection of the vendor quotes and casts the same way.
+    connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
+    qn = connection.ops.quote_name
+    meta = model._meta
+    table = qn(meta.db_table)
+    fv = qn(meta.get_field("field_versions").column)
+    lock = qn(meta.get_field("lock_version").column)
+    pk_column = qn(meta.pk.column)  # type: ignore[union-attr]
+
+    if vendor == "postgresql":
+        def stored(name: str) -> str:
+            return f"({fv}->>'{name}')::bigint"
+    else:
+        def stored(name: str) -> str:
+            return f"json_extract({fv}, '$.\"{name}\"')"
+
+    def guard(name: str) -> str:
+        return f"COALESCE({stored(name)}, {stored('*')}, 0) < %s"
+
+    sets = []
+    for name in fields:
+        field = meta.get_field(name)
+        column = qn(field.column)  # type: ignore[union-attr]
+        placeholder = "%s"
+        if vendor == "postgresql":
+            # Explicit cast: a bare parameter in a CASE branch would be typed as text.
+            placeholder = f"%s::{field.cast_db_type(connection)}"  # type: ignore[union-attr]
+        sets.append(f"{column} = CASE WHEN {guard(name)} THEN {placeholder} ELSE {column} END")
+
+    if vendor == "postgresql":
+        pairs = ", ".join(f"'{name}', CASE WHEN {guard(name)} THEN %s::bigint END" for name in fields)
+        sets.append(f"{fv} = {fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
+        sets.append(f"{lock} = GREATEST({lock}, %s)")
+    else:
+        pairs = ", ".join(
+            f"'$.\"{name}\"', CASE WHEN {guard(name)} THEN %s ELSE {stored(name)} END" for name in fields
+        )
+        sets.append(f"{fv} = json_set({fv}, {pairs})")
+        sets.append(f"{lock} = MAX({lock}, %s)")
+
+    where = f"{pk_column} = %s AND ({' OR '.join(guard(name) for name in fields)})"
+    if timestamp:
+        synced = qn(meta.get_field("last_synced_at").column)
+        sets.append(f"{synced} = %s")
+        where += f" AND ({synced} IS NULL OR {synced} < %s)"
+    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"
+
+    recorded_sql = None
+    if vendor == "postgresql" and not timestamp:
+        recorded_sql = _recorded(sql, table, pk_column)
+    return GuardedUpdate(
+        fields=fields, sql=sql, recorded_sql=recorded_sql, timestamp=timestamp, versions_column=fv, vendor=vendor
+    )
+
+
+def _recorded(update_sql: str, table: str, pk_column: str) -> str:
+    """Wrap ``update_sql`` so that it also records the request, in one statement and one round trip.
+
+    The update runs only if the request id is not in the log yet. A concurrent duplicate that passed
+    that test too waits for the first one's row lock, then fails the per-field guard on the recheck
+    (the first one wrote exactly its versions), and its INSERT hits the unique request id: it writes
+    nothing and returns NULL.
+    """
+    from safeupdates.models import ProcessedRequest
+
+    log = ProcessedRequest._meta.db_table
+    return (
+        f"WITH upd AS ({update_sql} AND NOT EXISTS "
+        f"(SELECT 1 FROM {log} WHERE request_id = %s) RETURNING 1), "
+        f"ins AS (INSERT INTO {log} (request_id, content_type_id, object_id, version, changes, status, "
+        f"error, attempts, queue, created_at, processed_at) "
+        f"SELECT %s, %s, %s, %s, %s::jsonb, "
+        f"CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 'applied' "
+        f"WHEN EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %s) THEN 'stale' ELSE 'rejected' END, "
+        f"CASE WHEN EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %s) "
+        f"THEN '' ELSE 'the target object does not exist' END, 1, '', now(), now() "
+        f"ON CONFLICT (request_id) DO NOTHING RETURNING status) "
+        f"SELECT (SELECT status FROM ins)"
+    )

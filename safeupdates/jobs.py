@@ -1,0 +1,328 @@
+"""The job path: :func:`enqueue_update` (outbox + on-commit enqueue), :func:`apply_update` (the RQ job)
+and :func:`relay_pending` (redelivery of requests whose job was lost).
+
+PostgreSQL is the source of truth and Redis only delivers: a request is a ``pending`` row of the request
+log, written in the caller's transaction; the job carries ids only. A job applies *every* pending request
+of its record in one guarded statement (a burst of toggles costs one write), and jobs are deduplicated
+per record with RQ's ``unique=True`` while one is still queued, so a burst also costs few jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import django_rq
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.db import InterfaceError, OperationalError, connections, models, router, transaction
+from django.db.models import Case, ExpressionWrapper, F, Subquery, Value, When
+from django.db.models.functions import Now
+from django.db.utils import IntegrityError
+from rq import Retry, get_current_job
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import JOB_ID_PATTERN, Job, JobStatus
+
+from safeupdates import conf
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.guard import guarded_update
+from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.validation import clean_changes, clean_pk, clean_request_id
+from safeupdates.versions import next_version
+
+__all__ = ["enqueue_update", "aenqueue_update", "apply_update", "relay_pending", "deliver"]
+
+logger = logging.getLogger("safeupdates")
+
+#: How many pending requests of one record a job locks and merges at a time.
+BATCH_SIZE = 500
+# Job states in which a queued job has not yet read the pending requests: it will see ours.
+_WILL_RUN = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
+_TRANSIENT = (OperationalError, InterfaceError)
+
+
+def enqueue_update(
+    obj_or_model: models.Model | type[models.Model],
+    pk: Any = None,
+    *,
+    request_id: uuid.UUID | str | None = None,
+    queue: str | None = None,
+    **changes: Any,
+) -> ProcessedRequest:
+    """Record a request to write ``changes`` to a row, and enqueue its job when the caller commits.
+
+    Field names must be in the model's ``safe_update_fields`` and values must be valid for the model
+    fields, else :class:`~safeupdates.exceptions.InvalidUpdate` is raised and nothing is written or
+    enqueued. The request gets a version from the database, is written as ``pending`` in the caller's
+    transaction (a rolled-back caller enqueues nothing), and its job is enqueued on commit. Passing the
+    ``request_id`` of a request already recorded returns that request and records nothing new.
+    """
+    if isinstance(obj_or_model, models.Model):
+        model: type[models.Model] = type(obj_or_model)
+        pk = obj_or_model.pk if pk is None else pk
+    elif isinstance(obj_or_model, type) and issubclass(obj_or_model, models.Model):
+        model = obj_or_model
+    else:
+        raise InvalidUpdate(f"enqueue_update() takes a model instance or a model class, not {obj_or_model!r}.")
+    model = model._meta.concrete_model or model
+    pk = clean_pk(model, pk)
+    allowed = getattr(model, "safe_update_fields", None)
+    if allowed is None:
+        raise InvalidUpdate(
+            f"{model._meta.label} is not a SafeUpdateModel: give it safe_update_fields to enqueue updates."
+        )
+    cleaned = clean_changes(model, changes, allowed=allowed)
+    rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
+    queue_name = queue or conf.queue_name()
+    if queue_name not in getattr(settings, "RQ_QUEUES", {}):
+        raise InvalidUpdate(f"queue {queue_name!r} is not in RQ_QUEUES; pass one of: {', '.join(settings.RQ_QUEUES)}.")
+    using = router.db_for_write(model)
+    content_type = ContentType.objects.db_manager(using).get_for_model(model)
+    try:
+        with transaction.atomic(using=using):
+            record = ProcessedRequest.objects.using(using).create(
+                request_id=rid,
+                content_type=content_type,
+                object_id=str(pk),
+                version=next_version(using),
+                changes=cleaned,
+                queue=queue_name,
+            )
+    except IntegrityError:
+        existing = ProcessedRequest.objects.using(using).filter(request_id=rid).first()
+        if existing is None:
+            raise
+        if existing.content_type_id != content_type.pk or existing.object_id != str(pk):
+            raise InvalidUpdate(f"request_id {rid} was already used for another object.") from None
+        return existing
+    # robust: if Redis is down at commit, the request stays pending and the relay delivers it.
+    transaction.on_commit(
+        partial(deliver, rid, content_type.pk, str(pk), queue_name), using=using, robust=True
+    )
+    return record
+
+
+async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> ProcessedRequest:
+    """Async :func:`enqueue_update`, for async views."""
+    return await sync_to_async(enqueue_update)(obj_or_model, pk, **kwargs)
+
+
+def _job_id(content_type_id: int, object_id: str) -> str:
+    key = object_id if JOB_ID_PATTERN.fullmatch(object_id) and len(object_id) <= 64 else (
+        hashlib.sha1(object_id.encode()).hexdigest()
+    )
+    return f"safeupdates-{content_type_id}-{key}"
+
+
+def deliver(request_id: uuid.UUID | str, content_type_id: int, object_id: str, queue_name: str) -> Job | None:
+    """Make sure a job will apply ``request_id``; return the job enqueued, or None if one was queued.
+
+    Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
+    queued (not started), it will read our request when it starts, so no new job is needed. Once it
+    has started it may have read the pending requests already, so a job of our own is enqueued.
+    """
+    queue = django_rq.get_queue(queue_name, commit_mode="auto")
+    options: dict[str, Any] = {
+        "args": (str(request_id),),
+        "timeout": conf.job_timeout(),
+        "result_ttl": 0,
+        "failure_ttl": 7 * 24 * 3600,
+        "description": f"safeupdates apply {content_type_id}:{object_id}",
+    }
+    retry = conf.retry()
+    if retry.get("max"):
+        options["retry"] = Retry(**retry)
+    job_id = _job_id(content_type_id, object_id)
+    try:
+        return queue.enqueue_call(apply_update, job_id=job_id, unique=True, **options)
+    except DuplicateJobError:
+        pass
+    try:
+        status = Job.fetch(job_id, connection=queue.connection).get_status(refresh=False)
+    except NoSuchJobError:
+        status = None
+    if status in _WILL_RUN:
+        return None
+    return queue.enqueue_call(apply_update, **options)
+
+
+def apply_update(request_id: str) -> str:
+    """RQ job: apply pending request ``request_id`` and every other pending request of its record.
+
+    The requests are locked (``SKIP LOCKED``: a concurrent job takes the others), merged per field by
+    version, written with one guarded statement, and marked ``applied`` or ``stale`` in the same
+    transaction, so running the job again changes nothing. Requests whose stored data is invalid are
+    ``rejected`` at once. Transient database errors propagate so that RQ retries the job; the request
+    is marked ``failed`` when the retries are spent. Returns a one-line summary.
+    """
+    rid = clean_request_id(request_id)
+    using = router.db_for_write(ProcessedRequest)
+    try:
+        counts: dict[str, int] = {}
+        while True:
+            with transaction.atomic(using=using):
+                done = _apply_batch(rid, using)
+            for status, count in done.items():
+                counts[status] = counts.get(status, 0) + count
+            if sum(done.values()) < BATCH_SIZE:
+                break
+    except _TRANSIENT as exc:
+        _record_transient_failure(rid, using, exc)
+        raise
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "nothing pending"
+
+
+def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
+    log = ProcessedRequest.objects.using(using)
+    target = log.filter(request_id=rid)
+    batch = list(
+        log.filter(
+            status=RequestStatus.PENDING,
+            content_type_id=Subquery(target.values("content_type_id")[:1]),
+            object_id=Subquery(target.values("object_id")[:1]),
+        )
+        .select_for_update(skip_locked=True)
+        .order_by("version")[:BATCH_SIZE]
+    )
+    if not batch:
+        return {}
+    content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)
+    model = content_type.model_class()
+    if model is None:
+        return _finish(log, rejected={r.pk: f"model {content_type} no longer exists" for r in batch})
+
+    rejected: dict[int, str] = {}
+    # Per field, the newest request's (version, request pk, value).
+    winners: dict[str, tuple[int, int, Any]] = {}
+    try:
+        pk = clean_pk(model, batch[0].object_id)
+    except InvalidUpdate as exc:
+        return _finish(log, rejected={r.pk: str(exc) for r in batch})
+    valid = []
+    for request in batch:
+        try:
+            if not request.version:
+                raise InvalidUpdate("the request has no version.")
+            cleaned = clean_changes(model, request.changes, allowed=getattr(model, "safe_update_fields", ()))
+        except InvalidUpdate as exc:
+            rejected[request.pk] = str(exc)
+            continue
+        valid.append(request)
+        for name, value in cleaned.items():
+            if name not in winners or winners[name][0] < request.version:
+                winners[name] = (request.version, request.pk, value)
+    if not valid:
+        return _finish(log, rejected=rejected)
+
+    written = _write(model, pk, winners, using)
+    if written is None:
+        missing = not model._default_manager.db_manager(using).filter(pk=pk).exists()
+        if missing:
+            rejected.update({r.pk: "the target object does not exist" for r in valid})
+            return _finish(log, rejected=rejected)
+        written = set()
+    applied = {winners[name][1] for name in written}
+    stale = [r.pk for r in valid if r.pk not in applied]
+    return _finish(log, applied=list(applied), stale=stale, rejected=rejected)
+
+
+def _write(
+    model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str
+) -> set[str] | None:
+    """Run the guarded update; return the fields it wrote, or None if it matched no row."""
+    connection = connections[using]
+    fields = tuple(sorted(winners))
+    statement = guarded_update(model, fields, connection)
+    values = [
+        (model._meta.get_field(name).get_db_prep_save(winners[name][2], connection), winners[name][0])  # type: ignore[union-attr]
+        for name in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(statement.sql_returning_versions, statement.params(pk, values))
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    versions = statement.load_versions(row[0])
+    # A field was written by us iff it now carries exactly its winner's version: versions are unique.
+    return {name for name in fields if versions.get(name) == winners[name][0]}
+
+
+def _finish(
+    log: models.QuerySet[ProcessedRequest],
+    *,
+    applied: Sequence[int] = (),
+    stale: Sequence[int] = (),
+    rejected: dict[int, str] | None = None,
+) -> dict[str, int]:
+    if applied or stale:
+        log.filter(pk__in=[*applied, *stale]).update(
+            status=Case(
+                When(pk__in=applied, then=Value(RequestStatus.APPLIED)), default=Value(RequestStatus.STALE)
+            ),
+            attempts=F("attempts") + 1,
+            processed_at=Now(),
+        )
+    for pk, error in (rejected or {}).items():
+        logger.warning("safeupdates: request %s rejected: %s", pk, error)
+        log.filter(pk=pk).update(
+            status=RequestStatus.REJECTED, error=error, attempts=F("attempts") + 1, processed_at=Now()
+        )
+    counts = {"applied": len(applied), "stale": len(stale), "rejected": len(rejected or {})}
+    return {status: count for status, count in counts.items() if count}
+
+
+def _record_transient_failure(rid: uuid.UUID, using: str, exc: Exception) -> None:
+    """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
+    job = get_current_job()
+    final = job is None or not job.retries_left
+    connection = connections[using]
+    try:
+        if connection.in_atomic_block:
+            return  # called synchronously inside a transaction: the caller decides
+        connection.close_if_unusable_or_obsolete()
+        update: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"[:2000], "attempts": F("attempts") + 1}
+        if final:
+            update.update(status=RequestStatus.FAILED, processed_at=Now())
+        ProcessedRequest.objects.using(using).filter(request_id=rid, status=RequestStatus.PENDING).update(**update)
+    except _TRANSIENT:
+        # The database is still unreachable: the request stays pending and the relay delivers it again.
+        logger.exception("safeupdates: could not record the failure of request %s", rid)
+
+
+def relay_pending(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> int:
+    """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds.
+
+    Covers jobs lost between commit and enqueue, lost with Redis, or abandoned by a killed worker.
+    Safe to run at any time and from several places: applying is idempotent and versioned. Ages are
+    measured with the database's clock. Returns the number of records delivered. Usable as a
+    scheduled RQ job.
+    """
+    seconds = conf.relay_after() if older_than is None else older_than
+    using = using or router.db_for_read(ProcessedRequest)
+    connection = connections[using]
+    cutoff = ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=models.DateTimeField())
+    pending = (
+        ProcessedRequest.objects.using(using)
+        .filter(status=RequestStatus.PENDING, created_at__lte=cutoff)
+        .order_by("content_type_id", "object_id", "-version")
+        .distinct("content_type_id", "object_id")
+        if connection.vendor == "postgresql"
+        else ProcessedRequest.objects.using(using).filter(status=RequestStatus.PENDING, created_at__lte=cutoff)
+    )
+    seen: set[tuple[int, str]] = set()
+    for request in pending.only("request_id", "content_type_id", "object_id", "queue").iterator():
+        key = (request.content_type_id, request.object_id)
+        if key in seen:
+            continue
+        seen.add(key)
+        if not dry_run:
+            deliver(request.request_id, request.content_type_id, request.object_id, request.queue or conf.queue_name())
+    if seen:
+        logger.info("safeupdates: relay delivered %d record(s) again", len(seen))
+    return len(seen)

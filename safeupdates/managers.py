@@ -1,0 +1,239 @@
+"""Guarded writes and row locks: :class:`SafeUpdateQuerySet` and :class:`SafeUpdateManager`.
+
+Layered like django-model-utils: :class:`SafeUpdateQuerySetMixin` can be mixed into your own QuerySet,
+and :data:`SafeUpdateManager` is ``Manager.from_queryset(SafeUpdateQuerySet)``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.contrib.contenttypes.models import ContentType
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import OperationalError, connections, models, transaction
+from django.db.models.functions import Now
+
+from safeupdates.exceptions import InvalidUpdate, LockUnavailable
+from safeupdates.guard import guarded_update
+from safeupdates.validation import clean_changes, clean_pk, clean_request_id, clean_synced_at, clean_version
+from safeupdates.versions import next_version
+
+if TYPE_CHECKING:
+    from safeupdates.models import ProcessedRequest
+
+__all__ = ["Outcome", "UpdateResult", "SafeUpdateQuerySetMixin", "SafeUpdateQuerySet", "SafeUpdateManager"]
+
+_M = TypeVar("_M", bound=models.Model)
+
+# PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+class Outcome(str, enum.Enum):
+    """What an update did."""
+
+    APPLIED = "applied"
+    """At least one field was written."""
+    STALE = "stale"
+    """Every field already carried a newer write (or the timestamp was not newer): nothing written."""
+    DUPLICATE = "duplicate"
+    """The request id was already processed: nothing written."""
+    MISSING = "missing"
+    """No row has that primary key: nothing written."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """The result of :meth:`SafeUpdateQuerySet.update_if_newer`."""
+
+    applied: bool
+    outcome: Outcome
+    version: int | None
+
+
+_OUTCOME_OF_STATUS = {"applied": Outcome.APPLIED, "stale": Outcome.STALE, "rejected": Outcome.MISSING}
+
+
+class SafeUpdateQuerySetMixin(Generic[_M]):
+    """Adds :meth:`update_if_newer` and :meth:`with_lock` to a QuerySet of a ``LockVersionMixin`` model."""
+
+    model: type[_M]
+    db: str
+
+    def update_if_newer(
+        self,
+        pk: Any,
+        *,
+        version: int | None = None,
+        synced_at: datetime | None = None,
+        request_id: uuid.UUID | str | None = None,
+        **changes: Any,
+    ) -> UpdateResult:
+        """Write ``changes`` to row ``pk`` only where they are newer; never raises on a stale write.
+
+        Version mode (``version=``): each field is written only if its own last write carried a lower
+        version; ``lock_version`` becomes ``max(lock_version, version)``. Timestamp mode
+        (``synced_at=``): applies iff ``last_synced_at`` is NULL or older, then sets it and takes a fresh
+        version. With ``request_id`` the call is idempotent: the request is recorded in the request log
+        in the same transaction as the write, and a request already processed returns ``duplicate``.
+        Bad arguments raise :class:`~safeupdates.exceptions.InvalidUpdate` and write nothing.
+        """
+        if (version is None) == (synced_at is None):
+            raise InvalidUpdate("pass exactly one of version= (version mode) or synced_at= (timestamp mode).")
+        pk = clean_pk(self.model, pk)
+        cleaned = clean_changes(self.model, changes)
+        rid = None if request_id is None else clean_request_id(request_id)
+        if version is not None:
+            version = clean_version(version)
+            return self._apply(pk, cleaned, version=version, request_id=rid)
+        return self._apply(pk, cleaned, synced_at=clean_synced_at(synced_at), request_id=rid)
+
+    async def aupdate_if_newer(self, pk: Any, **kwargs: Any) -> UpdateResult:
+        """Async :meth:`update_if_newer`, for async views."""
+        return await sync_to_async(self.update_if_newer)(pk, **kwargs)
+
+    def _apply(
+        self,
+        pk: Any,
+        cleaned: dict[str, Any],
+        *,
+        version: int | None = None,
+        synced_at: datetime | None = None,
+        request_id: uuid.UUID | None = None,
+    ) -> UpdateResult:
+        connection = connections[self.db]
+        fields = tuple(sorted(cleaned))
+        statement = guarded_update(self.model, fields, connection, timestamp=synced_at is not None)
+        prepped = [
+            self.model._meta.get_field(name).get_db_prep_save(cleaned[name], connection)  # type: ignore[union-attr]
+            for name in fields
+        ]
+        if request_id is not None and version is not None and statement.recorded_sql is not None:
+            # PostgreSQL: record and apply in one statement, one round trip.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    statement.recorded_sql,
+                    statement.recorded_params(
+                        pk,
+                        [(value, version) for value in prepped],
+                        request_id=request_id,
+                        content_type_id=ContentType.objects.db_manager(self.db).get_for_model(self.model).pk,
+                        version=version,
+                        changes_json=json.dumps(cleaned, cls=DjangoJSONEncoder),
+                    ),
+                )
+                status = cursor.fetchone()[0]
+            if status is not None:
+                return UpdateResult(status == "applied", _OUTCOME_OF_STATUS[status], version)
+            # The request id is known: a duplicate, or a pending request from enqueue_update.
+
+        with transaction.atomic(using=self.db):
+            record = None
+            if request_id is not None:
+                record = self._lock_request(request_id)
+                if record is not None and record.is_terminal:
+                    return UpdateResult(False, Outcome.DUPLICATE, record.version)
+            if synced_at is not None:
+                version = next_version(self.db)
+            assert version is not None
+            with connection.cursor() as cursor:
+                cursor.execute(statement.sql, statement.params(pk, [(v, version) for v in prepped], synced_at))
+                written = cursor.rowcount > 0
+            if written:
+                outcome = Outcome.APPLIED
+            elif self.model._default_manager.db_manager(self.db).filter(pk=pk).exists():
+                outcome = Outcome.STALE
+            else:
+                outcome = Outcome.MISSING
+            if request_id is not None:
+                self._record(record, request_id, pk, version, cleaned, outcome)
+        return UpdateResult(written, outcome, version)
+
+    def _lock_request(self, request_id: uuid.UUID) -> ProcessedRequest | None:
+        from safeupdates.models import ProcessedRequest
+
+        return (
+            ProcessedRequest.objects.using(self.db).select_for_update().filter(request_id=request_id).first()
+        )
+
+    def _record(
+        self,
+        record: ProcessedRequest | None,
+        request_id: uuid.UUID,
+        pk: Any,
+        version: int,
+        cleaned: dict[str, Any],
+        outcome: Outcome,
+    ) -> None:
+        from safeupdates.models import ProcessedRequest, RequestStatus
+
+        status = RequestStatus.REJECTED if outcome is Outcome.MISSING else RequestStatus(outcome.value)
+        error = "the target object does not exist" if outcome is Outcome.MISSING else ""
+        if record is None:
+            ProcessedRequest.objects.using(self.db).create(
+                request_id=request_id,
+                content_type=ContentType.objects.db_manager(self.db).get_for_model(self.model),
+                object_id=str(pk),
+                version=version,
+                changes=cleaned,
+                status=status,
+                error=error,
+                attempts=1,
+                processed_at=Now(),
+            )
+        else:
+            ProcessedRequest.objects.using(self.db).filter(pk=record.pk).update(
+                status=status, error=error, attempts=models.F("attempts") + 1, processed_at=Now()
+            )
+
+    @contextmanager
+    def with_lock(self, pk: Any, *, nowait: bool = False, timeout: float | None = None) -> Iterator[_M]:
+        """Lock row ``pk`` (``SELECT ... FOR UPDATE``) in a transaction; yield it; unlock on exit.
+
+        ``nowait=True`` fails at once if another transaction holds the lock; ``timeout`` (seconds) waits
+        at most that long, through PostgreSQL's own ``lock_timeout``. Both raise
+        :class:`~safeupdates.exceptions.LockUnavailable`. A missing row raises ``Model.DoesNotExist``.
+        On SQLite there are no row locks: the database is locked as a whole by the first write.
+        """
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+            raise InvalidUpdate(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        connection = connections[self.db]
+        with transaction.atomic(using=self.db):
+            use_timeout = timeout is not None and connection.vendor == "postgresql"
+            if use_timeout:
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = {max(1, int(timeout * 1000))}")  # type: ignore[operator]
+            try:
+                instance = self.select_for_update(nowait=nowait).get(pk=pk)  # type: ignore[attr-defined]
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+                    how = "nowait=True" if nowait else f"timeout={timeout}s"
+                    raise LockUnavailable(
+                        f"{self.model._meta.label} pk={pk!r} is locked by another transaction ({how}); "
+                        "retry later, or wait longer with a larger timeout."
+                    ) from exc
+                raise
+            if use_timeout:
+                # Only this lock waits that long; later statements of the caller's transaction don't.
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+            yield instance
+
+
+class SafeUpdateQuerySet(SafeUpdateQuerySetMixin[_M], models.QuerySet[_M]):
+    """QuerySet with guarded, versioned, idempotent writes and row locks."""
+
+
+SafeUpdateManager = models.Manager.from_queryset(SafeUpdateQuerySet)
+SafeUpdateManager.__doc__ = "Manager of a ``SafeUpdateModel``: ``Manager.from_queryset(SafeUpdateQuerySet)``."

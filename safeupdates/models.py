@@ -1,0 +1,206 @@
+"""Model mixins that make a model safe to update from queued jobs, and the request log.
+
+``LockVersionMixin`` adds optimistic locking (``lock_version``) and the per-field versions that the
+guarded write of :meth:`SafeUpdateQuerySet.update_if_newer` compares against. ``ProcessedRequest`` is
+the request log: outbox for the job path, idempotency record, and audit trail in one table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+from safeupdates.exceptions import StaleObjectError
+from safeupdates.managers import SafeUpdateManager
+from safeupdates.versions import next_version
+
+__all__ = [
+    "BASE_VERSION_KEY",
+    "LockVersionMixin",
+    "SyncedAtMixin",
+    "SafeUpdateModel",
+    "ProcessedRequest",
+    "RequestStatus",
+    "VersionCounter",
+]
+
+#: Key of ``field_versions`` that holds the version of the last full ``save()``: the version of every
+#: field that has no entry of its own.
+BASE_VERSION_KEY = "*"
+
+
+class LockVersionMixin(models.Model):
+    """Adds ``lock_version`` (optimistic locking) and ``field_versions`` (per-field versions).
+
+    ``save()`` writes only if the row still carries the ``lock_version`` this instance was loaded with,
+    else raises :class:`~safeupdates.exceptions.StaleObjectError` and leaves the instance as it was. A
+    successful save takes a fresh version from :func:`safeupdates.versions.next_version`, so a direct
+    edit supersedes every request allocated before it. ``field_versions`` maps field names to the
+    version of their last write; ``"*"`` holds the version of the last full save.
+    """
+
+    lock_version = models.BigIntegerField(_("lock version"), default=0, editable=False)
+    field_versions = models.JSONField(_("field versions"), default=dict, editable=False)
+
+    # Set only while save() runs: the version the row must still carry for the UPDATE to match.
+    _safeupdates_expected: int | None = None
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        using = kwargs.get("using") or self._state.db or "default"
+        update_fields: Iterable[str] | None = kwargs.get("update_fields")
+        loaded_version, loaded_field_versions = self.lock_version, self.field_versions
+        new_version = next_version(using)
+        if update_fields is None:
+            self.field_versions = {BASE_VERSION_KEY: new_version}
+        else:
+            names = [
+                self._meta.get_field(name).name
+                for name in update_fields
+                if name not in ("lock_version", "field_versions")
+            ]
+            self.field_versions = {**(loaded_field_versions or {}), **dict.fromkeys(names, new_version)}
+            kwargs["update_fields"] = {*names, "lock_version", "field_versions"}
+        self.lock_version = new_version
+        self._safeupdates_expected = loaded_version
+        try:
+            super().save(*args, **kwargs)
+        except BaseException:
+            self.lock_version, self.field_versions = loaded_version, loaded_field_versions
+            raise
+        finally:
+            self._safeupdates_expected = None
+
+    save.alters_data = True  # type: ignore[attr-defined]
+
+    def _do_update(
+        self,
+        base_qs: models.QuerySet[Any],
+        using: str,
+        pk_val: Any,
+        values: list[tuple[Any, Any, Any]],
+        update_fields: Iterable[str] | None,
+        forced_update: bool,
+    ) -> bool:
+        expected = self._safeupdates_expected
+        if expected is None:
+            # Not called from save(): fixture loading (save_base(raw=True)) is not checked.
+            return bool(super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update))
+        if base_qs.filter(pk=pk_val, lock_version=expected)._update(values) > 0:
+            return True
+        if base_qs.filter(pk=pk_val).exists():
+            raise StaleObjectError(
+                f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
+                f"(lock_version {expected}); reload it with refresh_from_db() and apply your change again."
+            )
+        # The row is gone: let Django fall back to an INSERT (or raise, under force_update).
+        return False
+
+    def field_version(self, name: str) -> int:
+        """Return the version of the last write of field ``name`` as loaded on this instance."""
+        versions = self.field_versions or {}
+        return int(versions.get(name, versions.get(BASE_VERSION_KEY, 0)))
+
+
+class SyncedAtMixin(models.Model):
+    """Adds ``last_synced_at``: the newest client timestamp applied in timestamp mode."""
+
+    last_synced_at = models.DateTimeField(_("last synced at"), null=True, blank=True, editable=False)
+
+    class Meta:
+        abstract = True
+
+
+class SafeUpdateModel(LockVersionMixin, SyncedAtMixin):
+    """Abstract base of a model updated by queued jobs: both mixins and :class:`SafeUpdateManager`.
+
+    Name the fields that queued jobs may change in ``safe_update_fields``; the job path refuses all
+    others.
+    """
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = ()
+
+    objects = SafeUpdateManager()
+
+    class Meta:
+        abstract = True
+
+
+class RequestStatus(models.TextChoices):
+    """Status of a :class:`ProcessedRequest`. Every status but ``pending`` is terminal."""
+
+    PENDING = "pending", _("pending")
+    APPLIED = "applied", _("applied")
+    STALE = "stale", _("stale")
+    REJECTED = "rejected", _("rejected")
+    FAILED = "failed", _("failed")
+
+
+TERMINAL_STATUSES = frozenset(RequestStatus) - {RequestStatus.PENDING}
+
+
+class ProcessedRequest(models.Model):
+    """One update request: outbox row while ``pending``, then its outcome and idempotency record.
+
+    ``created_at`` and ``processed_at`` come from the database's clock, never from a worker's.
+    """
+
+    Status = RequestStatus
+
+    request_id = models.UUIDField(_("request id"), unique=True, default=uuid.uuid4, editable=False)
+    content_type = models.ForeignKey(
+        ContentType, on_delete=models.CASCADE, related_name="+", verbose_name=_("model")
+    )
+    object_id = models.CharField(_("object id"), max_length=64)
+    target = GenericForeignKey("content_type", "object_id")
+    version = models.BigIntegerField(_("version"), null=True, blank=True)
+    changes = models.JSONField(_("changes"), default=dict, encoder=DjangoJSONEncoder)
+    status = models.CharField(
+        _("status"), max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING
+    )
+    error = models.TextField(_("error"), blank=True, default="")
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    queue = models.CharField(_("queue"), max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    processed_at = models.DateTimeField(_("processed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("processed request")
+        verbose_name_plural = _("processed requests")
+        indexes = [
+            models.Index(
+                fields=["content_type", "object_id", "-version"], name="safeupdates_target_version"
+            ),
+            models.Index(
+                fields=["created_at"],
+                name="safeupdates_pending_created",
+                condition=models.Q(status="pending"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.status} v{self.version}"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the request reached an outcome that will not change any more."""
+        return self.status in TERMINAL_STATUSES
+
+
+class VersionCounter(models.Model):
+    """The version source on databases without sequences: one row, incremented under a write lock."""
+
+    value = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("version counter")

@@ -1,0 +1,66 @@
+"""Settings of the test suite: real PostgreSQL and Redis by default (``DATABASE_URL``, ``REDIS_URL``)."""
+
+from __future__ import annotations
+
+import environ
+
+env = environ.Env()
+
+SECRET_KEY = "safeupdates-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_rq",
+    "safeupdates",
+    "tests.testapp",
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {})["transaction_mode"] = "IMMEDIATE"
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = env("SQLITE_TEST_NAME", default="test_safeupdates.sqlite3")
+
+REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/15")
+RQ_QUEUES = {
+    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    "fast": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    "slow": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 600},
+}
+SAFEUPDATES_RETRY = {"max": 2, "interval": [0, 1]}
+SAFEUPDATES_RELAY_AFTER = 0
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"rq.worker": {"handlers": ["console"], "level": "WARNING"}},
+}

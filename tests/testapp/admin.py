@@ -1,0 +1,5 @@
+from django.contrib import admin
+
+from tests.testapp.models import Profile
+
+admin.site.register(Profile)
