@@ -178,9 +178,9 @@ def _recorded(update_sql: str, table: str, pk_column: str) -> str:
     return (
         f"WITH upd AS ({update_sql} AND NOT EXISTS "
         f"(SELECT 1 FROM {log} WHERE request_id = %s) RETURNING 1), "
-        f"ins AS (INSERT INTO {log} (request_id, content_type_id, object_id, version, changes, status, "
-        f"error, attempts, queue, created_at, processed_at) "
-        f"SELECT %s, %s, %s, %s, %s::jsonb, "
+        f"ins AS (INSERT INTO {log} (kind, key, request_id, content_type_id, object_id, version, changes, "
+        f"status, error, attempts, queue, created_at, processed_at) "
+        f"SELECT 'update', '', %s, %s, %s, %s, %s::jsonb, "
         f"CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 'applied' "
         f"WHEN EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %s) THEN 'stale' ELSE 'rejected' END, "
         f"CASE WHEN EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %s) "

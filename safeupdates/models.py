@@ -29,6 +29,7 @@ __all__ = [
     "SafeUpdateModel",
     "ProcessedRequest",
     "RequestStatus",
+    "RequestKind",
     "VersionCounter",
 ]
 
@@ -146,6 +147,14 @@ class RequestStatus(models.TextChoices):
     FAILED = "failed", _("failed")
 
 
+class RequestKind(models.TextChoices):
+    """What a :class:`ProcessedRequest` records."""
+
+    UPDATE = "update", _("update of a row")
+    TASK = "task", _("idempotent task")
+    BATCH_ITEM = "batch_item", _("batch item")
+
+
 TERMINAL_STATUSES = frozenset(RequestStatus) - {RequestStatus.PENDING}
 
 
@@ -156,12 +165,16 @@ class ProcessedRequest(models.Model):
     """
 
     Status = RequestStatus
+    Kind = RequestKind
 
     request_id = models.UUIDField(_("request id"), unique=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(_("kind"), max_length=16, choices=RequestKind.choices, default=RequestKind.UPDATE)
+    # Null for requests that target no row (a keyed task of @idempotent).
     content_type = models.ForeignKey(
-        ContentType, on_delete=models.CASCADE, related_name="+", verbose_name=_("model")
+        ContentType, on_delete=models.CASCADE, related_name="+", verbose_name=_("model"), null=True, blank=True
     )
-    object_id = models.CharField(_("object id"), max_length=64)
+    object_id = models.CharField(_("object id"), max_length=255, blank=True, default="")
+    key = models.CharField(_("key"), max_length=255, blank=True, default="")
     target = GenericForeignKey("content_type", "object_id")
     version = models.BigIntegerField(_("version"), null=True, blank=True)
     changes = models.JSONField(_("changes"), default=dict, encoder=DjangoJSONEncoder)
