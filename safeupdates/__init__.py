@@ -6,16 +6,30 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "enqueue_update", "aenqueue_update"]
+__all__ = ["__version__", "aenqueue_update", "enqueue", "enqueue_update", "fan_out", "idempotent", "replay"]
 
 if TYPE_CHECKING:
+    from safeupdates.batches import fan_out
+    from safeupdates.controls import enqueue
+    from safeupdates.idempotency import idempotent
     from safeupdates.jobs import aenqueue_update, enqueue_update
+    from safeupdates.replay import replay
+
+# Public name -> module that defines it. Imported lazily, so that importing the package does not import
+# models before the app registry is ready.
+_LAZY = {
+    "enqueue_update": "safeupdates.jobs",
+    "aenqueue_update": "safeupdates.jobs",
+    "enqueue": "safeupdates.controls",
+    "idempotent": "safeupdates.idempotency",
+    "fan_out": "safeupdates.batches",
+    "replay": "safeupdates.replay",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that importing the package does not import models before the app registry is ready.
-    if name in ("enqueue_update", "aenqueue_update"):
-        from safeupdates import jobs
+    if name in _LAZY:
+        from importlib import import_module
 
-        return getattr(jobs, name)
+        return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'safeupdates' has no attribute {name!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +27,7 @@ from safeupdates.validation import clean_changes, clean_pk, clean_request_id, cl
 from safeupdates.versions import next_version
 
 if TYPE_CHECKING:
+    from safeupdates.bulk import BulkResult
     from safeupdates.models import ProcessedRequest
 
 __all__ = ["Outcome", "UpdateResult", "SafeUpdateQuerySetMixin", "SafeUpdateQuerySet", "SafeUpdateManager"]
@@ -98,6 +99,14 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             version = clean_version(version)
             return self._apply(pk, cleaned, version=version, request_id=rid)
         return self._apply(pk, cleaned, synced_at=clean_synced_at(synced_at), request_id=rid)
+
+    def bulk_update_if_newer(self, updates: Iterable[tuple[Any, int, dict[str, Any]]]) -> BulkResult:
+        """Apply many ``(pk, version, changes)`` updates with the per-field semantics of
+        :meth:`update_if_newer`, in one statement per batch; updates of one row merge by version.
+        Returns the counts of applied, stale and missing updates."""
+        from safeupdates.bulk import bulk_update_if_newer
+
+        return bulk_update_if_newer(self, updates)  # type: ignore[arg-type]
 
     async def aupdate_if_newer(self, pk: Any, **kwargs: Any) -> UpdateResult:
         """Async :meth:`update_if_newer`, for async views."""
