@@ -75,6 +75,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
     def update_if_newer(
         self,
         pk: Any,
+        /,
         *,
         version: int | None = None,
         synced_at: datetime | None = None,
@@ -108,7 +109,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
 
         return bulk_update_if_newer(self, updates)  # type: ignore[arg-type]
 
-    async def aupdate_if_newer(self, pk: Any, **kwargs: Any) -> UpdateResult:
+    async def aupdate_if_newer(self, pk: Any, /, **kwargs: Any) -> UpdateResult:
         """Async :meth:`update_if_newer`, for async views."""
         return await sync_to_async(self.update_if_newer)(pk, **kwargs)
 

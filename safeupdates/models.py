@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import connections, models, transaction
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
@@ -75,7 +75,12 @@ class LockVersionMixin(models.Model):
         self.lock_version = new_version
         self._safeupdates_expected = loaded_version
         try:
-            super().save(*args, **kwargs)
+            if connections[using].in_atomic_block:
+                # A savepoint, so that a StaleObjectError leaves the caller's transaction usable.
+                with transaction.atomic(using=using):
+                    super().save(*args, **kwargs)
+            else:
+                super().save(*args, **kwargs)
         except BaseException:
             self.lock_version, self.field_versions = loaded_version, loaded_field_versions
             raise

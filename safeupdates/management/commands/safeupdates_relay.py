@@ -1,0 +1,43 @@
+"""``manage.py safeupdates_relay``: deliver again the requests whose job was lost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from safeupdates import conf
+from safeupdates.jobs import relay_pending
+
+
+class Command(BaseCommand):
+    help = (
+        "Re-enqueue the records that have requests pending for longer than SAFEUPDATES_RELAY_AFTER seconds "
+        "(a job lost between commit and enqueue, lost in Redis, or abandoned by a killed worker). "
+        "One pass by default; --interval N keeps running."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=float,
+            default=None,
+            help="Seconds a request must have been pending (default: SAFEUPDATES_RELAY_AFTER).",
+        )
+        parser.add_argument("--interval", type=float, default=None, help="Keep running, one pass every N seconds.")
+        parser.add_argument("--dry-run", action="store_true", help="Count what would be delivered; enqueue nothing.")
+
+    def handle(self, *args: Any, older_than: float | None, interval: float | None, dry_run: bool, **options: Any) -> None:
+        if older_than is not None and older_than < 0:
+            raise CommandError("--older-than must be zero or more seconds.")
+        if interval is not None and interval <= 0:
+            raise CommandError("--interval must be a positive number of seconds.")
+        while True:
+            count = relay_pending(older_than, dry_run=dry_run)
+            verb = "would deliver" if dry_run else "delivered"
+            after = conf.relay_after() if older_than is None else older_than
+            self.stdout.write(f"safeupdates relay: {verb} {count} record(s) with requests pending > {after:g}s")
+            if interval is None:
+                return
+            time.sleep(interval)

@@ -1,0 +1,436 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection, connections, transaction
+from django.test import override_settings
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from safeupdates.exceptions import InvalidUpdate, LockUnavailable
+from safeupdates.managers import Outcome, UpdateResult
+from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.versions import next_version
+from tests.factories import ProfileFactory
+from tests.testapp.models import Profile
+
+FIELDS = ("active", "newsletter", "dark_mode")
+
+
+def snapshot(profile: Profile) -> tuple:
+    row = Profile.objects.values().get(pk=profile.pk)
+    return tuple(sorted(row.items())), ProcessedRequest.objects.count()
+
+
+@pytest.mark.django_db
+class TestVersionMode:
+    def test_newer_write_applies_and_raises_lock_version(self):
+        profile = ProfileFactory()
+        version = next_version()
+        result = Profile.objects.update_if_newer(profile.pk, version=version, active=True)
+        assert result == UpdateResult(applied=True, outcome=Outcome.APPLIED, version=version)
+        profile.refresh_from_db()
+        assert profile.active is True
+        assert profile.lock_version == version
+        assert profile.field_version("active") == version
+
+    def test_older_write_is_a_silent_no_op(self):
+        profile = ProfileFactory()
+        old, new = next_version(), next_version()
+        Profile.objects.update_if_newer(profile.pk, version=new, active=False)
+        before = snapshot(profile)
+        result = Profile.objects.update_if_newer(profile.pk, version=old, active=True)
+        assert result == UpdateResult(applied=False, outcome=Outcome.STALE, version=old)
+        assert snapshot(profile) == before
+
+    def test_same_version_again_is_stale(self):
+        profile = ProfileFactory()
+        version = next_version()
+        assert Profile.objects.update_if_newer(profile.pk, version=version, score=1).applied
+        assert Profile.objects.update_if_newer(profile.pk, version=version, score=2).outcome == Outcome.STALE
+        profile.refresh_from_db()
+        assert profile.score == 1
+
+    def test_guard_is_per_field(self):
+        """The DESIGN example: an older, late request for `active` is not superseded by a newer one
+        that changed only `newsletter`."""
+        profile = ProfileFactory()
+        older, newer = next_version(), next_version()
+        Profile.objects.update_if_newer(profile.pk, version=newer, newsletter=True)
+        result = Profile.objects.update_if_newer(profile.pk, version=older, active=True)
+        assert result.outcome == Outcome.APPLIED
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter) == (True, True)
+        assert profile.lock_version == newer  # max(lock_version, older)
+
+    def test_mixed_fields_write_only_the_newer_ones(self):
+        profile = ProfileFactory()
+        v1, v2 = next_version(), next_version()
+        Profile.objects.update_if_newer(profile.pk, version=v2, active=True)
+        result = Profile.objects.update_if_newer(profile.pk, version=v1, active=False, newsletter=True)
+        assert result.applied
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter) == (True, True)
+        assert profile.field_versions["active"] == v2
+        assert profile.field_versions["newsletter"] == v1
+
+    def test_missing_row(self):
+        result = Profile.objects.update_if_newer(10**9, version=next_version(), active=True)
+        assert result.outcome == Outcome.MISSING
+        assert not result.applied
+
+    def test_text_and_integer_fields(self):
+        profile = ProfileFactory()
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), name="O'Brien %s", score="7")
+        profile.refresh_from_db()
+        assert (profile.name, profile.score) == ("O'Brien %s", 7)
+
+    def test_attname_of_a_field_is_accepted(self):
+        profile = ProfileFactory()
+        assert Profile.objects.update_if_newer(profile.pk, version=next_version(), note="hello").applied
+
+
+@pytest.mark.django_db
+class TestTimestampMode:
+    def test_applies_when_newer_and_records_synced_at(self):
+        profile = ProfileFactory()
+        base = profile.lock_version
+        t1 = timezone.now() - timedelta(minutes=5)
+        result = Profile.objects.update_if_newer(profile.pk, synced_at=t1, active=True)
+        assert result.applied and result.version and result.version > base
+        profile.refresh_from_db()
+        assert profile.last_synced_at == t1
+        assert profile.lock_version == result.version
+        assert profile.active is True
+
+    def test_older_timestamp_is_stale(self):
+        profile = ProfileFactory()
+        now = timezone.now()
+        Profile.objects.update_if_newer(profile.pk, synced_at=now, active=True)
+        before = snapshot(profile)
+        result = Profile.objects.update_if_newer(profile.pk, synced_at=now - timedelta(seconds=1), active=False)
+        assert result.outcome == Outcome.STALE
+        assert snapshot(profile) == before
+        equal = Profile.objects.update_if_newer(profile.pk, synced_at=now, active=False)
+        assert equal.outcome == Outcome.STALE
+
+    def test_timestamp_write_supersedes_older_versions(self):
+        profile = ProfileFactory()
+        older = next_version()
+        Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now(), active=True)
+        assert Profile.objects.update_if_newer(profile.pk, version=older, active=False).outcome == Outcome.STALE
+
+    def test_missing_row(self):
+        assert Profile.objects.update_if_newer(10**9, synced_at=timezone.now(), active=True).outcome == "missing"
+
+    def test_naive_timestamp_refused(self):
+        profile = ProfileFactory()
+        before = snapshot(profile)
+        with pytest.raises(InvalidUpdate, match="naive"):
+            Profile.objects.update_if_newer(profile.pk, synced_at=datetime(2026, 1, 1), active=True)
+        assert snapshot(profile) == before
+
+    def test_future_beyond_skew_refused(self):
+        profile = ProfileFactory()
+        before = snapshot(profile)
+        with pytest.raises(InvalidUpdate, match="future"):
+            Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now() + timedelta(minutes=6), active=True)
+        assert snapshot(profile) == before
+        ok = Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now() + timedelta(minutes=4), active=True)
+        assert ok.applied
+
+    @override_settings(SAFEUPDATES_MAX_CLOCK_SKEW=timedelta(seconds=0))
+    def test_skew_setting_read_at_call_time(self):
+        profile = ProfileFactory()
+        with pytest.raises(InvalidUpdate, match="SAFEUPDATES_MAX_CLOCK_SKEW"):
+            Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now() + timedelta(seconds=30), active=True)
+
+    def test_other_timezones_compare_as_instants(self):
+        profile = ProfileFactory()
+        tz = dt_timezone(timedelta(hours=5))
+        assert Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now().astimezone(tz), active=True).applied
+
+
+@pytest.mark.django_db
+class TestIdempotency:
+    def test_recorded_and_duplicate(self):
+        profile = ProfileFactory()
+        rid = uuid.uuid4()
+        version = next_version()
+        first = Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
+        assert first.outcome == Outcome.APPLIED
+        record = ProcessedRequest.objects.get(request_id=rid)
+        assert (record.status, record.version, record.changes, record.attempts) == ("applied", version, {"active": True}, 1)
+        assert record.target == profile
+        assert record.processed_at is not None
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), active=False)
+        before = snapshot(profile)
+        again = Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=str(rid), active=True)
+        assert again == UpdateResult(False, Outcome.DUPLICATE, version)
+        assert snapshot(profile) == before
+
+    def test_stale_request_is_recorded_stale(self):
+        profile = ProfileFactory()
+        old = next_version()
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)
+        rid = uuid.uuid4()
+        assert Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False).outcome == "stale"
+        assert ProcessedRequest.objects.get(request_id=rid).status == RequestStatus.STALE
+        assert Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False).outcome == "duplicate"
+
+    def test_missing_target_is_recorded_rejected(self):
+        rid = uuid.uuid4()
+        result = Profile.objects.update_if_newer(10**9, version=next_version(), request_id=rid, active=True)
+        assert result.outcome == Outcome.MISSING
+        record = ProcessedRequest.objects.get(request_id=rid)
+        assert record.status == RequestStatus.REJECTED
+        assert "does not exist" in record.error
+
+    def test_timestamp_mode_with_request_id(self):
+        profile = ProfileFactory()
+        rid = uuid.uuid4()
+        now = timezone.now()
+        assert Profile.objects.update_if_newer(profile.pk, synced_at=now, request_id=rid, active=True).applied
+        assert Profile.objects.update_if_newer(profile.pk, synced_at=now, request_id=rid, active=True).outcome == "duplicate"
+        assert ProcessedRequest.objects.get(request_id=rid).status == "applied"
+
+    def test_missing_target_timestamp_mode(self):
+        rid = uuid.uuid4()
+        assert Profile.objects.update_if_newer(10**9, synced_at=timezone.now(), request_id=rid, active=True).outcome == "missing"
+        assert ProcessedRequest.objects.get(request_id=rid).status == RequestStatus.REJECTED
+
+    def test_pending_request_from_enqueue_is_applied_once(self):
+        from safeupdates import enqueue_update
+
+        profile = ProfileFactory()
+        with transaction.atomic():  # keep the on-commit delivery out of this test
+            request = enqueue_update(profile, active=True)
+            result = Profile.objects.update_if_newer(
+                profile.pk, version=request.version, request_id=request.request_id, active=True
+            )
+            transaction.set_rollback(False)
+            assert result.outcome == Outcome.APPLIED
+            request.refresh_from_db()
+            assert (request.status, request.attempts) == ("applied", 1)
+            assert Profile.objects.update_if_newer(
+                profile.pk, version=request.version, request_id=request.request_id, active=True
+            ).outcome == Outcome.DUPLICATE
+            transaction.set_rollback(True)
+
+    def test_written_in_the_callers_transaction(self):
+        profile = ProfileFactory()
+        rid = uuid.uuid4()
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
+            raise RuntimeError("caller fails after the write")
+        assert not ProcessedRequest.objects.filter(request_id=rid).exists()
+        profile.refresh_from_db()
+        assert profile.active is False
+
+
+@pytest.mark.django_db
+class TestInvalidUpdate:
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"active": True}, "exactly one of"),
+            ({"version": 1, "synced_at": timezone.now(), "active": True}, "exactly one of"),
+            ({"version": 0, "active": True}, "positive integer"),
+            ({"version": -5, "active": True}, "positive integer"),
+            ({"version": True, "active": True}, "positive integer"),
+            ({"version": "7", "active": True}, "positive integer"),
+            ({"version": 1}, "at least one"),
+            ({"version": 1, "nope": True}, "has no field 'nope'"),
+            ({"version": 1, "pk": 3}, "primary key"),
+            ({"version": 1, "id": 3}, "primary key"),
+            ({"version": 1, "lock_version": 3}, "managed by safeupdates"),
+            ({"version": 1, "field_versions": {}}, "managed by safeupdates"),
+            ({"version": 1, "last_synced_at": None}, "managed by safeupdates"),
+            ({"version": 1, "name": "x" * 21}, "at most 20 characters"),
+            ({"version": 1, "score": "many"}, "must be an integer"),
+            ({"version": 1, "active": "perhaps"}, "must be either True or False"),
+            ({"version": 1, "active": None}, "must be either True or False"),
+            ({"version": 1, "score": None}, "cannot be null"),
+            ({"synced_at": "2026-01-01", "active": True}, "must be a datetime"),
+            ({"version": 1, "request_id": "not-a-uuid", "active": True}, "must be a UUID"),
+        ],
+    )
+    def test_refused_and_nothing_written(self, kwargs, message):
+        profile = ProfileFactory()
+        before = snapshot(profile)
+        with pytest.raises(InvalidUpdate, match=message):
+            Profile.objects.update_if_newer(profile.pk, **kwargs)
+        assert snapshot(profile) == before
+
+    def test_bad_primary_key(self):
+        with pytest.raises(InvalidUpdate, match="invalid primary key"):
+            Profile.objects.update_if_newer("abc", version=1, active=True)
+        with pytest.raises(InvalidUpdate, match="primary key is required"):
+            Profile.objects.update_if_newer(None, version=1, active=True)
+
+    def test_relation_is_not_a_column(self, django_user_model):
+        from django.contrib.auth.models import User
+
+        with pytest.raises(InvalidUpdate):
+            from safeupdates.validation import writable_field
+
+            writable_field(User, "groups")
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    requests=st.lists(st.tuples(st.sampled_from(FIELDS), st.booleans()), min_size=1, max_size=12),
+    data=st.data(),
+)
+def test_any_order_and_duplication_ends_as_version_order(requests, data):
+    """Guarantee 1: applying the requests in any order, each any number of times, ends equal to
+    applying each once in version order."""
+    profile = ProfileFactory()
+    numbered = [(next_version(), field, value, uuid.uuid4()) for field, value in requests]
+    deliveries = data.draw(st.lists(st.sampled_from(numbered), min_size=len(numbered), max_size=3 * len(numbered)))
+    deliveries += numbered  # every request at least once
+    deliveries = data.draw(st.permutations(deliveries))
+    use_ids = data.draw(st.booleans())
+    for version, field, value, rid in deliveries:
+        Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid if use_ids else None, **{field: value})
+
+    expected = {field: getattr(profile, field) for field in FIELDS}
+    for _version, field, value, _rid in sorted(numbered, key=lambda r: r[0]):
+        expected[field] = value
+    profile.refresh_from_db()
+    assert {field: getattr(profile, field) for field in FIELDS} == expected
+    assert profile.lock_version == max(v for v, *_ in numbered)
+    if use_ids:
+        statuses = dict(ProcessedRequest.objects.filter(object_id=str(profile.pk)).values_list("request_id", "status"))
+        assert len(statuses) == len(numbered)
+        newest = {}
+        for version, field, _value, rid in numbered:
+            newest[field] = max(newest.get(field, (0, None)), (version, rid))
+        winners = {rid for _v, rid in newest.values()}
+        # The newest request of each field always finds an older version stored, so it is applied
+        # (older ones are applied too when they arrived before it, stale otherwise).
+        assert {rid for rid, status in statuses.items() if status == "applied"} >= winners
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicates_apply_once(postgres_only):
+    profile = ProfileFactory()
+    rid = uuid.uuid4()
+    version = next_version()
+    barrier = threading.Barrier(6)
+    outcomes: list[Outcome] = []
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            outcomes.append(Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, score=5).outcome)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == sorted([Outcome.APPLIED] + [Outcome.DUPLICATE] * 5)
+    assert ProcessedRequest.objects.get(request_id=rid).attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+class TestWithLock:
+    def test_yields_the_locked_row_and_commits(self):
+        profile = ProfileFactory(score=1)
+        with Profile.objects.with_lock(profile.pk) as locked:
+            assert connection.in_atomic_block
+            locked.score += 1
+            locked.save()
+        profile.refresh_from_db()
+        assert profile.score == 2
+
+    def test_missing_row(self):
+        with pytest.raises(Profile.DoesNotExist), Profile.objects.with_lock(10**9):
+            pass
+
+    def test_bad_timeout(self):
+        with pytest.raises(InvalidUpdate, match="timeout"), Profile.objects.with_lock(1, timeout=0):
+            pass
+
+    def test_nowait_and_timeout_raise_lock_unavailable(self, postgres_only):
+        profile = ProfileFactory()
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            try:
+                with Profile.objects.with_lock(profile.pk):
+                    held.set()
+                    release.wait(10)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert held.wait(10)
+            with pytest.raises(LockUnavailable, match="nowait"), Profile.objects.with_lock(profile.pk, nowait=True):
+                pass
+            started = time.monotonic()
+            with pytest.raises(LockUnavailable, match="timeout"), Profile.objects.with_lock(profile.pk, timeout=0.2):
+                pass
+            assert time.monotonic() - started >= 0.2  # the database waited, then gave up
+            with transaction.atomic():  # the caller's transaction is usable after LockUnavailable
+                with pytest.raises(LockUnavailable), Profile.objects.with_lock(profile.pk, nowait=True):
+                    pass
+                assert Profile.objects.filter(pk=profile.pk).exists()
+        finally:
+            release.set()
+            holder.join()
+        with Profile.objects.with_lock(profile.pk, timeout=1) as locked:
+            assert locked.pk == profile.pk
+            with connection.cursor() as cursor:  # the lock timeout applied to the lock only
+                cursor.execute("SHOW lock_timeout")
+                assert cursor.fetchone()[0] == "0"
+
+    def test_read_modify_write_under_threads(self, postgres_only):
+        profile = ProfileFactory(score=0)
+
+        def increment() -> None:
+            try:
+                for _ in range(10):
+                    with Profile.objects.with_lock(profile.pk) as locked:
+                        Profile.objects.filter(pk=locked.pk).update(score=locked.score + 1)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=increment) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        profile.refresh_from_db()
+        assert profile.score == 40
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_update_if_newer():
+    profile = ProfileFactory()
+    version = next_version()
+
+    async def update() -> UpdateResult:
+        try:
+            return await Profile.objects.aupdate_if_newer(profile.pk, version=version, active=True)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    result = asyncio.run(update())
+    assert result.outcome == Outcome.APPLIED
+    profile.refresh_from_db()
+    assert profile.active is True

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core import serializers
+from django.core.management import call_command
+
+from safeupdates.exceptions import StaleObjectError
+from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest, RequestStatus
+from safeupdates.versions import next_version
+from tests.factories import DocumentFactory, ProfileFactory
+from tests.testapp.models import Document, Profile
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_takes_a_fresh_version_for_every_field():
+    before = next_version()
+    profile = ProfileFactory()
+    assert profile.lock_version > before
+    assert profile.field_versions == {BASE_VERSION_KEY: profile.lock_version}
+    assert profile.field_version("active") == profile.lock_version
+
+
+def test_save_bumps_lock_version_strictly():
+    profile = ProfileFactory()
+    versions = [profile.lock_version]
+    for _ in range(3):
+        profile.name = f"n{len(versions)}"
+        profile.save()
+        versions.append(profile.lock_version)
+    assert versions == sorted(set(versions))
+    profile.refresh_from_db()
+    assert profile.lock_version == versions[-1]
+
+
+def test_stale_save_raises_and_restores_the_instance():
+    first = ProfileFactory(name="a")
+    second = Profile.objects.get(pk=first.pk)
+    first.name = "b"
+    first.save()
+    second.name = "c"
+    loaded_version, loaded_versions = second.lock_version, dict(second.field_versions)
+    with pytest.raises(StaleObjectError, match="refresh_from_db"):
+        second.save()
+    assert (second.lock_version, second.field_versions) == (loaded_version, loaded_versions)
+    assert Profile.objects.get(pk=first.pk).name == "b"
+    # After a reload the save goes through.
+    second.refresh_from_db()
+    second.name = "c"
+    second.save()
+    assert Profile.objects.get(pk=first.pk).name == "c"
+
+
+def test_update_fields_save_is_checked_and_bumps_only_those_fields():
+    profile = ProfileFactory()
+    other = Profile.objects.get(pk=profile.pk)
+    base = profile.lock_version
+    profile.active = True
+    profile.save(update_fields=["active"])
+    assert profile.lock_version > base
+    assert profile.field_versions == {BASE_VERSION_KEY: base, "active": profile.lock_version}
+    other.newsletter = True
+    with pytest.raises(StaleObjectError):
+        other.save(update_fields=["newsletter"])
+    assert Profile.objects.get(pk=profile.pk).newsletter is False
+
+
+def test_save_supersedes_requests_allocated_before_it():
+    profile = ProfileFactory()
+    older = next_version()
+    profile.active = True
+    profile.save()
+    result = Profile.objects.update_if_newer(profile.pk, version=older, active=False)
+    assert result.outcome == "stale"
+    profile.refresh_from_db()
+    assert profile.active is True
+
+
+def test_update_fields_save_leaves_other_fields_open_to_older_requests():
+    profile = ProfileFactory()
+    older = next_version()
+    profile.active = True
+    profile.save(update_fields=["active"])
+    assert Profile.objects.update_if_newer(profile.pk, version=older, active=False).outcome == "stale"
+    assert Profile.objects.update_if_newer(profile.pk, version=older, newsletter=True).outcome == "applied"
+
+
+def test_save_of_a_deleted_row_inserts_it_again():
+    document = DocumentFactory()
+    Document.objects.filter(pk=document.pk).delete()
+    document.save()
+    assert Document.objects.filter(pk=document.pk).exists()
+
+
+def test_lock_version_mixin_alone():
+    document = DocumentFactory(title="x")
+    stale = Document.objects.get(pk=document.pk)
+    document.title = "y"
+    document.save()
+    stale.title = "z"
+    with pytest.raises(StaleObjectError):
+        stale.save()
+
+
+def test_fixture_loading_is_not_checked():
+    profile = ProfileFactory(name="fixture")
+    data = serializers.serialize("json", [profile])
+    profile.name = "moved on"
+    profile.save()
+    path = io.StringIO(data)
+    objects = list(serializers.deserialize("json", path))
+    objects[0].save()  # save_base(raw=True): loads over a newer row without StaleObjectError
+    assert Profile.objects.get(pk=profile.pk).name == "fixture"
+
+
+def test_loaddata_command(tmp_path):
+    profile = ProfileFactory(name="fixture")
+    fixture = tmp_path / "profiles.json"
+    fixture.write_text(serializers.serialize("json", [profile]))
+    Profile.objects.filter(pk=profile.pk).update(lock_version=profile.lock_version + 100)
+    call_command("loaddata", str(fixture), verbosity=0)
+    assert Profile.objects.get(pk=profile.pk).lock_version == profile.lock_version
+
+
+def test_processed_request_str_and_terminal():
+    request = ProcessedRequest(version=3, status=RequestStatus.PENDING)
+    assert "pending v3" in str(request)
+    assert not request.is_terminal
+    request.status = RequestStatus.STALE
+    assert request.is_terminal
