@@ -17,16 +17,18 @@ from safeupdates.models import ProcessedRequest
 class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The request log is written by safeupdates only: it can be inspected, filtered and searched."""
 
-    list_display = ["request_id", "target_link", "version", "status", "attempts", "created_at", "processed_at"]
-    list_filter = ["status", "content_type", "queue"]
-    search_fields = ["=request_id", "=object_id"]
+    list_display = ["request_id", "kind", "target_link", "version", "status", "attempts", "created_at", "processed_at"]
+    list_filter = ["status", "kind", "content_type", "queue"]
+    search_fields = ["=request_id", "=object_id", "=key"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
     list_select_related = ["content_type"]
     readonly_fields = [
         "request_id",
+        "kind",
         "content_type",
         "object_id",
+        "key",
         "target_link",
         "version",
         "changes",
@@ -41,6 +43,8 @@ class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("target"))
     def target_link(self, obj: ProcessedRequest) -> str:
+        if obj.content_type is None:
+            return obj.key  # a keyed task: no row
         label = f"{obj.content_type.app_label}.{obj.content_type.model} {obj.object_id}"
         try:
             url = reverse(

@@ -14,7 +14,6 @@ import logging
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import django_rq
@@ -102,9 +101,10 @@ def enqueue_update(
             raise InvalidUpdate(f"request_id {rid} was already used for another object.") from None
         return existing
     # robust: if Redis is down at commit, the request stays pending and the relay delivers it.
-    transaction.on_commit(
-        partial(deliver, rid, content_type.pk, str(pk), queue_name), using=using, robust=True
-    )
+    def deliver_on_commit() -> None:
+        deliver(rid, content_type.pk, str(pk), queue_name)
+
+    transaction.on_commit(deliver_on_commit, using=using, robust=True)
     return record
 
 
@@ -265,6 +265,7 @@ def _finish(
             status=Case(
                 When(pk__in=applied, then=Value(RequestStatus.APPLIED)), default=Value(RequestStatus.STALE)
             ),
+            error="",
             attempts=F("attempts") + 1,
             processed_at=Now(),
         )

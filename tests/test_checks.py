@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from django.core.checks import Error, Warning
+from django.db import models
+from django.test import override_settings
+from django.test.utils import isolate_apps
+
+from safeupdates.checks import check_database, check_django_rq, check_models
+from safeupdates.models import SafeUpdateModel
+
+
+def test_no_messages_for_a_good_configuration():
+    assert check_django_rq() == []
+    assert check_models() == []
+    assert check_database(databases=["default"]) == []
+
+
+@override_settings(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "safeupdates"])
+def test_e001_django_rq_not_installed():
+    assert check_django_rq() == [
+        Error(
+            "django_rq is not in INSTALLED_APPS.",
+            hint="safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
+            "and configure RQ_QUEUES.",
+            id="safeupdates.E001",
+        )
+    ]
+
+
+@override_settings(SAFEUPDATES_QUEUE="missing")
+def test_e002_queue_not_in_rq_queues():
+    assert check_django_rq() == [
+        Error(
+            "SAFEUPDATES_QUEUE is 'missing', which is not a queue in RQ_QUEUES.",
+            hint="Add 'missing' to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: default, fast, slow.",
+            id="safeupdates.E002",
+        )
+    ]
+
+
+def test_w001_and_e003():
+    with isolate_apps("tests.testapp") as apps:
+        class NoFields(SafeUpdateModel):
+            flag = models.BooleanField(default=False)
+
+            class Meta:
+                app_label = "testapp"
+
+        class BadFields(SafeUpdateModel):
+            flag = models.BooleanField(default=False)
+            safe_update_fields = ("flag", "lock_version", "nope")
+
+            class Meta:
+                app_label = "testapp"
+
+        messages = check_models(app_configs=[apps.get_app_config("testapp")])
+        assert messages == [
+            Warning(
+                "testapp.NoFields has no safe_update_fields, so enqueue_update() refuses every field.",
+                hint="Name the fields queued jobs may change, e.g. safe_update_fields = ('active',).",
+                obj=NoFields,
+                id="safeupdates.W001",
+            ),
+            Error(
+                "testapp.BadFields.safe_update_fields names 'lock_version', which cannot be updated: "
+                "testapp.BadFields.lock_version is managed by safeupdates and cannot be set by an update.",
+                hint="List concrete, non-primary-key fields only.",
+                obj=BadFields,
+                id="safeupdates.E003",
+            ),
+            Error(
+                "testapp.BadFields.safe_update_fields names 'nope', which cannot be updated: "
+                "testapp.BadFields has no field 'nope'; fields that can be updated: field_versions, flag, "
+                "last_synced_at, lock_version.",
+                hint="List concrete, non-primary-key fields only.",
+                obj=BadFields,
+                id="safeupdates.E003",
+            ),
+        ]

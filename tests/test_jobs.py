@@ -1,0 +1,493 @@
+"""The job path against real PostgreSQL, real Redis and real ``rqworker`` processes."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+
+import django_rq
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections, transaction
+from django.test import override_settings
+from rq.suspension import suspend
+
+from safeupdates import enqueue_update
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.jobs import apply_update, deliver, relay_pending
+from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.versions import next_version
+from tests.factories import DocumentFactory, ProfileFactory
+from tests.testapp.models import Profile
+from tests.workers import wait_until
+
+FIELDS = ("active", "newsletter", "dark_mode")
+
+
+def queue():
+    return django_rq.get_queue("default")
+
+
+def pending() -> int:
+    return ProcessedRequest.objects.filter(status=RequestStatus.PENDING).count()
+
+
+def all_done(timeout: float = 60) -> bool:
+    return wait_until(lambda: pending() == 0, timeout)
+
+
+def expected_state(profiles, requests):
+    """Every field of every record as if the requests had been applied one by one in version order."""
+    state = {p.pk: {f: getattr(p, f) for f in FIELDS} for p in profiles}
+    for request in sorted(requests, key=lambda r: r.version):
+        for field, value in request.changes.items():
+            state[int(request.object_id)][field] = value
+    return state
+
+
+def stored_state(profiles):
+    return {p["pk"]: {f: p[f] for f in FIELDS} for p in Profile.objects.filter(pk__in=[p.pk for p in profiles]).values("pk", *FIELDS)}
+
+
+@pytest.mark.django_db
+class TestEnqueueValidation:
+    @pytest.mark.parametrize(
+        ("changes", "message"),
+        [
+            ({}, "at least one"),
+            ({"note": "x"}, "not in testapp.Profile.safe_update_fields"),
+            ({"lock_version": 9}, "managed by safeupdates"),
+            ({"nope": 1}, "has no field 'nope'"),
+            ({"active": "maybe"}, "must be either True or False"),
+            ({"name": "x" * 30}, "at most 20 characters"),
+        ],
+    )
+    def test_refused_before_anything_is_written(self, redis, changes, message):
+        profile = ProfileFactory()
+        with pytest.raises(InvalidUpdate, match=message):
+            enqueue_update(profile, **changes)
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+
+    def test_other_bad_arguments(self, redis):
+        profile = ProfileFactory()
+        with pytest.raises(InvalidUpdate, match="model instance or a model class"):
+            enqueue_update("testapp.Profile", profile.pk, active=True)  # type: ignore[arg-type]
+        with pytest.raises(InvalidUpdate, match="not a SafeUpdateModel"):
+            enqueue_update(DocumentFactory(), title="x")
+        with pytest.raises(InvalidUpdate, match="queue 'nope' is not in RQ_QUEUES"):
+            enqueue_update(profile, queue="nope", active=True)
+        with pytest.raises(InvalidUpdate, match="primary key is required"):
+            enqueue_update(Profile, active=True)
+        with pytest.raises(InvalidUpdate, match="must be a UUID"):
+            enqueue_update(profile, request_id="x", active=True)
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+
+    def test_records_a_pending_request_with_a_version(self, redis, django_capture_on_commit_callbacks):
+        profile = ProfileFactory()
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            request = enqueue_update(Profile, profile.pk, active=True)
+        assert len(callbacks) == 1
+        request.refresh_from_db()
+        assert (request.status, request.changes, request.object_id) == ("pending", {"active": True}, str(profile.pk))
+        assert request.version > profile.lock_version
+        assert request.created_at is not None
+        job = queue().jobs[0]
+        assert job.args == (str(request.request_id),)  # ids only, never the changes
+        assert job.timeout == 60
+
+    def test_same_request_id_returns_the_recorded_request(self, redis):
+        profile = ProfileFactory()
+        rid = uuid.uuid4()
+        first = enqueue_update(profile, request_id=rid, active=True)
+        again = enqueue_update(profile, request_id=rid, active=False)
+        assert again.pk == first.pk
+        assert again.changes == {"active": True}
+        with pytest.raises(InvalidUpdate, match="another object"):
+            enqueue_update(ProfileFactory(), request_id=rid, active=True)
+        assert ProcessedRequest.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+class TestApplyInProcess:
+    """apply_update called directly (as a worker would), for its bookkeeping."""
+
+    def test_merges_every_pending_request_of_the_record(self, redis):
+        profile = ProfileFactory()
+        requests = [enqueue_update(profile, active=value) for value in (True, False, True, False)]
+        requests.append(enqueue_update(profile, newsletter=True))
+        assert queue().count == 1  # one job while it is queued: a burst costs one job
+        assert apply_update(str(requests[0].request_id)) == "2 applied, 3 stale"
+        statuses = dict(ProcessedRequest.objects.values_list("request_id", "status"))
+        assert [statuses[r.request_id] for r in requests] == ["stale", "stale", "stale", "applied", "applied"]
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter) == (False, True)
+        assert apply_update(str(requests[1].request_id)) == "nothing pending"
+
+    def test_again_changes_nothing(self, redis):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, score=3)
+        apply_update(str(request.request_id))
+        Profile.objects.filter(pk=profile.pk).update(score=4)
+        for _ in range(3):
+            assert apply_update(str(request.request_id)) == "nothing pending"
+        profile.refresh_from_db()
+        assert profile.score == 4
+        request.refresh_from_db()
+        assert request.attempts == 1
+
+    def test_bad_stored_data_is_rejected_without_retry(self, redis):
+        profile = ProfileFactory()
+        good = enqueue_update(profile, active=True)
+        bad = enqueue_update(profile, score=1)
+        ProcessedRequest.objects.filter(pk=bad.pk).update(changes={"score": "many"})
+        assert apply_update(str(bad.request_id)) == "1 applied, 1 rejected"
+        bad.refresh_from_db()
+        assert bad.status == "rejected" and "must be an integer" in bad.error
+        good.refresh_from_db()
+        assert good.status == "applied"
+
+    def test_missing_target_is_rejected(self, redis):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, active=True)
+        Profile.objects.filter(pk=profile.pk).delete()
+        assert apply_update(str(request.request_id)) == "1 rejected"
+        request.refresh_from_db()
+        assert (request.status, request.error) == ("rejected", "the target object does not exist")
+
+    def test_field_removed_from_safe_update_fields_is_rejected(self, redis, monkeypatch):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, score=2)
+        monkeypatch.setattr(Profile, "safe_update_fields", ("active",))
+        apply_update(str(request.request_id))
+        request.refresh_from_db()
+        assert request.status == "rejected" and "safe_update_fields" in request.error
+
+    def test_stale_after_a_direct_save(self, redis):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, active=True)
+        profile.refresh_from_db()
+        profile.active = False
+        profile.save()  # a direct edit supersedes requests allocated before it
+        apply_update(str(request.request_id))
+        request.refresh_from_db()
+        assert request.status == "stale"
+        profile.refresh_from_db()
+        assert profile.active is False
+
+    def test_rolled_back_caller_enqueues_nothing(self, redis):
+        profile = ProfileFactory()
+        with pytest.raises(RuntimeError), transaction.atomic():
+            enqueue_update(profile, active=True)
+            raise RuntimeError("the view failed after enqueueing")
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+
+    def test_redis_down_at_commit_leaves_the_request_for_the_relay(self, redis):
+        profile = ProfileFactory()
+        with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
+            request = enqueue_update(profile, active=True)  # on_commit(robust=True) logs the error
+        assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+        assert queue().count == 0
+        assert relay_pending(0) == 1
+        assert queue().count == 1
+
+    def test_relay_command(self, redis):
+        profile = ProfileFactory()
+        enqueue_update(profile, active=True)
+        redis.flushdb()
+        from io import StringIO
+
+        out = StringIO()
+        call_command("safeupdates_relay", "--older-than", "3600", stdout=out)
+        assert "delivered 0 record(s)" in out.getvalue()
+        call_command("safeupdates_relay", "--older-than", "0", "--dry-run", stdout=out)
+        assert "would deliver 1 record(s)" in out.getvalue()
+        assert queue().count == 0
+        call_command("safeupdates_relay", "--older-than", "0", stdout=out)
+        assert queue().count == 1
+
+
+@pytest.mark.workers
+class TestWithWorkers:
+    def test_the_seeds_story_in_reverse_order(self, workers):
+        """Two records, "on" then "off" each; the queued jobs are reversed before any worker runs."""
+        profiles = [ProfileFactory(), ProfileFactory()]
+        requests = [enqueue_update(p, active=v) for p in profiles for v in (True, False)]
+        q = queue()
+        ids = q.job_ids
+        q.connection.delete(q.key)
+        q.connection.rpush(q.key, *reversed(ids))
+        workers.start(1)
+        assert all_done()
+        assert stored_state(profiles) == expected_state(profiles, requests)
+        assert all(p["active"] is False for p in Profile.objects.values("active"))
+
+    def test_a_late_older_request_is_stale(self, workers):
+        """The "on" request gets its version first but commits last, after "off" was applied."""
+        profile = ProfileFactory()
+        workers.start(1)
+        allocated, go = threading.Event(), threading.Event()
+        holder: dict[str, ProcessedRequest] = {}
+
+        def slow_caller() -> None:
+            try:
+                with transaction.atomic():
+                    holder["on"] = enqueue_update(profile, active=True)
+                    allocated.set()
+                    go.wait(20)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=slow_caller)
+        thread.start()
+        assert allocated.wait(10)
+        off = enqueue_update(profile, active=False)
+        assert wait_until(lambda: ProcessedRequest.objects.get(pk=off.pk).status == "applied", 30)
+        go.set()
+        thread.join()
+        assert all_done()
+        assert ProcessedRequest.objects.get(pk=holder["on"].pk).status == "stale"
+        profile.refresh_from_db()
+        assert profile.active is False
+
+    def test_duplicated_deliveries_apply_once(self, workers):
+        profile = ProfileFactory()
+        requests = [enqueue_update(profile, score=n) for n in range(1, 6)]
+        for request in requests * 4:
+            queue().enqueue(apply_update, str(request.request_id))
+            deliver(request.request_id, request.content_type_id, request.object_id, "default")
+        workers.start(2)
+        assert all_done()
+        assert wait_until(lambda: queue().count == 0, 30)
+        assert list(ProcessedRequest.objects.values_list("attempts", flat=True)) == [1] * 5
+        profile.refresh_from_db()
+        assert profile.score == 5
+
+    def test_flushdb_then_relay(self, workers, redis):
+        profiles = [ProfileFactory() for _ in range(3)]
+        requests = [enqueue_update(p, newsletter=True) for p in profiles]
+        redis.flushdb()  # Redis lost every job
+        workers.start(1)
+        time.sleep(1)
+        assert pending() == 3  # nothing can run them ...
+        call_command("safeupdates_relay", "--older-than", "0", verbosity=0)  # ... until the relay
+        assert all_done()
+        assert stored_state(profiles) == expected_state(profiles, requests)
+
+    def test_worker_killed_mid_job(self, workers, postgres_only):
+        """SIGKILL while the job waits for the row: its transaction dies with it; the relay redelivers."""
+        profile = ProfileFactory()
+        workers.start(1)
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_row() -> None:
+            try:
+                with Profile.objects.with_lock(profile.pk):
+                    locked.set()
+                    release.wait(30)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=hold_row)
+        holder.start()
+        assert locked.wait(10)
+        request = enqueue_update(profile, active=True)
+        assert wait_until(lambda: _waiting_on_lock(), 20)  # the job is blocked in its UPDATE
+        workers.kill(0)
+        release.set()
+        holder.join()
+        assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+        workers.start(1)
+        relay_pending(0)
+        assert all_done()
+        request.refresh_from_db()
+        assert (request.status, request.attempts) == ("applied", 1)
+        profile.refresh_from_db()
+        assert profile.active is True
+
+    def test_no_window_while_a_job_of_the_record_runs(self, workers, postgres_only):
+        """A request committed after its record's job started gets a job of its own, not the relay."""
+        profile = ProfileFactory()
+        workers.start(2)
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_row() -> None:
+            try:
+                with Profile.objects.with_lock(profile.pk):
+                    locked.set()
+                    release.wait(30)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=hold_row)
+        holder.start()
+        assert locked.wait(10)
+        first = enqueue_update(profile, active=True)
+        assert wait_until(lambda: _waiting_on_lock(), 20)
+        second = enqueue_update(profile, newsletter=True)
+        release.set()
+        holder.join()
+        assert all_done(30)  # no relay ran
+        assert set(ProcessedRequest.objects.values_list("status", flat=True)) == {"applied"}
+        assert {first.pk, second.pk} == set(ProcessedRequest.objects.values_list("pk", flat=True))
+
+    def test_transient_error_is_retried(self, workers, postgres_only):
+        """The job's connection is terminated mid-statement: RQ retries it and it applies once."""
+        profile = ProfileFactory()
+        workers.start(1)
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_row() -> None:
+            try:
+                with Profile.objects.with_lock(profile.pk):
+                    locked.set()
+                    release.wait(30)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=hold_row)
+        holder.start()
+        assert locked.wait(10)
+        request = enqueue_update(profile, active=True)
+        assert wait_until(lambda: _waiting_on_lock(), 20)
+        _terminate_waiting_backends()
+        release.set()
+        holder.join()
+        assert all_done()
+        request.refresh_from_db()
+        assert request.status == "applied"
+        assert request.attempts == 2  # the failed attempt and the successful one
+        assert request.error == ""
+
+    @override_settings(SAFEUPDATES_RETRY={"max": 1, "interval": 0})
+    def test_failed_once_retries_are_spent(self, workers, postgres_only):
+        profile = ProfileFactory()
+        workers.start(1)
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_row() -> None:
+            try:
+                with Profile.objects.with_lock(profile.pk):
+                    locked.set()
+                    release.wait(60)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=hold_row)
+        holder.start()
+        assert locked.wait(10)
+        request = enqueue_update(profile, active=True)
+        try:
+            for _ in range(2):  # the first try and its one retry
+                assert wait_until(lambda: _waiting_on_lock(), 20)
+                _terminate_waiting_backends()
+                time.sleep(0.3)
+            assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "failed", 30)
+        finally:
+            release.set()
+            holder.join()
+        request.refresh_from_db()
+        assert request.attempts == 2
+        assert "OperationalError" in request.error
+        profile.refresh_from_db()
+        assert profile.active is False
+
+
+def _waiting_on_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def _terminate_waiting_backends() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+
+
+@pytest.mark.workers
+def test_stress_kills_flush_duplicates_shuffle(workers, redis):
+    """Issue 3's bar: 2,000+ random single-field toggles on 40 records, 3 workers, 3 SIGKILLs, one
+    FLUSHDB mid-run, a fifth of the jobs delivered twice, the queue shuffled, then the relay."""
+    rng = random.Random(20261129)
+    profiles = [ProfileFactory() for _ in range(40)]
+    # After the flush only `active` records get toggles: the requests of the `frozen` ones lost with
+    # Redis can only come back through the relay.
+    frozen, active = profiles[:10], profiles[10:]
+    workers.start(3)
+    q = queue()
+    requests: list[ProcessedRequest] = []
+    kills_at, flush_at = {500, 1000, 1500}, 1250
+    lost_in_flush = 0
+    started = time.monotonic()
+
+    def toggle(profile: Profile) -> None:
+        request = enqueue_update(profile, **{rng.choice(FIELDS): rng.random() < 0.5})
+        requests.append(request)
+        if rng.random() < 0.2:  # a duplicate delivery of this request's job
+            q.enqueue(apply_update, str(request.request_id))
+
+    for n in range(2000):
+        toggle(rng.choice(profiles if n < flush_at else active))
+        if n % 100 == 99:  # shuffle whatever is queued
+            ids = q.job_ids
+            rng.shuffle(ids)
+            with q.connection.pipeline() as pipe:
+                pipe.delete(q.key)
+                if ids:
+                    pipe.rpush(q.key, *ids)
+                pipe.execute()
+        if n in kills_at:
+            workers.kill(next(i for i, p in enumerate(workers.procs) if p.poll() is None))
+            workers.start(1)
+        if n == flush_at:
+            # Hold the workers (RQ's own suspension) so that the jobs of this burst are surely still
+            # queued when Redis loses everything; FLUSHDB also drops the suspension flag.
+            suspend(q.connection)
+            time.sleep(1.5)
+            for profile in frozen:
+                toggle(profile)
+            lost_in_flush = pending()
+            redis.flushdb()
+    enqueued = time.monotonic() - started
+    wait_until(lambda: q.count == 0, 120)
+    wait_until(lambda: pending() <= lost_in_flush, 60)
+    pending_before_relay = pending()
+    relay_passes = 0
+    while pending() and relay_passes < 20:
+        relay_pending(0)
+        relay_passes += 1
+        wait_until(lambda: pending() == 0, 10)
+    elapsed = time.monotonic() - started
+
+    statuses = Counter(ProcessedRequest.objects.values_list("status", flat=True))
+    print(
+        f"\nstress: {len(requests)} toggles, 40 records, 3 workers, 3 SIGKILLs, FLUSHDB with {lost_in_flush} "
+        f"requests queued: enqueued in {enqueued:.1f}s, all terminal after {elapsed:.1f}s; "
+        f"{pending_before_relay} pending before the relay, {relay_passes} relay pass(es); statuses {dict(statuses)}"
+    )
+    assert lost_in_flush >= len(frozen)
+    assert pending_before_relay > 0 and relay_passes >= 1  # the relay, not luck, delivered them
+    assert set(statuses) <= {"applied", "stale"}, statuses
+    assert sum(statuses.values()) == len(requests)
+    for request in requests:
+        request.refresh_from_db()
+    assert stored_state(profiles) == expected_state(profiles, requests)
+    assert set(ProcessedRequest.objects.values_list("attempts", flat=True)) == {1}
+    # The newest request of every (record, field) was applied: nothing newer was dropped as stale.
+    newest: dict[tuple[str, str], ProcessedRequest] = {}
+    for request in requests:
+        key = (request.object_id, next(iter(request.changes)))
+        if key not in newest or newest[key].version < request.version:
+            newest[key] = request
+    assert {r.status for r in newest.values()} == {"applied"}
