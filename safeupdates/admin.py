@@ -39,7 +39,7 @@ class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "created_at",
         "processed_at",
     ]
-    fields = readonly_fields
+    fields = readonly_fields  # type: ignore[assignment]
 
     @admin.display(description=_("target"))
     def target_link(self, obj: ProcessedRequest) -> str:
@@ -47,9 +47,7 @@ class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return obj.key  # a keyed task: no row
         label = f"{obj.content_type.app_label}.{obj.content_type.model} {obj.object_id}"
         try:
-            url = reverse(
-                f"admin:{obj.content_type.app_label}_{obj.content_type.model}_change", args=[obj.object_id]
-            )
+            url = reverse(f"admin:{obj.content_type.app_label}_{obj.content_type.model}_change", args=[obj.object_id])
         except NoReverseMatch:
             return label
         return format_html('<a href="{}">{}</a>', url, label)

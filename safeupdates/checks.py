@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig, apps
@@ -14,7 +15,7 @@ from safeupdates.guard import SUPPORTED_VENDORS
 
 
 @register(Tags.compatibility)
-def check_django_rq(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``."""
     if not apps.is_installed("django_rq"):
         return [
@@ -40,7 +41,7 @@ def check_django_rq(app_configs: list[AppConfig] | None = None, **kwargs: Any) -
 
 
 @register(Tags.models)
-def check_models(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W001: a ``SafeUpdateModel`` without ``safe_update_fields``; E003: a name there is not updatable."""
     from safeupdates.models import SafeUpdateModel
     from safeupdates.validation import writable_field
@@ -77,7 +78,9 @@ def check_models(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> l
 
 
 @register(Tags.database)
-def check_database(databases: list[str] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_database(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     """E004: the guarded write supports PostgreSQL and SQLite only."""
     messages: list[CheckMessage] = []
     for alias in databases or []:

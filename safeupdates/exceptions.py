@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["SafeUpdatesError", "StaleObjectError", "InvalidUpdate", "LockUnavailable"]
+__all__ = ["InvalidUpdate", "LockUnavailable", "SafeUpdatesError", "StaleObjectError"]
 
 
 class SafeUpdatesError(Exception):

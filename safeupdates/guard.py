@@ -12,11 +12,10 @@ SQL is built once per model, field set and database vendor, and cached.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -54,9 +53,7 @@ class GuardedUpdate:
         """Decode the ``field_versions`` returned by :attr:`sql_returning_versions`."""
         return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
 
-    def params(
-        self, pk: Any, values: Sequence[tuple[Any, int]], synced_at: Any = None
-    ) -> list[Any]:
+    def params(self, pk: Any, values: Sequence[tuple[Any, int]], synced_at: Any = None) -> list[Any]:
         params: list[Any] = []
         for value, version in values:
             params += (version, value)
@@ -105,6 +102,17 @@ def guarded_update(
     return _build(model, tuple(fields), connection.vendor, timestamp)
 
 
+def concrete_field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """The concrete field ``name`` of ``model`` (names were validated before they get here)."""
+    return cast("models.Field[Any, Any]", model._meta.get_field(name))
+
+
+def column(model: type[models.Model], name: str) -> str:
+    """The database column of field ``name`` (or ``"pk"``) of ``model``."""
+    field = model._meta.pk if name == "pk" else concrete_field(model, name)
+    return str(field.column)  # type: ignore[union-attr]
+
+
 @lru_cache(maxsize=1024)
 def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, timestamp: bool) -> GuardedUpdate:
     from django.db import connections
@@ -112,16 +120,17 @@ def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, time
     # Any connection of the vendor quotes and casts the same way.
     connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
     qn = connection.ops.quote_name
-    meta = model._meta
-    table = qn(meta.db_table)
-    fv = qn(meta.get_field("field_versions").column)
-    lock = qn(meta.get_field("lock_version").column)
-    pk_column = qn(meta.pk.column)  # type: ignore[union-attr]
+    table = qn(model._meta.db_table)
+    fv = qn(column(model, "field_versions"))
+    lock = qn(column(model, "lock_version"))
+    pk_column = qn(column(model, "pk"))
 
     if vendor == "postgresql":
+
         def stored(name: str) -> str:
             return f"({fv}->>'{name}')::bigint"
     else:
+
         def stored(name: str) -> str:
             return f"json_extract({fv}, '$.\"{name}\"')"
 
@@ -130,28 +139,25 @@ def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, time
 
     sets = []
     for name in fields:
-        field = meta.get_field(name)
-        column = qn(field.column)  # type: ignore[union-attr]
+        quoted = qn(column(model, name))
         placeholder = "%s"
         if vendor == "postgresql":
             # Explicit cast: a bare parameter in a CASE branch would be typed as text.
-            placeholder = f"%s::{field.cast_db_type(connection)}"  # type: ignore[union-attr]
-        sets.append(f"{column} = CASE WHEN {guard(name)} THEN {placeholder} ELSE {column} END")
+            placeholder = f"%s::{concrete_field(model, name).cast_db_type(connection)}"  # type: ignore[attr-defined]
+        sets.append(f"{quoted} = CASE WHEN {guard(name)} THEN {placeholder} ELSE {quoted} END")
 
     if vendor == "postgresql":
         pairs = ", ".join(f"'{name}', CASE WHEN {guard(name)} THEN %s::bigint END" for name in fields)
         sets.append(f"{fv} = {fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
         sets.append(f"{lock} = GREATEST({lock}, %s)")
     else:
-        pairs = ", ".join(
-            f"'$.\"{name}\"', CASE WHEN {guard(name)} THEN %s ELSE {stored(name)} END" for name in fields
-        )
+        pairs = ", ".join(f"'$.\"{name}\"', CASE WHEN {guard(name)} THEN %s ELSE {stored(name)} END" for name in fields)
         sets.append(f"{fv} = json_set({fv}, {pairs})")
         sets.append(f"{lock} = MAX({lock}, %s)")
 
     where = f"{pk_column} = %s AND ({' OR '.join(guard(name) for name in fields)})"
     if timestamp:
-        synced = qn(meta.get_field("last_synced_at").column)
+        synced = qn(column(model, "last_synced_at"))
         sets.append(f"{synced} = %s")
         where += f" AND ({synced} IS NULL OR {synced} < %s)"
     sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"

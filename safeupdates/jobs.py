@@ -35,7 +35,7 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import next_version
 
-__all__ = ["enqueue_update", "aenqueue_update", "apply_update", "relay_pending", "deliver"]
+__all__ = ["aenqueue_update", "apply_update", "deliver", "enqueue_update", "relay_pending"]
 
 logger = logging.getLogger("safeupdates")
 
@@ -100,6 +100,7 @@ def enqueue_update(
         if existing.content_type_id != content_type.pk or existing.object_id != str(pk):
             raise InvalidUpdate(f"request_id {rid} was already used for another object.") from None
         return existing
+
     # robust: if Redis is down at commit, the request stays pending and the relay delivers it.
     def deliver_on_commit() -> None:
         deliver(rid, content_type.pk, str(pk), queue_name)
@@ -114,8 +115,10 @@ async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> P
 
 
 def _job_id(content_type_id: int, object_id: str) -> str:
-    key = object_id if JOB_ID_PATTERN.fullmatch(object_id) and len(object_id) <= 64 else (
-        hashlib.sha1(object_id.encode()).hexdigest()
+    key = (
+        object_id
+        if JOB_ID_PATTERN.fullmatch(object_id) and len(object_id) <= 64
+        else (hashlib.sha1(object_id.encode()).hexdigest())
     )
     return f"safeupdates-{content_type_id}-{key}"
 
@@ -192,7 +195,7 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
     )
     if not batch:
         return {}
-    content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)
+    content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
     model = content_type.model_class()
     if model is None:
         return _finish(log, rejected={r.pk: f"model {content_type} no longer exists" for r in batch})
@@ -232,9 +235,7 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
     return _finish(log, applied=list(applied), stale=stale, rejected=rejected)
 
 
-def _write(
-    model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str
-) -> set[str] | None:
+def _write(model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str) -> set[str] | None:
     """Run the guarded update; return the fields it wrote, or None if it matched no row."""
     connection = connections[using]
     fields = tuple(sorted(winners))
@@ -262,9 +263,7 @@ def _finish(
 ) -> dict[str, int]:
     if applied or stale:
         log.filter(pk__in=[*applied, *stale]).update(
-            status=Case(
-                When(pk__in=applied, then=Value(RequestStatus.APPLIED)), default=Value(RequestStatus.STALE)
-            ),
+            status=Case(When(pk__in=applied, then=Value(RequestStatus.APPLIED)), default=Value(RequestStatus.STALE)),
             error="",
             attempts=F("attempts") + 1,
             processed_at=Now(),
@@ -318,12 +317,12 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
     )
     seen: set[tuple[int, str]] = set()
     for request in pending.only("request_id", "content_type_id", "object_id", "queue").iterator():
-        key = (request.content_type_id, request.object_id)
+        key = (int(request.content_type_id or 0), request.object_id)
         if key in seen:
             continue
         seen.add(key)
         if not dry_run:
-            deliver(request.request_id, request.content_type_id, request.object_id, request.queue or conf.queue_name())
+            deliver(request.request_id, key[0], request.object_id, request.queue or conf.queue_name())
     if seen:
         logger.info("safeupdates: relay delivered %d record(s) again", len(seen))
     return len(seen)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from safeupdates.bulk import BulkResult
     from safeupdates.models import ProcessedRequest
 
-__all__ = ["Outcome", "UpdateResult", "SafeUpdateQuerySetMixin", "SafeUpdateQuerySet", "SafeUpdateManager"]
+__all__ = ["Outcome", "SafeUpdateManager", "SafeUpdateQuerySet", "SafeUpdateQuerySetMixin", "UpdateResult"]
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -38,7 +38,7 @@ _M = TypeVar("_M", bound=models.Model)
 _LOCK_NOT_AVAILABLE = "55P03"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What an update did."""
 
     APPLIED = "applied"
@@ -49,9 +49,6 @@ class Outcome(str, enum.Enum):
     """The request id was already processed: nothing written."""
     MISSING = "missing"
     """No row has that primary key: nothing written."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -173,9 +170,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
     def _lock_request(self, request_id: uuid.UUID) -> ProcessedRequest | None:
         from safeupdates.models import ProcessedRequest
 
-        return (
-            ProcessedRequest.objects.using(self.db).select_for_update().filter(request_id=request_id).first()
-        )
+        return ProcessedRequest.objects.using(self.db).select_for_update().filter(request_id=request_id).first()
 
     def _record(
         self,

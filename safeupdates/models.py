@@ -25,11 +25,11 @@ from safeupdates.versions import next_version
 __all__ = [
     "BASE_VERSION_KEY",
     "LockVersionMixin",
-    "SyncedAtMixin",
-    "SafeUpdateModel",
     "ProcessedRequest",
-    "RequestStatus",
     "RequestKind",
+    "RequestStatus",
+    "SafeUpdateModel",
+    "SyncedAtMixin",
     "VersionCounter",
 ]
 
@@ -89,12 +89,12 @@ class LockVersionMixin(models.Model):
 
     save.alters_data = True  # type: ignore[attr-defined]
 
-    def _do_update(
+    def _do_update(  # type: ignore[override]
         self,
         base_qs: models.QuerySet[Any],
-        using: str,
+        using: str | None,
         pk_val: Any,
-        values: list[tuple[Any, Any, Any]],
+        values: Any,
         update_fields: Iterable[str] | None,
         forced_update: bool,
     ) -> bool:
@@ -102,7 +102,7 @@ class LockVersionMixin(models.Model):
         if expected is None:
             # Not called from save(): fixture loading (save_base(raw=True)) is not checked.
             return bool(super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update))
-        if base_qs.filter(pk=pk_val, lock_version=expected)._update(values) > 0:
+        if base_qs.filter(pk=pk_val, lock_version=expected)._update(values) > 0:  # type: ignore[attr-defined]
             return True
         if base_qs.filter(pk=pk_val).exists():
             raise StaleObjectError(
@@ -183,9 +183,7 @@ class ProcessedRequest(models.Model):
     target = GenericForeignKey("content_type", "object_id")
     version = models.BigIntegerField(_("version"), null=True, blank=True)
     changes = models.JSONField(_("changes"), default=dict, encoder=DjangoJSONEncoder)
-    status = models.CharField(
-        _("status"), max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING
-    )
+    status = models.CharField(_("status"), max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING)
     error = models.TextField(_("error"), blank=True, default="")
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     queue = models.CharField(_("queue"), max_length=100, blank=True, default="")
@@ -196,9 +194,7 @@ class ProcessedRequest(models.Model):
         verbose_name = _("processed request")
         verbose_name_plural = _("processed requests")
         indexes = [
-            models.Index(
-                fields=["content_type", "object_id", "-version"], name="safeupdates_target_version"
-            ),
+            models.Index(fields=["content_type", "object_id", "-version"], name="safeupdates_target_version"),
             models.Index(
                 fields=["created_at"],
                 name="safeupdates_pending_created",
@@ -222,3 +218,6 @@ class VersionCounter(models.Model):
 
     class Meta:
         verbose_name = _("version counter")
+
+    def __str__(self) -> str:
+        return str(self.value)

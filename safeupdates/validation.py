@@ -29,20 +29,26 @@ def writable_field(model: type[models.Model], name: str) -> models.Field[Any, An
         raise InvalidUpdate(f"{label}: the primary key cannot be updated; pass it as the first argument.")
     if name in MANAGED_FIELDS:
         raise InvalidUpdate(f"{label}.{name} is managed by safeupdates and cannot be set by an update.")
+    found: Any
     try:
-        field = model._meta.get_field(name)
+        found = model._meta.get_field(name)
     except FieldDoesNotExist:
-        field = next((f for f in model._meta.concrete_fields if f.attname == name), None)  # type: ignore[assignment]
-        if field is None:
-            choices = ", ".join(sorted(f.name for f in model._meta.concrete_fields if not f.primary_key))
+        found = next((f for f in model._meta.concrete_fields if f.attname == name), None)
+        if found is None:
+            choices = ", ".join(
+                sorted(
+                    f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
+                )
+            )
             raise InvalidUpdate(f"{label} has no field {name!r}; fields that can be updated: {choices}.") from None
-    if not getattr(field, "concrete", False) or field.many_to_many or field.one_to_many:
+    if not isinstance(found, models.Field) or not found.concrete or found.many_to_many or found.one_to_many:
         raise InvalidUpdate(f"{label}.{name} is not a concrete column and cannot be updated.")
+    field: models.Field[Any, Any] = found
     if field.primary_key:
         raise InvalidUpdate(f"{label}.{name} is the primary key and cannot be updated.")
     if field.name in MANAGED_FIELDS:
         raise InvalidUpdate(f"{label}.{name} is managed by safeupdates and cannot be set by an update.")
-    return field  # type: ignore[return-value]
+    return field
 
 
 def clean_changes(
@@ -82,7 +88,7 @@ def clean_version(version: Any) -> int:
             f"version must be a positive integer, got {version!r}; allocate one with "
             "safeupdates.versions.next_version()."
         )
-    return version
+    return int(version)
 
 
 def clean_synced_at(synced_at: Any) -> datetime:

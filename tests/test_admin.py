@@ -6,7 +6,6 @@ from django.contrib.contenttypes.models import ContentType
 from django.urls import reverse
 
 from safeupdates.admin import ProcessedRequestAdmin
-
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
@@ -33,7 +32,10 @@ def test_changelist_lists_filters_and_searches(admin_client, recorded):
     assert admin_client.get(url, {"status__exact": "applied"}).content.decode().count(str(request.request_id)) >= 1
     assert str(request.request_id) not in admin_client.get(url, {"status__exact": "pending"}).content.decode()
     assert str(request.request_id) in admin_client.get(url, {"q": str(request.request_id)}).content.decode()
-    assert str(request.request_id) not in admin_client.get(url, {"q": "00000000-0000-0000-0000-000000000000"}).content.decode()
+    assert (
+        str(request.request_id)
+        not in admin_client.get(url, {"q": "00000000-0000-0000-0000-000000000000"}).content.decode()
+    )
 
 
 def test_read_only(admin_client, recorded):

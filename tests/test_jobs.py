@@ -19,7 +19,6 @@ from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
-from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.testapp.models import Profile
 from tests.workers import wait_until
@@ -49,7 +48,10 @@ def expected_state(profiles, requests):
 
 
 def stored_state(profiles):
-    return {p["pk"]: {f: p[f] for f in FIELDS} for p in Profile.objects.filter(pk__in=[p.pk for p in profiles]).values("pk", *FIELDS)}
+    return {
+        p["pk"]: {f: p[f] for f in FIELDS}
+        for p in Profile.objects.filter(pk__in=[p.pk for p in profiles]).values("pk", *FIELDS)
+    }
 
 
 @pytest.mark.django_db

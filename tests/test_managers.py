@@ -168,7 +168,12 @@ class TestIdempotency:
         first = Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
         assert first.outcome == Outcome.APPLIED
         record = ProcessedRequest.objects.get(request_id=rid)
-        assert (record.status, record.version, record.changes, record.attempts) == ("applied", version, {"active": True}, 1)
+        assert (record.status, record.version, record.changes, record.attempts) == (
+            "applied",
+            version,
+            {"active": True},
+            1,
+        )
         assert record.target == profile
         assert record.processed_at is not None
         Profile.objects.update_if_newer(profile.pk, version=next_version(), active=False)
@@ -184,7 +189,10 @@ class TestIdempotency:
         rid = uuid.uuid4()
         assert Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False).outcome == "stale"
         assert ProcessedRequest.objects.get(request_id=rid).status == RequestStatus.STALE
-        assert Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False).outcome == "duplicate"
+        assert (
+            Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False).outcome
+            == "duplicate"
+        )
 
     def test_missing_target_is_recorded_rejected(self):
         rid = uuid.uuid4()
@@ -199,12 +207,18 @@ class TestIdempotency:
         rid = uuid.uuid4()
         now = timezone.now()
         assert Profile.objects.update_if_newer(profile.pk, synced_at=now, request_id=rid, active=True).applied
-        assert Profile.objects.update_if_newer(profile.pk, synced_at=now, request_id=rid, active=True).outcome == "duplicate"
+        assert (
+            Profile.objects.update_if_newer(profile.pk, synced_at=now, request_id=rid, active=True).outcome
+            == "duplicate"
+        )
         assert ProcessedRequest.objects.get(request_id=rid).status == "applied"
 
     def test_missing_target_timestamp_mode(self):
         rid = uuid.uuid4()
-        assert Profile.objects.update_if_newer(10**9, synced_at=timezone.now(), request_id=rid, active=True).outcome == "missing"
+        assert (
+            Profile.objects.update_if_newer(10**9, synced_at=timezone.now(), request_id=rid, active=True).outcome
+            == "missing"
+        )
         assert ProcessedRequest.objects.get(request_id=rid).status == RequestStatus.REJECTED
 
     def test_pending_request_from_enqueue_is_applied_once(self):
@@ -220,9 +234,12 @@ class TestIdempotency:
             assert result.outcome == Outcome.APPLIED
             request.refresh_from_db()
             assert (request.status, request.attempts) == ("applied", 1)
-            assert Profile.objects.update_if_newer(
-                profile.pk, version=request.version, request_id=request.request_id, active=True
-            ).outcome == Outcome.DUPLICATE
+            assert (
+                Profile.objects.update_if_newer(
+                    profile.pk, version=request.version, request_id=request.request_id, active=True
+                ).outcome
+                == Outcome.DUPLICATE
+            )
             transaction.set_rollback(True)
 
     def test_written_in_the_callers_transaction(self):
@@ -301,7 +318,9 @@ def test_any_order_and_duplication_ends_as_version_order(requests, data):
     deliveries = data.draw(st.permutations(deliveries))
     use_ids = data.draw(st.booleans())
     for version, field, value, rid in deliveries:
-        Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid if use_ids else None, **{field: value})
+        Profile.objects.update_if_newer(
+            profile.pk, version=version, request_id=rid if use_ids else None, **{field: value}
+        )
 
     expected = {field: getattr(profile, field) for field in FIELDS}
     for _version, field, value, _rid in sorted(numbered, key=lambda r: r[0]):
@@ -332,7 +351,9 @@ def test_concurrent_duplicates_apply_once(postgres_only):
     def run() -> None:
         try:
             barrier.wait()
-            outcomes.append(Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, score=5).outcome)
+            outcomes.append(
+                Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, score=5).outcome
+            )
         finally:
             connections.close_all()
 

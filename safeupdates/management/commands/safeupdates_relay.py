@@ -28,7 +28,9 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=None, help="Keep running, one pass every N seconds.")
         parser.add_argument("--dry-run", action="store_true", help="Count what would be delivered; enqueue nothing.")
 
-    def handle(self, *args: Any, older_than: float | None, interval: float | None, dry_run: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, older_than: float | None, interval: float | None, dry_run: bool, **options: Any
+    ) -> None:
         if older_than is not None and older_than < 0:
             raise CommandError("--older-than must be zero or more seconds.")
         if interval is not None and interval <= 0:
