@@ -9,11 +9,11 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "aenqueue_update", "enqueue", "enqueue_update", "fan_out", "idempotent", "replay"]
 
 if TYPE_CHECKING:
+    from safeupdates.audit import replay
     from safeupdates.batches import fan_out
     from safeupdates.controls import enqueue
     from safeupdates.idempotency import idempotent
     from safeupdates.jobs import aenqueue_update, enqueue_update
-    from safeupdates.replay import replay
 
 # Public name -> module that defines it. Imported lazily, so that importing the package does not import
 # models before the app registry is ready.
@@ -23,7 +23,7 @@ _LAZY = {
     "enqueue": "safeupdates.controls",
     "idempotent": "safeupdates.idempotency",
     "fan_out": "safeupdates.batches",
-    "replay": "safeupdates.replay",
+    "replay": "safeupdates.audit",
 }
 
 

@@ -10,7 +10,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.models import ProcessedRequest
+from safeupdates.models import Batch, ProcessedRequest
 
 
 @admin.register(ProcessedRequest)
@@ -51,6 +51,48 @@ class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except NoReverseMatch:
             return label
         return format_html('<a href="{}">{}</a>', url, label)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Batch)
+class BatchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Fan-out batches with their progress; written by safeupdates only."""
+
+    list_display = ["batch_id", "item_func", "then", "progress_display", "succeeded", "failed", "total", "status"]
+    list_filter = ["status", "queue"]
+    search_fields = ["=batch_id", "item_func", "then"]
+    date_hierarchy = "created_at"
+    ordering = ["-created_at", "-id"]
+    readonly_fields = [
+        "batch_id",
+        "item_func",
+        "then",
+        "queue",
+        "retries",
+        "total",
+        "succeeded",
+        "failed",
+        "progress_display",
+        "status",
+        "created_at",
+        "finished_at",
+        "reduced_at",
+    ]
+    fields = readonly_fields  # type: ignore[assignment]
+
+    @admin.display(description=_("progress"))
+    def progress_display(self, obj: Batch) -> str:
+        return format_html(
+            '<progress value="{}" max="100"></progress> {}%', round(obj.progress * 100), round(obj.progress * 100)
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -94,3 +94,36 @@ def check_database(
                 )
             )
     return messages
+
+
+@register(Tags.compatibility)
+def check_queue_settings(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting is not in ``RQ_QUEUES``.
+
+    ``SAFEUPDATES_QUEUE`` itself is checked by E002; this covers the others (``SAFEUPDATES_FAST_QUEUE``,
+    ``SAFEUPDATES_SLOW_QUEUE`` and any later one).
+    """
+    queues = getattr(settings, "RQ_QUEUES", {}) or {}
+    messages: list[CheckMessage] = []
+    for name in sorted(dir(settings)):
+        if not (name.startswith("SAFEUPDATES_") and name.endswith("_QUEUE")) or name == "SAFEUPDATES_QUEUE":
+            continue
+        value = getattr(settings, name)
+        choices = ", ".join(sorted(queues)) or "(none configured)"
+        if not isinstance(value, str):
+            messages.append(
+                Warning(
+                    f"{name} is {value!r}, which is not the name of a queue in RQ_QUEUES.",
+                    hint=f"Set {name} to one of: {choices}.",
+                    id="safeupdates.W002",
+                )
+            )
+        elif value not in queues:
+            messages.append(
+                Warning(
+                    f"{name} is {value!r}, which is not a queue in RQ_QUEUES; jobs sent there would be refused.",
+                    hint=f"Add {value!r} to RQ_QUEUES or set {name} to one of: {choices}.",
+                    id="safeupdates.W002",
+                )
+            )
+    return messages

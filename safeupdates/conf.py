@@ -52,3 +52,20 @@ def relay_after() -> int:
 def retention() -> int:
     """Days that terminal requests are kept by ``safeupdates_purge`` when no ``--older-than`` is given."""
     return int(_get("RETENTION", DEFAULT_RETENTION))
+
+
+def fast_queue() -> str:
+    """Queue for short jobs (``SAFEUPDATES_FAST_QUEUE``, default ``SAFEUPDATES_QUEUE``).
+
+    :func:`safeupdates.enqueue` uses it when no ``queue=`` is given. Serve it with its own worker pool,
+    so that short jobs never wait behind long ones.
+    """
+    return str(_get("FAST_QUEUE", queue_name()))
+
+
+def slow_queue() -> str:
+    """Queue for long jobs (``SAFEUPDATES_SLOW_QUEUE``, default the fast queue: one pool until you split).
+
+    Pass it as ``enqueue(func, queue=conf.slow_queue())``; give it fewer workers than the fast queue.
+    """
+    return str(_get("SLOW_QUEUE", fast_queue()))

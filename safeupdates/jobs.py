@@ -31,7 +31,7 @@ from rq.job import JOB_ID_PATTERN, Job, JobStatus
 from safeupdates import conf
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import guarded_update
-from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import next_version
 
@@ -296,33 +296,30 @@ def _record_transient_failure(rid: uuid.UUID, using: str, exc: Exception) -> Non
 
 
 def relay_pending(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> int:
-    """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds.
+    """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
+    (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
 
     Covers jobs lost between commit and enqueue, lost with Redis, or abandoned by a killed worker.
     Safe to run at any time and from several places: applying is idempotent and versioned. Ages are
-    measured with the database's clock. Returns the number of records delivered. Usable as a
-    scheduled RQ job.
+    measured with the database's clock. Returns the number of deliveries. Usable as a scheduled RQ job.
     """
+    from safeupdates.batches import relay_batches
+
     seconds = conf.relay_after() if older_than is None else older_than
     using = using or router.db_for_read(ProcessedRequest)
-    connection = connections[using]
     cutoff = ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=models.DateTimeField())
     pending = (
         ProcessedRequest.objects.using(using)
-        .filter(status=RequestStatus.PENDING, created_at__lte=cutoff)
-        .order_by("content_type_id", "object_id", "-version")
-        .distinct("content_type_id", "object_id")
-        if connection.vendor == "postgresql"
-        else ProcessedRequest.objects.using(using).filter(status=RequestStatus.PENDING, created_at__lte=cutoff)
+        .filter(kind=RequestKind.UPDATE, status=RequestStatus.PENDING, created_at__lte=cutoff)
+        .values_list("content_type_id", "object_id", "request_id", "queue")
     )
-    seen: set[tuple[int, str]] = set()
-    for request in pending.only("request_id", "content_type_id", "object_id", "queue").iterator():
-        key = (int(request.content_type_id or 0), request.object_id)
-        if key in seen:
-            continue
-        seen.add(key)
-        if not dry_run:
-            deliver(request.request_id, key[0], request.object_id, request.queue or conf.queue_name())
-    if seen:
-        logger.info("safeupdates: relay delivered %d record(s) again", len(seen))
-    return len(seen)
+    # One delivery per record: its job applies every pending request of the record.
+    targets: dict[tuple[int, str], tuple[uuid.UUID, str]] = {}
+    for content_type_id, object_id, request_id, queue_name in pending.iterator():
+        targets.setdefault((content_type_id, object_id), (request_id, queue_name or conf.queue_name()))
+    if not dry_run:
+        for (content_type_id, object_id), (request_id, queue_name) in targets.items():
+            deliver(request_id, content_type_id, object_id, queue_name)
+    if targets:
+        logger.info("safeupdates: relay delivered %d record(s) again", len(targets))
+    return len(targets) + relay_batches(seconds, dry_run=dry_run, using=using)

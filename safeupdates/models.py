@@ -24,6 +24,8 @@ from safeupdates.versions import next_version
 
 __all__ = [
     "BASE_VERSION_KEY",
+    "Batch",
+    "BatchStatus",
     "LockVersionMixin",
     "ProcessedRequest",
     "RequestKind",
@@ -221,3 +223,47 @@ class VersionCounter(models.Model):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+class BatchStatus(models.TextChoices):
+    """Status of a :class:`Batch`."""
+
+    RUNNING = "running", _("running")
+    DONE = "done", _("done")
+
+
+class Batch(models.Model):
+    """A fan-out of item jobs and the reduce that runs once every item has finished.
+
+    ``succeeded`` and ``failed`` are counted in PostgreSQL, each item once, in the transaction that
+    records the item's outcome; the transaction that counts the last item marks the batch ``done`` and
+    enqueues the reduce. ``reduced_at`` is set when the reduce has run, exactly once.
+    """
+
+    Status = BatchStatus
+
+    batch_id = models.UUIDField(_("batch id"), unique=True, default=uuid.uuid4, editable=False)
+    item_func = models.CharField(_("item function"), max_length=255)
+    then = models.CharField(_("reduce function"), max_length=255, blank=True, default="")
+    queue = models.CharField(_("queue"), max_length=100)
+    retries = models.PositiveIntegerField(_("retries per item"), default=0)
+    total = models.PositiveIntegerField(_("items"))
+    succeeded = models.PositiveIntegerField(_("succeeded"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    status = models.CharField(_("status"), max_length=16, choices=BatchStatus.choices, default=BatchStatus.RUNNING)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    reduced_at = models.DateTimeField(_("reduced at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("batch")
+        verbose_name_plural = _("batches")
+        indexes = [models.Index(fields=["status", "created_at"], name="safeupdates_batch_status")]
+
+    def __str__(self) -> str:
+        return f"batch {self.batch_id} {self.succeeded + self.failed}/{self.total}"
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the items that have finished, from 0.0 to 1.0."""
+        return (self.succeeded + self.failed) / self.total if self.total else 1.0

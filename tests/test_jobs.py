@@ -206,9 +206,9 @@ class TestApplyInProcess:
 
         out = StringIO()
         call_command("safeupdates_relay", "--older-than", "3600", stdout=out)
-        assert "delivered 0 record(s)" in out.getvalue()
+        assert "delivered 0 job(s)" in out.getvalue()
         call_command("safeupdates_relay", "--older-than", "0", "--dry-run", stdout=out)
-        assert "would deliver 1 record(s)" in out.getvalue()
+        assert "would deliver 1 job(s)" in out.getvalue()
         assert queue().count == 0
         call_command("safeupdates_relay", "--older-than", "0", stdout=out)
         assert queue().count == 1

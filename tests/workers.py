@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,60 +41,56 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 class Workers:
-    """A pool of real ``manage.py rqworker`` processes, stopped (or killed) by the test."""
+    """A pool of real ``manage.py rqworker`` processes, stopped (or killed) by the test.
 
-    def __init__(self) -> None:
+    Each worker runs in a process group of its own, so that killing it also kills its work horse and
+    its scheduler process. Output goes to a log file (a pipe nobody reads would block the worker).
+    """
+
+    def __init__(self, log_dir: Path | None = None) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="safeupdates-workers-"))
 
     def start(self, count: int = 1, queues: tuple[str, ...] = ("default",), *, scheduler: bool = True) -> None:
         for _ in range(count):
             args = [sys.executable, str(ROOT / "manage.py"), "rqworker", *queues]
             if scheduler:
                 args.append("--with-scheduler")
+            log = open(self.log_dir / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed by the process
             self.procs.append(
                 subprocess.Popen(
-                    args, env=subprocess_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                    args, env=subprocess_env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
                 )
             )
+            log.close()
 
     def kill(self, index: int = 0) -> None:
-        """SIGKILL the worker and its work horse (the whole process group is not ours: kill children)."""
+        """SIGKILL worker ``index`` with its work horse and scheduler, as a crash or an OOM kill would."""
         proc = self.procs[index]
-        for child in _children(proc.pid):
-            _kill(child)
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for proc in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+            proc.wait()
         self.procs.clear()
 
     def alive(self) -> int:
         return sum(proc.poll() is None for proc in self.procs)
 
-
-def _children(pid: int) -> list[int]:
-    try:
-        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout
-    except FileNotFoundError:  # pragma: no cover - procps missing
-        return []
-    return [int(line) for line in out.split()]
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    def logs(self) -> str:
+        """Everything the workers printed, for a failing test's message."""
+        return "\n".join(path.read_text(errors="replace") for path in sorted(self.log_dir.glob("*.log")))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:

@@ -26,3 +26,12 @@ class Document(LockVersionMixin):
 
     title = models.CharField(max_length=100)
     body = models.TextField(blank=True, default="")
+
+
+class ReduceRun(models.Model):
+    """One row per run of a fan-out's reduce, so that tests can count them."""
+
+    batch_id = models.CharField(max_length=36)
+
+    def __str__(self) -> str:
+        return self.batch_id

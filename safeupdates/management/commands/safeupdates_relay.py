@@ -39,7 +39,7 @@ class Command(BaseCommand):
             count = relay_pending(older_than, dry_run=dry_run)
             verb = "would deliver" if dry_run else "delivered"
             after = conf.relay_after() if older_than is None else older_than
-            self.stdout.write(f"safeupdates relay: {verb} {count} record(s) with requests pending > {after:g}s")
+            self.stdout.write(f"safeupdates relay: {verb} {count} job(s) for work pending > {after:g}s")
             if interval is None:
                 return
             time.sleep(interval)

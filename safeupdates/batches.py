@@ -1,0 +1,200 @@
+"""Fan-out / fan-in: :func:`fan_out` runs one job per item and the reduce exactly once at the end.
+
+"All items done" is decided in PostgreSQL, not in Redis: each item is a row of the request log
+(kind ``batch_item``) that its job locks, runs and marks in one transaction, incrementing the batch's
+``succeeded`` or ``failed`` counter in that same transaction. Duplicate deliveries find the item terminal
+and do nothing; two concurrent last items serialize on the batch row, and only the transaction whose
+increment reaches ``total`` marks the batch done and enqueues the reduce. The reduce job locks the batch
+row and records ``reduced_at``, so it runs once even if it is delivered twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import django_rq
+from django.conf import settings
+from django.db import router, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+from rq import Retry, get_current_job
+from rq.job import Job
+
+from safeupdates import conf
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.tasks import dotted_path, resolve
+
+__all__ = ["deliver_item", "deliver_reduce", "fan_out", "run_batch_item", "run_batch_reduce"]
+
+logger = logging.getLogger("safeupdates")
+
+_ITEM_NAMESPACE = uuid.UUID("8d0f4c52-4b8e-4a7e-9f0c-5b1d9e2f6a11")
+
+
+def fan_out(
+    item_func: Callable[..., Any] | str,
+    items: Iterable[Any],
+    *,
+    then: Callable[..., Any] | str | None = None,
+    queue: str | None = None,
+    retries: int = 0,
+) -> Batch:
+    """Enqueue ``item_func(item)`` for every item and ``then(batch_id)`` once they have all finished.
+
+    An item has finished when it succeeded, or failed after ``retries`` retries. The batch, its items
+    and their jobs are written in the caller's transaction and enqueued when it commits. Items must be
+    JSON-serialisable. Returns the :class:`~safeupdates.models.Batch` (``batch.batch_id``).
+    """
+    item_path = dotted_path(item_func)
+    then_path = "" if then is None else dotted_path(then)
+    queue_name = queue or conf.queue_name()
+    if queue_name not in getattr(settings, "RQ_QUEUES", {}):
+        raise InvalidUpdate(f"queue {queue_name!r} is not in RQ_QUEUES.")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise InvalidUpdate(f"retries must be a whole number >= 0, got {retries!r}.")
+    values = list(items)
+    try:
+        encoded = [json.loads(json.dumps(value)) for value in values]
+    except (TypeError, ValueError) as exc:
+        raise InvalidUpdate(f"items must be JSON-serialisable: {exc}") from exc
+    using = router.db_for_write(Batch)
+    with transaction.atomic(using=using):
+        batch = Batch.objects.using(using).create(
+            item_func=item_path, then=then_path, queue=queue_name, retries=retries, total=len(values)
+        )
+        requests = ProcessedRequest.objects.using(using).bulk_create(
+            ProcessedRequest(
+                kind=RequestKind.BATCH_ITEM,
+                request_id=uuid.uuid5(_ITEM_NAMESPACE, f"{batch.batch_id}:{index}"),
+                key=f"{batch.batch_id}:{index}",
+                changes={"item": value},
+                queue=queue_name,
+            )
+            for index, value in enumerate(encoded)
+        )
+        if not values:
+            Batch.objects.using(using).filter(pk=batch.pk).update(status=BatchStatus.DONE, finished_at=Now())
+        ids = [str(request.request_id) for request in requests]
+
+        def deliver_on_commit() -> None:
+            if ids:
+                deliver_item(ids, queue_name, retries)
+            elif then_path:
+                deliver_reduce(batch.batch_id, queue_name)
+
+        transaction.on_commit(deliver_on_commit, using=using, robust=True)
+    batch.refresh_from_db()
+    return batch
+
+
+def deliver_item(request_ids: list[str], queue_name: str, retries: int) -> None:
+    """Enqueue one item job per request id, in one Redis round trip."""
+    queue = django_rq.get_queue(queue_name, commit_mode="auto")
+    retry = Retry(max=retries, interval=[1, 5, 15][: max(retries, 1)]) if retries else None
+    jobs = [
+        queue.prepare_data(run_batch_item, args=(rid,), timeout=conf.job_timeout(), result_ttl=0, retry=retry)
+        for rid in request_ids
+    ]
+    queue.enqueue_many(jobs)
+
+
+def deliver_reduce(batch_id: uuid.UUID | str, queue_name: str) -> Job:
+    """Enqueue the reduce job of ``batch_id``."""
+    queue = django_rq.get_queue(queue_name, commit_mode="auto")
+    return queue.enqueue_call(run_batch_reduce, args=(str(batch_id),), timeout=conf.job_timeout(), result_ttl=0)
+
+
+def run_batch_item(request_id: str) -> str:
+    """RQ job: run one batch item at most once to success, count it once, finish the batch if last."""
+    using = router.db_for_write(ProcessedRequest)
+    with transaction.atomic(using=using):
+        item = (
+            ProcessedRequest.objects.using(using)
+            .select_for_update()
+            .filter(request_id=request_id, kind=RequestKind.BATCH_ITEM)
+            .first()
+        )
+        if item is None or item.status != RequestStatus.PENDING:
+            return "duplicate"
+        batch_id = item.key.split(":", 1)[0]
+        batch = Batch.objects.using(using).get(batch_id=batch_id)
+        error = ""
+        try:
+            # A savepoint, so that a database error inside the item leaves this transaction usable.
+            with transaction.atomic(using=using):
+                resolve(batch.item_func)(item.changes["item"])
+        except Exception as exc:
+            job = get_current_job()
+            if job is not None and job.retries_left:
+                raise  # RQ retries it; the item stays pending
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            logger.warning("safeupdates: batch %s item %s failed: %s", batch_id, item.key, error)
+        succeeded = not error
+        ProcessedRequest.objects.using(using).filter(pk=item.pk).update(
+            status=RequestStatus.APPLIED if succeeded else RequestStatus.FAILED,
+            error=error,
+            attempts=F("attempts") + 1,
+            processed_at=Now(),
+        )
+        counter = "succeeded" if succeeded else "failed"
+        Batch.objects.using(using).filter(pk=batch.pk).update(**{counter: F(counter) + 1})
+        batch.refresh_from_db(fields=["succeeded", "failed", "total", "status"])
+        if batch.succeeded + batch.failed == batch.total and batch.status == BatchStatus.RUNNING:
+            Batch.objects.using(using).filter(pk=batch.pk).update(status=BatchStatus.DONE, finished_at=Now())
+            if batch.then:
+                queue_name = batch.queue
+
+                def reduce_on_commit() -> None:
+                    deliver_reduce(batch_id, queue_name)
+
+                transaction.on_commit(reduce_on_commit, using=using, robust=True)
+    return "succeeded" if succeeded else "failed"
+
+
+def run_batch_reduce(batch_id: str) -> str:
+    """RQ job: run the batch's ``then(batch_id)`` once; later deliveries do nothing."""
+    using = router.db_for_write(Batch)
+    with transaction.atomic(using=using):
+        batch = Batch.objects.using(using).select_for_update().get(batch_id=batch_id)
+        if batch.reduced_at is not None or batch.status != BatchStatus.DONE or not batch.then:
+            return "nothing to do"
+        resolve(batch.then)(str(batch.batch_id))
+        Batch.objects.using(using).filter(pk=batch.pk).update(reduced_at=Now())
+    return "reduced"
+
+
+def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None = None) -> int:
+    """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due."""
+    from datetime import timedelta
+
+    from django.db.models import DateTimeField, ExpressionWrapper
+
+    using = using or router.db_for_read(Batch)
+    cutoff = ExpressionWrapper(Now() - timedelta(seconds=older_than), output_field=DateTimeField())
+    items = ProcessedRequest.objects.using(using).filter(
+        kind=RequestKind.BATCH_ITEM, status=RequestStatus.PENDING, created_at__lte=cutoff
+    )
+    count = 0
+    for batch in Batch.objects.using(using).filter(status=BatchStatus.RUNNING, created_at__lte=cutoff):
+        ids = [
+            str(rid) for rid in items.filter(key__startswith=f"{batch.batch_id}:").values_list("request_id", flat=True)
+        ]
+        if ids:
+            count += len(ids)
+            if not dry_run:
+                deliver_item(ids, batch.queue, batch.retries)
+    due = (
+        Batch.objects.using(using)
+        .filter(status=BatchStatus.DONE, reduced_at__isnull=True, finished_at__lte=cutoff)
+        .exclude(then="")
+    )
+    for batch in due:
+        count += 1
+        if not dry_run:
+            deliver_reduce(batch.batch_id, batch.queue)
+    return count

@@ -1,0 +1,146 @@
+"""Fan-out / fan-in with real workers: one reduce, whatever the duplication and concurrency."""
+
+from __future__ import annotations
+
+import random
+
+import django_rq
+import pytest
+from django.db import transaction
+
+from safeupdates import fan_out
+from safeupdates.batches import relay_batches, run_batch_item, run_batch_reduce
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.jobs import relay_pending
+from safeupdates.models import Batch, ProcessedRequest
+from tests.factories import ProfileFactory
+from tests.testapp.batch_jobs import add_score, record_reduce
+from tests.testapp.models import Profile, ReduceRun
+from tests.workers import wait_until
+
+
+def reduced(batch: Batch) -> bool:
+    batch.refresh_from_db()
+    return batch.reduced_at is not None
+
+
+@pytest.mark.workers
+def test_redelivered_items_and_three_workers_reduce_once(workers):
+    profiles = [ProfileFactory() for _ in range(10)]
+    items = [{"pk": profiles[n % 10].pk, "points": 1} for n in range(300)]
+    batch = fan_out(add_score, items, then=record_reduce)
+    queue = django_rq.get_queue("default")
+    item_ids = [job.args[0] for job in queue.jobs]
+    assert len(item_ids) == 300
+    rng = random.Random(7)
+    for request_id in rng.sample(item_ids, 100):  # a third delivered twice
+        queue.enqueue(run_batch_item, request_id)
+    ids = queue.job_ids
+    rng.shuffle(ids)
+    queue.connection.delete(queue.key)
+    queue.connection.rpush(queue.key, *ids)
+    workers.start(3)
+    assert wait_until(lambda: reduced(batch), 120)
+    assert wait_until(lambda: queue.count == 0, 60)
+    for _ in range(3):  # the reduce delivered again, after it ran
+        queue.enqueue(run_batch_reduce, str(batch.batch_id))
+    assert wait_until(lambda: queue.count == 0, 30)
+    batch.refresh_from_db()
+    assert (batch.succeeded, batch.failed, batch.status) == (300, 0, "done")
+    assert ReduceRun.objects.filter(batch_id=str(batch.batch_id)).count() == 1
+    assert sum(Profile.objects.values_list("score", flat=True)) == 300  # each item ran once
+
+
+@pytest.mark.workers
+def test_a_failing_item_is_counted_failed_and_the_reduce_runs_once(workers):
+    profile = ProfileFactory()
+    items = [{"pk": profile.pk, "points": 1}] * 9 + [{"pk": profile.pk, "points": -1}]
+    batch = fan_out(
+        "tests.testapp.batch_jobs.add_score", items, then="tests.testapp.batch_jobs.record_reduce", retries=1
+    )
+    workers.start(2)
+    assert wait_until(lambda: reduced(batch), 60)
+    batch.refresh_from_db()
+    assert (batch.succeeded, batch.failed) == (9, 1)
+    failed = ProcessedRequest.objects.get(kind="batch_item", status="failed")
+    assert "negative points" in failed.error
+    assert ReduceRun.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_items_run_synchronously_once(redis):
+    profile = ProfileFactory()
+    batch = fan_out(add_score, [{"pk": profile.pk, "points": 2}] * 3, then=record_reduce)
+    ids = [str(rid) for rid in ProcessedRequest.objects.filter(kind="batch_item").values_list("request_id", flat=True)]
+    assert [run_batch_item(rid) for rid in ids + ids] == ["succeeded"] * 3 + ["duplicate"] * 3
+    batch.refresh_from_db()
+    assert batch.status == "done" and batch.finished_at is not None
+    assert run_batch_reduce(str(batch.batch_id)) == "reduced"
+    assert run_batch_reduce(str(batch.batch_id)) == "nothing to do"
+    profile.refresh_from_db()
+    assert profile.score == 6
+    assert str(batch) == f"batch {batch.batch_id} 3/3"
+    assert batch.progress == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lost_items_and_reduce_are_relayed(redis):
+    profile = ProfileFactory()
+    batch = fan_out(add_score, [{"pk": profile.pk, "points": 1}] * 4, then=record_reduce)
+    redis.flushdb()
+    assert relay_batches(0, dry_run=True) == 4
+    assert relay_pending(0) == 4
+    queue = django_rq.get_queue("default")
+    for job in queue.jobs:
+        run_batch_item(job.args[0])
+    redis.flushdb()  # the reduce's job is lost too
+    assert relay_pending(0) == 1
+    run_batch_reduce(queue.jobs[0].args[0])
+    assert reduced(batch)
+    assert relay_pending(0) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_empty_batch_reduces_at_once(redis):
+    batch = fan_out(add_score, [], then=record_reduce)
+    assert batch.status == "done" and batch.total == 0
+    job = django_rq.get_queue("default").jobs[0]
+    assert job.func_name == "safeupdates.batches.run_batch_reduce"
+
+
+@pytest.mark.django_db
+def test_rolled_back_caller_fans_out_nothing(redis):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        fan_out(add_score, [{"pk": 1, "points": 1}])
+        raise RuntimeError
+    assert not Batch.objects.exists()
+    assert django_rq.get_queue("default").count == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"item_func": lambda item: None, "items": [1]}, "module-level function"),
+        ({"item_func": "tests.testapp.batch_jobs.nope", "items": [1]}, "cannot import"),
+        ({"item_func": "tests.testapp.batch_jobs.Profile.objects", "items": [1]}, "cannot import|not callable"),
+        ({"item_func": 42, "items": [1]}, "function or a dotted path"),
+        ({"item_func": add_score, "items": [object()]}, "JSON-serialisable"),
+        ({"item_func": add_score, "items": [1], "queue": "nope"}, "not in RQ_QUEUES"),
+        ({"item_func": add_score, "items": [1], "retries": -1}, "retries"),
+    ],
+)
+def test_bad_arguments(redis, kwargs, message):
+    item_func = kwargs.pop("item_func")
+    items = kwargs.pop("items")
+    with pytest.raises(InvalidUpdate, match=message):
+        fan_out(item_func, items, **kwargs)
+    assert not Batch.objects.exists()
+
+
+def test_admin_shows_progress(admin_client, db):
+    from django.urls import reverse
+
+    fan_out(add_score, [{"pk": 1, "points": 1}] * 2)
+    page = admin_client.get(reverse("admin:safeupdates_batch_changelist")).content.decode()
+    assert '<progress value="0" max="100">' in page

@@ -1,0 +1,127 @@
+"""The request log as an event log: replay, verify (drift), purge; and the async entry points."""
+
+from __future__ import annotations
+
+import asyncio
+from io import StringIO
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.management import CommandError, call_command
+from django.db import connections
+
+from safeupdates import aenqueue_update, enqueue_update, replay
+from safeupdates.jobs import apply_update
+from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.versions import next_version
+from tests.factories import DocumentFactory, ProfileFactory
+from tests.testapp.models import Profile
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def apply_all() -> None:
+    for request_id in ProcessedRequest.objects.filter(status="pending").values_list("request_id", flat=True):
+        apply_update(str(request_id))
+
+
+def test_replay_derives_fields_from_the_newest_applied_requests(redis):
+    profile = ProfileFactory(name="start")
+    enqueue_update(profile, active=True)
+    apply_all()
+    enqueue_update(profile, active=False, name="second")
+    enqueue_update(profile, newsletter=True)
+    apply_all()
+    profile.refresh_from_db()
+    assert replay(profile) == {"active": False, "name": "second", "newsletter": True}
+
+
+def test_fields_last_written_by_save_are_not_replayed(redis):
+    profile = ProfileFactory()
+    enqueue_update(profile, active=True, score=3)
+    apply_all()
+    profile.refresh_from_db()
+    profile.score = 10
+    profile.save(update_fields=["score"])
+    assert replay(profile) == {"active": True}
+    profile.name = "edited"
+    profile.save()
+    assert replay(profile) == {}
+
+
+def test_replay_needs_a_versioned_model():
+    with pytest.raises(TypeError, match="LockVersionMixin"):
+        replay(ProcessedRequest())  # type: ignore[arg-type]
+
+
+def test_verify_finds_a_write_that_bypassed_the_app(redis):
+    clean, drifted = ProfileFactory(), ProfileFactory()
+    for profile in (clean, drifted):
+        enqueue_update(profile, active=True)
+    apply_all()
+    out = StringIO()
+    call_command("safeupdates_verify", "testapp.Profile", stdout=out)
+    assert "testapp.Profile: 0 field(s) drifted" in out.getvalue()
+    assert "no drift" in out.getvalue()
+
+    Profile.objects.filter(pk=drifted.pk).update(active=False)  # bypasses the version bookkeeping
+    out, err = StringIO(), StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("safeupdates_verify", stdout=out, stderr=err)
+    assert exit_info.value.code == 1
+    assert f"testapp.Profile pk={drifted.pk} active: stored False, request log says True" in out.getvalue()
+    assert f"pk={clean.pk}" not in out.getvalue()
+    assert "drift found in 1 field(s)" in err.getvalue()
+
+
+def test_verify_bad_arguments():
+    with pytest.raises(CommandError, match=r"app_label\.Model"):
+        call_command("safeupdates_verify", "nope.Nope")
+    with pytest.raises(CommandError, match="not a LockVersionMixin model"):
+        call_command("safeupdates_verify", "auth.User")
+
+
+def test_purge_keeps_pending_and_versions_stay_monotonic(redis):
+    profile = ProfileFactory()
+    done = enqueue_update(profile, active=True)
+    apply_all()
+    waiting = enqueue_update(profile, active=False)
+    newest = waiting.version
+    out = StringIO()
+    call_command("safeupdates_purge", "--older-than", "0", "--dry-run", stdout=out)
+    assert "would delete 1 request(s)" in out.getvalue()
+    call_command("safeupdates_purge", "--older-than", "1", stdout=out)
+    assert "deleted 0 request(s)" in out.getvalue()  # not a day old yet
+    call_command("safeupdates_purge", "--older-than", "0", "--batch-size", "1", stdout=out)
+    assert "deleted 1 request(s)" in out.getvalue()
+    assert list(ProcessedRequest.objects.values_list("pk", "status")) == [(waiting.pk, RequestStatus.PENDING)]
+    assert not ProcessedRequest.objects.filter(pk=done.pk).exists()
+    assert next_version() > newest
+    apply_all()
+    profile.refresh_from_db()
+    assert profile.active is False
+    with pytest.raises(CommandError):
+        call_command("safeupdates_purge", "--older-than", "-1")
+    with pytest.raises(CommandError):
+        call_command("safeupdates_purge", "--batch-size", "0")
+
+
+def test_aenqueue_update(redis):
+    profile = ProfileFactory()
+
+    async def view() -> ProcessedRequest:
+        try:
+            return await aenqueue_update(profile, newsletter=True)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    request = asyncio.run(view())
+    assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+    apply_all()
+    profile.refresh_from_db()
+    assert profile.newsletter is True
+
+
+def test_document_without_requests_has_nothing_to_replay():
+    document = DocumentFactory()
+    assert replay(document) == {}

@@ -1,0 +1,19 @@
+"""Item and reduce functions for the fan-out tests; importable by the workers."""
+
+from __future__ import annotations
+
+from django.db.models import F
+
+from tests.testapp.models import Profile, ReduceRun
+
+
+def add_score(item: dict[str, int]) -> None:
+    """Add ``item["points"]`` to profile ``item["pk"]``; fail for a negative number of points."""
+    if item["points"] < 0:
+        raise ValueError("negative points")
+    Profile.objects.filter(pk=item["pk"]).update(score=F("score") + item["points"])
+
+
+def record_reduce(batch_id: str) -> None:
+    """Record one run of the reduce."""
+    ReduceRun.objects.create(batch_id=batch_id)
