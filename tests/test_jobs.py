@@ -229,7 +229,7 @@ class TestWithWorkers:
         assert stored_state(profiles) == expected_state(profiles, requests)
         assert all(p["active"] is False for p in Profile.objects.values("active"))
 
-    def test_a_late_older_request_is_stale(self, workers):
+    def test_a_late_older_request_is_stale(self, workers, postgres_only):
         """The "on" request gets its version first but commits last, after "off" was applied."""
         profile = ProfileFactory()
         workers.start(1)
