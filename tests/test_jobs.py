@@ -303,7 +303,9 @@ class TestWithWorkers:
         workers.kill(0)
         release.set()
         holder.join()
+        time.sleep(1)  # a surviving work horse would apply it now
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+        assert not _waiting_on_lock()
         workers.start(1)
         relay_pending(0)
         assert all_done()

@@ -43,8 +43,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 class Workers:
     """A pool of real ``manage.py rqworker`` processes, stopped (or killed) by the test.
 
-    Each worker runs in a process group of its own, so that killing it also kills its work horse and
-    its scheduler process. Output goes to a log file (a pipe nobody reads would block the worker).
+    Killing a worker also kills its work horse and scheduler process. Output goes to a log file (a pipe
+    that nobody reads would block the worker once full).
     """
 
     def __init__(self, log_dir: Path | None = None) -> None:
@@ -67,21 +67,19 @@ class Workers:
     def kill(self, index: int = 0) -> None:
         """SIGKILL worker ``index`` with its work horse and scheduler, as a crash or an OOM kill would."""
         proc = self.procs[index]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_tree(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)  # RQ's warm shutdown: finishes the current job
         deadline = time.monotonic() + 10
         for proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.1, deadline - time.monotonic()))
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+            _kill_tree(proc.pid, signal.SIGKILL)  # whatever is left: horses, schedulers
             proc.wait()
         self.procs.clear()
 
@@ -91,6 +89,34 @@ class Workers:
     def logs(self) -> str:
         """Everything the workers printed, for a failing test's message."""
         return "\n".join(path.read_text(errors="replace") for path in sorted(self.log_dir.glob("*.log")))
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``. RQ's work horse leaves the worker's process group (setpgrp), so a
+    group kill would miss it: walk the parent links in /proc instead."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _kill_tree(pid: int, sig: signal.Signals) -> None:
+    """Freeze ``pid`` (so it forks no new horse), then signal it and all its descendants."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGSTOP)
+    for victim in [*_descendants(pid), pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, sig)
+    if sig != signal.SIGKILL:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:
