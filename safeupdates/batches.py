@@ -25,7 +25,7 @@ from rq import Retry, get_current_job
 from rq.job import Job
 
 from safeupdates import conf
-from safeupdates.exceptions import InvalidUpdate
+from safeupdates.exceptions import InvalidControl
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, resolve
 
@@ -54,14 +54,14 @@ def fan_out(
     then_path = "" if then is None else dotted_path(then)
     queue_name = queue or conf.queue_name()
     if queue_name not in getattr(settings, "RQ_QUEUES", {}):
-        raise InvalidUpdate(f"queue {queue_name!r} is not in RQ_QUEUES.")
+        raise InvalidControl(f"queue {queue_name!r} is not in RQ_QUEUES.")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise InvalidUpdate(f"retries must be a whole number >= 0, got {retries!r}.")
+        raise InvalidControl(f"retries must be a whole number >= 0, got {retries!r}.")
     values = list(items)
     try:
         encoded = [json.loads(json.dumps(value)) for value in values]
     except (TypeError, ValueError) as exc:
-        raise InvalidUpdate(f"items must be JSON-serialisable: {exc}") from exc
+        raise InvalidControl(f"items must be JSON-serialisable: {exc}") from exc
     using = router.db_for_write(Batch)
     with transaction.atomic(using=using):
         batch = Batch.objects.using(using).create(

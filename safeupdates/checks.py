@@ -97,7 +97,7 @@ def check_database(
 
 
 @register(Tags.compatibility)
-def check_queue_settings(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting is not in ``RQ_QUEUES``.
 
     ``SAFEUPDATES_QUEUE`` itself is checked by E002; this covers the others (``SAFEUPDATES_FAST_QUEUE``,

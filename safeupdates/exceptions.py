@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidUpdate", "LockUnavailable", "SafeUpdatesError", "StaleObjectError"]
+__all__ = ["InvalidControl", "InvalidUpdate", "LockUnavailable", "SafeUpdatesError", "StaleObjectError"]
 
 
 class SafeUpdatesError(Exception):
@@ -19,3 +19,7 @@ class InvalidUpdate(SafeUpdatesError, ValueError):
 
 class LockUnavailable(SafeUpdatesError):
     """A row lock could not be taken (``nowait=True``, or the lock timeout expired)."""
+
+
+class InvalidControl(SafeUpdatesError, ValueError):
+    """An argument of ``enqueue()``, ``@idempotent`` or ``fan_out()`` is wrong; nothing was enqueued or run."""

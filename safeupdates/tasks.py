@@ -2,34 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from django.utils.module_loading import import_string
+from rq.utils import import_attribute
 
-from safeupdates.exceptions import InvalidUpdate
+from safeupdates.exceptions import InvalidControl
+
+__all__ = ["dotted_path", "resolve"]
 
 
 def dotted_path(func: Callable[..., Any] | str) -> str:
-    """Return the importable dotted path of ``func``; refuse what a worker could not import."""
+    """Return the dotted path by which a worker imports ``func`` (a module-level callable or a path).
+
+    Raises :class:`~safeupdates.exceptions.InvalidControl` for what a worker could not import: lambdas,
+    nested functions, functions of ``__main__``, paths that do not import or name no callable.
+    """
     if isinstance(func, str):
-        path = func
-    elif callable(func) and getattr(func, "__module__", None) and getattr(func, "__qualname__", None):
-        if "<" in func.__qualname__:  # lambdas and nested functions
-            raise InvalidUpdate(f"{func!r} cannot be imported by a worker; use a module-level function.")
-        path = f"{func.__module__}.{func.__qualname__}"
-    else:
-        raise InvalidUpdate(f"expected a function or a dotted path, got {func!r}.")
-    resolve(path)
+        resolve(func)
+        return func
+    if not callable(func):
+        raise InvalidControl(f"func must be a callable or its dotted path, not {func!r}.")
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        raise InvalidControl(
+            f"{func!r} cannot be imported by a worker; pass a function defined at module level (not a lambda, "
+            "a nested function or one from __main__) or its dotted path."
+        )
+    path = f"{module}.{qualname}"
+    imported: Any = None
+    with contextlib.suppress(ImportError, AttributeError, ValueError):
+        imported = import_attribute(path)
+    if imported is not func and imported != func:
+        raise InvalidControl(f"{func!r} is not importable as {path!r}; pass a module-level function or its path.")
     return path
 
 
 def resolve(path: str) -> Callable[..., Any]:
-    """Import the function at ``path``."""
+    """Import the callable at dotted ``path``."""
     try:
-        func = import_string(path)
-    except ImportError as exc:
-        raise InvalidUpdate(f"cannot import {path!r}: {exc}") from exc
-    if not callable(func):
-        raise InvalidUpdate(f"{path!r} is not callable.")
-    return func  # type: ignore[no-any-return]
+        target = import_attribute(path)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidControl(f"func {path!r} cannot be imported: {exc}") from None
+    if not callable(target):
+        raise InvalidControl(f"func {path!r} names {target!r}, which is not callable.")
+    return target  # type: ignore[no-any-return]

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from safeupdates import fan_out
 from safeupdates.batches import relay_batches, run_batch_item, run_batch_reduce
-from safeupdates.exceptions import InvalidUpdate
+from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import relay_pending
 from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
@@ -121,10 +121,10 @@ def test_rolled_back_caller_fans_out_nothing(redis):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"item_func": lambda item: None, "items": [1]}, "module-level function"),
-        ({"item_func": "tests.testapp.batch_jobs.nope", "items": [1]}, "cannot import"),
-        ({"item_func": "tests.testapp.batch_jobs.Profile.objects", "items": [1]}, "cannot import|not callable"),
-        ({"item_func": 42, "items": [1]}, "function or a dotted path"),
+        ({"item_func": lambda item: None, "items": [1]}, "cannot be imported by a worker"),
+        ({"item_func": "tests.testapp.batch_jobs.nope", "items": [1]}, "cannot be imported"),
+        ({"item_func": "tests.testapp.batch_jobs.Profile.objects", "items": [1]}, "cannot be imported|not callable"),
+        ({"item_func": 42, "items": [1]}, "callable or its dotted path"),
         ({"item_func": add_score, "items": [object()]}, "JSON-serialisable"),
         ({"item_func": add_score, "items": [1], "queue": "nope"}, "not in RQ_QUEUES"),
         ({"item_func": add_score, "items": [1], "retries": -1}, "retries"),
@@ -133,7 +133,7 @@ def test_rolled_back_caller_fans_out_nothing(redis):
 def test_bad_arguments(redis, kwargs, message):
     item_func = kwargs.pop("item_func")
     items = kwargs.pop("items")
-    with pytest.raises(InvalidUpdate, match=message):
+    with pytest.raises(InvalidControl, match=message):
         fan_out(item_func, items, **kwargs)
     assert not Batch.objects.exists()
 

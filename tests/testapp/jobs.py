@@ -90,3 +90,8 @@ def flaky_charge(order: str, fail: bool) -> str:
     if fail:
         raise ValueError(f"card declined for {order}")
     return f"charged {order}"
+
+
+def scheduled_jobs(queue: str = "default") -> int:
+    """How many jobs wait in the scheduled registry of ``queue`` (a serial job's watchdog is one)."""
+    return int(django_rq.get_queue(queue).scheduled_job_registry.count)

@@ -1,0 +1,300 @@
+"""``@idempotent``: at most one successful run per key, under a row lock, with real threads and workers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from rq import Worker
+from rq.job import JobStatus
+
+from safeupdates import enqueue, idempotent
+from safeupdates.controls import InvalidControl
+from safeupdates.exceptions import LockUnavailable
+from safeupdates.idempotency import SKIPPED, task_request_id
+from safeupdates.managers import Outcome
+from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from tests.test_controls import child_pids, crash_worker
+from tests.testapp import jobs
+from tests.testapp.jobs import redis_now
+from tests.testapp.models import Profile
+from tests.workers import wait_until
+
+
+def charges(redis: Any, order: str) -> int:
+    return int(redis.get(f"charges:{order}") or 0)
+
+
+def score(order: str) -> int:
+    return Profile.objects.get(name=order).score
+
+
+def in_threads(count: int, target: Callable[[], Any]) -> list[Any]:
+    """Run ``target`` in ``count`` threads released together; return results (or exceptions)."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait()
+            results[index] = target()
+        except Exception as exc:
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keys and arguments
+
+
+def test_key_from_a_template_or_a_callable():
+    assert jobs.charge.key_for("A-1") == "charge:A-1"
+    assert jobs.charge.key_for(order="A-1", hold=2) == "charge:A-1"
+    assert jobs.flaky_charge.key_for("B", fail=True) == "flaky-charge:B"
+
+    @idempotent(key="mail:{0}:{kind}")
+    def send(user_id: int, kind: str = "welcome") -> None:
+        pass
+
+    assert send.key_for(7) == "mail:7:welcome"
+    assert task_request_id("charge:A-1") == task_request_id("charge:A-1") != task_request_id("charge:A-2")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"key": 5}, {"key": ""}, {"key": "k", "timeout": 0}, {"key": "k", "timeout": True}, {"key": "k", "timeout": 1.5}],
+    ids=["key not str", "key empty", "timeout zero", "timeout bool", "timeout float"],
+)
+def test_bad_decorator_arguments(kwargs):
+    with pytest.raises(InvalidControl):
+        idempotent(**kwargs)
+
+
+@pytest.mark.django_db
+def test_bad_keys_raise_before_anything_runs():
+    ran = []
+
+    @idempotent(key="refund:{order_id}")
+    def refund(order: str) -> None:
+        ran.append(order)
+
+    @idempotent(key=lambda order: 42)
+    def numbered(order: str) -> None:
+        ran.append(order)
+
+    with pytest.raises(InvalidControl, match="does not fit"):
+        refund("A")
+    with pytest.raises(InvalidControl, match="non-empty string"):
+        numbered("A")
+    with pytest.raises(InvalidControl):
+        refund("A", "extra")
+    assert ran == []
+    assert not ProcessedRequest.objects.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One run per key, recorded in the request log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_once_then_skips_and_records_the_task(redis):
+    Profile.objects.create(name="A")
+    assert jobs.charge("A") == "charged A"
+    assert jobs.charge("A") is SKIPPED
+    assert jobs.charge(order="A", hold=0) is SKIPPED
+    assert SKIPPED is Outcome.DUPLICATE
+    assert (charges(redis, "A"), score("A")) == (1, 1)
+
+    record = ProcessedRequest.objects.get()
+    assert record.request_id == task_request_id("charge:A")
+    assert (record.kind, record.key, record.content_type_id, record.version) == (
+        RequestKind.TASK,
+        "charge:A",
+        None,
+        None,
+    )
+    assert (record.status, record.attempts, record.error) == (RequestStatus.APPLIED, 1, "")
+    assert record.changes == {"function": "tests.testapp.jobs.charge"}
+    assert record.processed_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_body_is_rolled_back_recorded_and_may_run_again():
+    Profile.objects.create(name="B")
+    with pytest.raises(ValueError, match="card declined for B"):
+        jobs.flaky_charge("B", fail=True)
+    record = ProcessedRequest.objects.get(key="flaky-charge:B")
+    assert (record.status, record.attempts, record.error) == (
+        RequestStatus.FAILED,
+        1,
+        "ValueError: card declined for B",
+    )
+    assert score("B") == 0, "the failed body's database write was not rolled back"
+
+    assert jobs.flaky_charge("B", fail=False) == "charged B"
+    record.refresh_from_db()
+    assert (record.status, record.attempts, record.error) == (RequestStatus.APPLIED, 2, "")
+    assert score("B") == 1
+    assert jobs.flaky_charge("B", fail=True) is SKIPPED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_long_keys_are_stored_truncated_but_identified_in_full():
+    @idempotent(key=lambda suffix: "k" * 300 + suffix)
+    def task(suffix: str) -> str:
+        return suffix
+
+    assert (task("1"), task("2"), task("1")) == ("1", "2", SKIPPED)
+    assert sorted(len(key) for key in ProcessedRequest.objects.values_list("key", flat=True)) == [255, 255]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_task_is_visible_in_the_admin(admin_client, redis):
+    Profile.objects.create(name="C")
+    jobs.charge("C")
+    response = admin_client.get("/admin/safeupdates/processedrequest/", {"q": "charge:C"})
+    assert response.status_code == 200
+    assert "charge:C" in response.content.decode()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Concurrency: threads
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eight_concurrent_threads_charge_once(postgres_only, redis):
+    Profile.objects.create(name="T")
+    results = in_threads(8, lambda: jobs.charge("T", hold=0.5))
+    assert sorted(map(str, results)) == ["charged T"] + ["duplicate"] * 7
+    assert (charges(redis, "T"), score("T")) == (1, 1)
+    assert ProcessedRequest.objects.get(key="charge:T").attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_waits_at_most_the_timeout(postgres_only):
+    entered, release = threading.Event(), threading.Event()
+
+    @idempotent(key="slow:{name}")
+    def holder(name: str) -> str:
+        entered.set()
+        release.wait(30)
+        return "done"
+
+    @idempotent(key="slow:{name}", timeout=1)
+    def impatient(name: str) -> str:
+        return "ran twice"
+
+    thread = threading.Thread(target=lambda: (holder("x"), connection.close()))
+    thread.start()
+    try:
+        assert entered.wait(30)
+        with pytest.raises(LockUnavailable, match="slow:x"):
+            impatient("x")
+    finally:
+        release.set()
+        thread.join(30)
+    assert impatient("x") is SKIPPED
+    assert ProcessedRequest.objects.get(key="slow:x").status == RequestStatus.APPLIED
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Concurrency: real worker processes
+
+
+@pytest.mark.workers
+def test_eight_concurrent_duplicate_jobs_charge_once(postgres_only, workers, redis):
+    Profile.objects.create(name="W")
+    workers.start(8)
+    assert wait_until(lambda: Worker.count(connection=redis) == 8, 60)
+    queued = [enqueue(jobs.charge, "W", hold=2.0) for _ in range(8)]
+    assert wait_until(lambda: all(job.get_status() == JobStatus.FINISHED for job in queued), 120)
+
+    results = sorted(str(job.return_value()) for job in queued)
+    assert results == ["charged W"] + ["duplicate"] * 7
+    assert (charges(redis, "W"), score("W")) == (1, 1)
+    record = ProcessedRequest.objects.get(key="charge:W")
+    assert (record.status, record.attempts) == (RequestStatus.APPLIED, 1)
+    # They really ran at the same time: the duplicates started while the charge held the lock.
+    for job in queued:
+        job.refresh()
+    charged = next(job for job in queued if str(job.return_value()) == "charged W")
+    waited = [job for job in queued if job is not charged and job.started_at < charged.ended_at]
+    print(f"{len(waited)} of 7 duplicates started while the charge held the lock")
+    assert len(waited) >= 2
+
+
+@pytest.mark.workers
+def test_killed_worker_does_not_hold_the_idempotency_lock(postgres_only, workers, redis):
+    timeout = 10
+    Profile.objects.create(name="K")
+    workers.start(1)
+    first = enqueue(jobs.charge, "K", hold=3600, job_timeout=timeout)
+    assert wait_until(lambda: charges(redis, "K") == 1, 30), "the first charge did not start"
+
+    workers.start(1)
+    second = enqueue(jobs.charge, "K", job_timeout=timeout)
+    # The duplicate starts and waits on the row lock held by the first charge's transaction.
+    assert wait_until(lambda: second.get_status() == JobStatus.STARTED, 30)
+    killed_at = redis_now(redis)
+    crash_worker(workers, 0)
+
+    assert wait_until(lambda: second.get_status() in (JobStatus.FINISHED, JobStatus.FAILED), timeout + 30)
+    assert second.get_status() == JobStatus.FINISHED, second.latest_result().exc_string
+    second_started = float(redis.lrange("charge-started:K", -1, -1)[0])
+    waited = second_started - killed_at
+    print(f"the duplicate ran its body {waited:.2f}s after the lock holder was killed (timeout {timeout}s)")
+    assert waited <= timeout
+    assert second.return_value() == "charged K"
+    # The killed run's database write was rolled back with its transaction; its Redis effect was not.
+    assert (charges(redis, "K"), score("K")) == (2, 1)
+    record = ProcessedRequest.objects.get(key="charge:K")
+    assert (record.status, record.attempts) == (RequestStatus.APPLIED, 1)
+    assert first.get_status() == JobStatus.STARTED  # until RQ's clean-up marks it abandoned
+
+
+@pytest.mark.workers
+def test_frozen_worker_holds_the_idempotency_lock_at_most_its_timeout(postgres_only, workers, redis):
+    """A worker that stops answering (a frozen process, a host gone without closing its connections) keeps
+    its connection open: PostgreSQL ends its session after ``timeout`` idle seconds, releasing the lock."""
+    timeout = 5
+    Profile.objects.create(name="F")
+    # The frozen worker serves "slow" only; the duplicate runs on a worker of "default", already up.
+    workers.start(1, queues=("slow",))
+    workers.start(1, queues=("default",))
+    assert wait_until(lambda: Worker.count(connection=redis) == 2, 60)
+    enqueue(jobs.charge, "F", hold=3600, job_timeout=timeout, queue="slow")
+    assert wait_until(lambda: charges(redis, "F") == 1, 30), "the first charge did not start"
+    # The work horse holds the lock's connection (the worker's scheduler, if any, is frozen too).
+    horses = child_pids(workers.procs[0].pid)
+    assert horses
+    try:
+        for pid in horses:
+            os.kill(pid, signal.SIGSTOP)
+        second = enqueue(jobs.charge, "F", job_timeout=6 * timeout)
+        assert wait_until(lambda: second.get_status() == JobStatus.FINISHED, 6 * timeout)
+    finally:
+        for pid in horses:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    first_started, second_started = (float(t) for t in redis.lrange("charge-started:F", 0, -1))
+    waited = second_started - first_started
+    print(f"the duplicate ran {waited:.2f}s after the frozen run took the lock (timeout {timeout}s)")
+    # The frozen run's session goes idle right after its write; PostgreSQL ends it `timeout` s later.
+    assert timeout - 1 <= waited <= timeout + 3
+    assert second.return_value() == "charged F"
+    assert (charges(redis, "F"), score("F")) == (2, 1)
+    assert ProcessedRequest.objects.get(key="charge:F").status == RequestStatus.APPLIED
