@@ -2,8 +2,6 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-REDIS_URL ?= redis://127.0.0.1:6379/0
-export REDIS_URL
 
 .PHONY: install lint types pytest test test-sqlite demo serve worker relay bench clean
 
@@ -33,13 +31,14 @@ test-sqlite: install
 	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q
 
 demo: install
-	@$(PY) -c "import redis,sys,os; u=os.environ['REDIS_URL'];\
-	exec('try:\n redis.Redis.from_url(u, socket_connect_timeout=2).ping()\nexcept Exception as e:\n sys.exit(f\"Redis is not reachable at {u} ({e}).\\nStart it with: redis-server --daemonize yes --port 6379   (or set REDIS_URL)\")')"
+	@$(PY) -m demo_project.check_redis
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py race_demo
 
 serve: install
+	@$(PY) -m demo_project.check_redis
 	$(PY) manage.py migrate --no-input -v 0
+	$(PY) manage.py demo_user --keep-existing
 	$(PY) manage.py demo_serve
 
 bench: install
