@@ -161,6 +161,25 @@ class TestApplyInProcess:
         request.refresh_from_db()
         assert (request.status, request.error) == ("rejected", "the target object does not exist")
 
+    @pytest.mark.parametrize(
+        ("corrupt", "error"),
+        [
+            ({"object_id": "abc"}, "invalid primary key"),
+            ({"version": None}, "has no version"),
+            ("model", "no longer exists"),
+        ],
+    )
+    def test_corrupt_rows_are_rejected(self, redis, corrupt, error):
+        from django.contrib.contenttypes.models import ContentType
+
+        request = enqueue_update(ProfileFactory(), active=True)
+        if corrupt == "model":
+            corrupt = {"content_type": ContentType.objects.create(app_label="gone", model="gone")}
+        ProcessedRequest.objects.filter(pk=request.pk).update(**corrupt)
+        assert apply_update(str(request.request_id)) == "1 rejected"
+        request.refresh_from_db()
+        assert request.status == "rejected" and error in request.error
+
     def test_field_removed_from_safe_update_fields_is_rejected(self, redis, monkeypatch):
         profile = ProfileFactory()
         request = enqueue_update(profile, score=2)
