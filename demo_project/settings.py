@@ -21,7 +21,9 @@ TIME_ZONE = "UTC"
 ROOT_URLCONF = "demo_project.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "toggles:home"
+LOGOUT_REDIRECT_URL = "login"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -32,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_rq",
     "safeupdates",
+    "demo_project.toggles",
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}")}
@@ -43,8 +46,12 @@ REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
     "slow": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 600},
+    # Only `manage.py race_demo` uses this queue, with workers it starts itself: it empties it freely.
+    "race_demo": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
 SAFEUPDATES_QUEUE = "default"
+# The relay of `make serve` re-delivers requests still pending after this many seconds.
+SAFEUPDATES_RELAY_AFTER = env.int("SAFEUPDATES_RELAY_AFTER", default=10)
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -69,3 +76,22 @@ TEMPLATES = [
         },
     }
 ]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {
+        # The toggle page polls its state every second or so: keep runserver's log for the clicks.
+        "no_state_polls": {
+            "()": "django.utils.log.CallbackFilter",
+            "callback": lambda record: (
+                "/state/ " not in record.getMessage() or getattr(record, "status_code", 0) >= 400
+            ),
+        }
+    },
+    "formatters": {
+        "server": {"()": "django.utils.log.ServerFormatter", "format": "[{server_time}] {message}", "style": "{"}
+    },
+    "handlers": {"server": {"class": "logging.StreamHandler", "formatter": "server", "filters": ["no_state_polls"]}},
+    "loggers": {"django.server": {"handlers": ["server"], "level": "INFO", "propagate": False}},
+}

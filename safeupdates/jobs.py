@@ -123,12 +123,16 @@ def _job_id(content_type_id: int, object_id: str) -> str:
     return f"safeupdates-{content_type_id}-{key}"
 
 
-def deliver(request_id: uuid.UUID | str, content_type_id: int, object_id: str, queue_name: str) -> Job | None:
+def deliver(
+    request_id: uuid.UUID | str, content_type_id: int, object_id: str, queue_name: str, *, force: bool = False
+) -> Job | None:
     """Make sure a job will apply ``request_id``; return the job enqueued, or None if one was queued.
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
     has started it may have read the pending requests already, so a job of our own is enqueued.
+    ``force=True`` (the relay) always enqueues a job of its own: a job that RQ still calls queued may
+    have been lost with the worker that took it off the queue.
     """
     queue = django_rq.get_queue(queue_name, commit_mode="auto")
     options: dict[str, Any] = {
@@ -141,6 +145,8 @@ def deliver(request_id: uuid.UUID | str, content_type_id: int, object_id: str, q
     retry = conf.retry()
     if retry.get("max"):
         options["retry"] = Retry(**retry)
+    if force:
+        return queue.enqueue_call(apply_update, **options)
     job_id = _job_id(content_type_id, object_id)
     try:
         return queue.enqueue_call(apply_update, job_id=job_id, unique=True, **options)
@@ -319,7 +325,7 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
         targets.setdefault((content_type_id, object_id), (request_id, queue_name or conf.queue_name()))
     if not dry_run:
         for (content_type_id, object_id), (request_id, queue_name) in targets.items():
-            deliver(request_id, content_type_id, object_id, queue_name)
+            deliver(request_id, content_type_id, object_id, queue_name, force=True)
     if targets:
         logger.info("safeupdates: relay delivered %d record(s) again", len(targets))
     return len(targets) + relay_batches(seconds, dry_run=dry_run, using=using)

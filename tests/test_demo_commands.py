@@ -1,0 +1,151 @@
+"""The demo's commands, run the way `make demo` runs them: ``manage.py`` subprocesses on the demo settings,
+with real RQ workers, a real Redis and a database of their own (SQLite, and PostgreSQL when the tests use it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from redis import Redis
+
+ROOT = Path(__file__).resolve().parent.parent
+SUMMARY = re.compile(r"^naive: (\d+)/(\d+) fields wrong; safeupdates: (\d+)/(\d+) fields wrong$")
+
+
+def demo_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="demo_project.settings",
+        DATABASE_URL=database_url,
+        REDIS_URL=settings.REDIS_URL,
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+def manage(database_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=demo_env(database_url),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _postgres_url(name: str) -> str:
+    db = settings.DATABASES["default"]
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+    return f"postgres://{db.get('USER') or 'postgres'}{password}@{host}/{name}"
+
+
+def row(lines: list[str], label: str) -> list[str]:
+    """The cells of the row ``label`` of the stress round's table."""
+    (line,) = [line for line in lines if line.strip().startswith(label)]
+    return line.strip()[len(label) :].split()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def demo_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty database for the demo: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'demo.sqlite3'}"
+        return
+    if connection.vendor != "postgresql":
+        pytest.skip("the tests run on SQLite: no PostgreSQL server to create the demo database on")
+    import psycopg
+
+    name = f"safeupdates_demo_test_{uuid.uuid4().hex[:8]}"
+    admin_url = _postgres_url("postgres")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _postgres_url(name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.workers
+def test_race_demo_shows_the_race_and_safeupdates_fixing_it(demo_database: str, redis: Redis) -> None:
+    migrate = manage(demo_database, "migrate", "--no-input", "-v", "0")
+    assert migrate.returncode == 0, migrate.stderr
+    run = manage(
+        demo_database,
+        "race_demo",
+        "--toggles", "40", "--records", "3", "--workers", "2", "--seed", "3",
+        timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.rstrip().splitlines()
+    # (a) the story: the naive path ends on the first click, safeupdates on the last one.
+    assert "    result: active=True  WRONG: the last click said False" in lines
+    assert "    result: active=False  right" in lines
+    # (b) the stress round's table: every duplicate absorbed by safeupdates, none by the naive path.
+    naive_absorbed, safe_absorbed = row(lines, "duplicates absorbed")
+    duplicates = naive_absorbed.split("/")[1]
+    assert (naive_absorbed, safe_absorbed) == (f"0/{duplicates}", f"{duplicates}/{duplicates}")
+    assert row(lines, "stale writes dropped")[0] == "0"
+    match = SUMMARY.match(lines[-1])
+    assert match, lines[-1]
+    _naive_wrong, naive_total, safe_wrong, safe_total = map(int, match.groups())
+    assert (naive_total, safe_total) == (9, 9)
+    assert safe_wrong == 0
+    # The demo cleaned up after itself: its queue is empty and no worker of it is left registered.
+    assert redis.llen("rq:queue:race_demo") == 0
+    assert not [key for key in redis.smembers("rq:workers") if b"race-demo" in key]
+
+
+def test_race_demo_needs_two_workers(tmp_path: Path) -> None:
+    run = manage(f"sqlite:///{tmp_path / 'demo.sqlite3'}", "race_demo", "--workers", "1")
+    assert run.returncode != 0
+    assert "--workers must be at least 2: the stress round kills one of them." in run.stderr
+
+
+def test_race_demo_says_to_migrate_first(tmp_path: Path) -> None:
+    run = manage(f"sqlite:///{tmp_path / 'empty.sqlite3'}", "race_demo")
+    assert run.returncode != 0
+    assert "the demo database is not migrated: run `python manage.py migrate` first." in run.stderr
+
+
+def test_demo_app_has_no_missing_migrations(tmp_path: Path) -> None:
+    run = manage(f"sqlite:///{tmp_path / 'demo.sqlite3'}", "makemigrations", "toggles", "--check", "--dry-run")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def check_redis(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "demo_project.check_redis"],
+        cwd=ROOT,
+        env={**os.environ, "REDIS_URL": url, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_check_redis_passes_when_redis_answers() -> None:
+    run = check_redis(settings.REDIS_URL)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+def test_check_redis_says_how_to_start_redis() -> None:
+    run = check_redis("redis://127.0.0.1:1/0")
+    assert run.returncode == 1
+    message = run.stderr.strip()
+    assert message.startswith("Redis is not reachable at redis://127.0.0.1:1/0 (")
+    assert "start it with `redis-server --daemonize yes`" in message
+    assert len(message.splitlines()) == 1
