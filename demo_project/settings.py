@@ -49,7 +49,9 @@ RQ_QUEUES = {
     # Only `manage.py race_demo` uses this queue, with workers it starts itself: it empties it freely.
     "race_demo": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
-SAFEUPDATES_QUEUE = "default"
+SAFEUPDATES_QUEUE = "default"  # toggles: milliseconds
+SAFEUPDATES_FAST_QUEUE = "default"  # enqueue() without queue=
+SAFEUPDATES_SLOW_QUEUE = "slow"  # reports, exports: a worker pool of its own
 # The relay of `make serve` re-delivers requests still pending after this many seconds.
 SAFEUPDATES_RELAY_AFTER = env.int("SAFEUPDATES_RELAY_AFTER", default=10)
 

@@ -9,19 +9,16 @@ import threading
 import time
 from typing import Any
 
-from django.core.management import get_commands
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import DatabaseError, connections, reset_queries
-from redis.exceptions import RedisError
 
 from demo_project.toggles.processes import WorkerPool, manage_py
 from safeupdates import conf
-from safeupdates.jobs import relay_pending
 
 
 class Command(BaseCommand):
     help = (
-        "Run the demo: `runserver`, RQ worker(s) on the safeupdates queue and the relay that re-delivers "
+        "Run the demo: `runserver`, RQ worker(s) on the safeupdates queue, one on the slow queue, and the relay "
+        "that re-delivers "
         "requests left pending (lost jobs), until Ctrl-C."
     )
 
@@ -31,21 +28,21 @@ class Command(BaseCommand):
         parser.add_argument("--relay-interval", type=float, default=5.0, help="Seconds between two relay passes (5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queue = conf.queue_name()
+        queue, slow_queue = conf.queue_name(), conf.slow_queue()
         server = manage_py("runserver", options["addrport"])
+        # Separate pools, as in production: toggles never wait behind a slow job.
         pool = WorkerPool(queue, name="demo-serve", output=None)
         pool.start(options["workers"], scheduler=True, verbosity=1)
-        relay_proc = None
+        slow_pool = WorkerPool(slow_queue, name="demo-serve-slow", output=None)
+        if slow_queue != queue:
+            slow_pool.start(1, scheduler=True, verbosity=1)
         interval = options["relay_interval"]
-        if "safeupdates_relay" in get_commands():
-            relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
-            threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()
-            relay = "safeupdates_relay"
-        else:
-            relay = "relay_pending() in this process"
+        relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
+        threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()
         self.stdout.write(
-            f"Serving http://{options['addrport']}/ with {options['workers']} worker(s) on queue {queue!r}; "
-            f"relay: {relay} every {interval:g} s for requests pending over {conf.relay_after()} s. "
+            f"Serving http://{options['addrport']}/ with {options['workers']} worker(s) on queue {queue!r} and "
+            f"one on the slow queue {slow_queue!r}; relay: safeupdates_relay every {interval:g} s for requests "
+            f"pending over {conf.relay_after()} s. "
             "Log in as demo / demo (`python manage.py demo_user`). Ctrl-C stops everything."
         )
         try:
@@ -56,9 +53,7 @@ class Command(BaseCommand):
                 if not pool.alive():
                     self.stderr.write("the worker exited; stopping.")
                     break
-                if relay_proc is None:
-                    self._relay_once()
-                elif relay_proc.poll() is not None:
+                if relay_proc.poll() is not None:
                     self.stderr.write(f"the relay exited with status {relay_proc.returncode}; stopping.")
                     break
                 time.sleep(interval)
@@ -70,6 +65,7 @@ class Command(BaseCommand):
                 if proc is not None and proc.poll() is None:
                     os.killpg(proc.pid, sig)
             pool.stop()
+            slow_pool.stop()
             for proc in (server, relay_proc):
                 if proc is not None:
                     try:
@@ -84,16 +80,3 @@ class Command(BaseCommand):
             line = raw.decode(errors="replace").rstrip()
             if " 0 job(s)" not in line:
                 self.stdout.write(line)
-
-    def _relay_once(self) -> None:
-        try:
-            delivered = relay_pending()
-        except (DatabaseError, RedisError) as exc:
-            self.stderr.write(f"relay: {exc}; trying again in a moment.")
-            delivered = 0
-        finally:
-            # A long-lived loop: don't keep a broken connection, nor DEBUG's log of every query.
-            connections.close_all()
-            reset_queries()
-        if delivered:
-            self.stdout.write(f"relay: delivered {delivered} record(s) again")
