@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 from rq import Retry, get_current_job
 from rq.job import Job
 
-from safeupdates import conf
+from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, resolve
@@ -170,12 +170,8 @@ def run_batch_reduce(batch_id: str) -> str:
 
 def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None = None) -> int:
     """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due."""
-    from datetime import timedelta
-
-    from django.db.models import DateTimeField, ExpressionWrapper
-
-    using = using or router.db_for_read(Batch)
-    cutoff = ExpressionWrapper(Now() - timedelta(seconds=older_than), output_field=DateTimeField())
+    using = using or router.db_for_write(Batch)  # the primary: a replica may lag behind
+    cutoff = db.older_than(older_than)
     items = ProcessedRequest.objects.using(using).filter(
         kind=RequestKind.BATCH_ITEM, status=RequestStatus.PENDING, created_at__lte=cutoff
     )

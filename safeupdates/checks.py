@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
 
 from safeupdates import conf
-from safeupdates.guard import SUPPORTED_VENDORS
 
 
 @register(Tags.compatibility)
@@ -77,22 +75,53 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     return messages
 
 
-@register(Tags.database)
-def check_database(
-    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
-) -> list[CheckMessage]:
-    """E004: the guarded write supports PostgreSQL and SQLite only."""
+@register(Tags.compatibility)
+def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """E004: the guarded write supports PostgreSQL and SQLite only (read from settings, no connection)."""
+    supported = {"django.db.backends.postgresql", "django.db.backends.sqlite3"}
+    return [
+        Error(
+            f"Database {alias!r} uses {config.get('ENGINE')!r}; safeupdates supports PostgreSQL and SQLite.",
+            hint="Use PostgreSQL in production (SQLite for development).",
+            id="safeupdates.E004",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("ENGINE") not in supported
+    ]
+
+
+def _read_retry() -> Any:
+    from rq import Retry
+
+    options = conf.retry()
+    return Retry(**options) if options.get("max") else None
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """E005: a ``SAFEUPDATES_*`` setting has a value its reader cannot use."""
+    readers: dict[str, Callable[[], Any]] = {
+        "SAFEUPDATES_MAX_CLOCK_SKEW": conf.max_clock_skew,
+        "SAFEUPDATES_JOB_TIMEOUT": conf.job_timeout,
+        "SAFEUPDATES_RELAY_AFTER": conf.relay_after,
+        "SAFEUPDATES_RETENTION": conf.retention,
+        "SAFEUPDATES_RETRY": _read_retry,
+    }
     messages: list[CheckMessage] = []
-    for alias in databases or []:
-        vendor = connections[alias].vendor
-        if vendor not in SUPPORTED_VENDORS:
+    for name, read in readers.items():
+        try:
+            value = read()
+        except Exception as exc:
             messages.append(
                 Error(
-                    f"Database {alias!r} is {vendor}; safeupdates supports PostgreSQL and SQLite.",
-                    hint="Use PostgreSQL in production (SQLite for development).",
-                    id="safeupdates.E004",
+                    f"{name} is invalid: {exc}",
+                    hint="See the settings table of the README for the expected type.",
+                    id="safeupdates.E005",
                 )
             )
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            messages.append(Error(f"{name} must not be negative.", id="safeupdates.E005"))
     return messages
 
 

@@ -117,6 +117,11 @@ def column(model: type[models.Model], name: str) -> str:
 def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, timestamp: bool) -> GuardedUpdate:
     from django.db import connections
 
+    # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
+    # a model field's name is an identifier. Refuse anything else rather than trust that.
+    for name in fields:
+        if not name.isidentifier():
+            raise SafeUpdatesError(f"not a field name: {name!r}")
     # Any connection of the vendor quotes and casts the same way.
     connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
     qn = connection.ops.quote_name
@@ -178,9 +183,11 @@ def _recorded(update_sql: str, table: str, pk_column: str) -> str:
     (the first one wrote exactly its versions), and its INSERT hits the unique request id: it writes
     nothing and returns NULL.
     """
+    from django.db import connection
+
     from safeupdates.models import ProcessedRequest
 
-    log = ProcessedRequest._meta.db_table
+    log = connection.ops.quote_name(ProcessedRequest._meta.db_table)
     return (
         f"WITH upd AS ({update_sql} AND NOT EXISTS "
         f"(SELECT 1 FROM {log} WHERE request_id = %s) RETURNING 1), "

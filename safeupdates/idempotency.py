@@ -22,6 +22,7 @@ from django.db.models.functions import Now
 from rq import get_current_job
 
 from safeupdates import conf
+from safeupdates.db import is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
@@ -39,8 +40,6 @@ TASK_NAMESPACE = uuid.UUID("8c5e2a52-3f7e-5d1b-9a64-6f1d3c0b7e21")
 
 _KEY_LENGTH = 255
 _ERROR_LENGTH = 2000
-# PostgreSQL's SQLSTATE for "could not obtain lock" (lock_timeout).
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def task_request_id(key: str) -> uuid.UUID:
@@ -134,37 +133,32 @@ def _run_once(
     result: R | Outcome
     owns_transaction = not connection.in_atomic_block
     with transaction.atomic(using=alias):
-        postgres = connection.vendor == "postgresql"
-        if postgres:
-            with connection.cursor() as cursor:
-                cursor.execute(f"SET LOCAL lock_timeout = {seconds * 1000}")
-                if owns_transaction:
-                    cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {seconds * 1000}")
-        try:
-            # ON CONFLICT DO NOTHING: a concurrent first call's uncommitted row makes this wait for it.
-            log.bulk_create(
-                [
-                    ProcessedRequest(
-                        request_id=request_id,
-                        kind=RequestKind.TASK,
-                        key=task_key[:_KEY_LENGTH],
-                        changes={"function": f"{func.__module__}.{func.__qualname__}"},
-                        queue=job.origin if job is not None else "",
-                    )
-                ],
-                ignore_conflicts=True,
-            )
-            record = log.select_for_update().get(request_id=request_id)
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
-                raise LockUnavailable(
-                    f"idempotency key {task_key!r} stayed locked for {seconds}s by another run; "
-                    "it is retried by RQ if the job has retries, or call again later."
-                ) from exc
-            raise
-        if postgres:
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+        # idle_in_transaction_session_timeout: a frozen holder (a stopped worker, a lost machine) loses
+        # its lock after the job timeout too.
+        extra = {"idle_in_transaction_session_timeout": seconds * 1000} if owns_transaction else {}
+        with local_lock_timeout(alias, seconds, **extra):
+            try:
+                # ON CONFLICT DO NOTHING: a concurrent first call's uncommitted row makes this wait for it.
+                log.bulk_create(
+                    [
+                        ProcessedRequest(
+                            request_id=request_id,
+                            kind=RequestKind.TASK,
+                            key=task_key[:_KEY_LENGTH],
+                            changes={"function": f"{func.__module__}.{func.__qualname__}"},
+                            queue=job.origin if job is not None else "",
+                        )
+                    ],
+                    ignore_conflicts=True,
+                )
+                record = log.select_for_update().get(request_id=request_id)
+            except OperationalError as exc:
+                if is_lock_unavailable(exc):
+                    raise LockUnavailable(
+                        f"idempotency key {task_key!r} stayed locked for {seconds}s by another run; "
+                        "it is retried by RQ if the job has retries, or call again later."
+                    ) from exc
+                raise
         if record.kind != RequestKind.TASK:
             raise InvalidControl(f"request {request_id} of key {task_key!r} is not an idempotent task.")
         if record.status == RequestStatus.APPLIED:

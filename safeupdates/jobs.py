@@ -13,24 +13,23 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 import django_rq
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.db import InterfaceError, OperationalError, connections, models, router, transaction
-from django.db.models import Case, ExpressionWrapper, F, Subquery, Value, When
+from django.db import DatabaseError, connections, models, router, transaction
+from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
-from django.db.utils import IntegrityError
+from django.db.utils import DataError, IntegrityError
 from rq import Retry, get_current_job
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 
-from safeupdates import conf
+from safeupdates import conf, db
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import guarded_update
+from safeupdates.guard import concrete_field, guarded_update
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import next_version
@@ -43,7 +42,6 @@ logger = logging.getLogger("safeupdates")
 BATCH_SIZE = 500
 # Job states in which a queued job has not yet read the pending requests: it will see ours.
 _WILL_RUN = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
-_TRANSIENT = (OperationalError, InterfaceError)
 
 
 def enqueue_update(
@@ -131,8 +129,8 @@ def deliver(
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
     has started it may have read the pending requests already, so a job of our own is enqueued.
-    ``force=True`` (the relay) always enqueues a job of its own: a job that RQ still calls queued may
-    have been lost with the worker that took it off the queue.
+    ``force=True`` (the relay) also checks that a job RQ calls queued is really in the queue: one taken
+    off the queue by a worker that was then killed would otherwise be waited for forever.
     """
     queue = django_rq.get_queue(queue_name, commit_mode="auto")
     options: dict[str, Any] = {
@@ -145,8 +143,6 @@ def deliver(
     retry = conf.retry()
     if retry.get("max"):
         options["retry"] = Retry(**retry)
-    if force:
-        return queue.enqueue_call(apply_update, **options)
     job_id = _job_id(content_type_id, object_id)
     try:
         return queue.enqueue_call(apply_update, job_id=job_id, unique=True, **options)
@@ -156,7 +152,7 @@ def deliver(
         status = Job.fetch(job_id, connection=queue.connection).get_status(refresh=False)
     except NoSuchJobError:
         status = None
-    if status in _WILL_RUN:
+    if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
         return None
     return queue.enqueue_call(apply_update, **options)
 
@@ -181,8 +177,9 @@ def apply_update(request_id: str) -> str:
                 counts[status] = counts.get(status, 0) + count
             if sum(done.values()) < BATCH_SIZE:
                 break
-    except _TRANSIENT as exc:
-        _record_transient_failure(rid, using, exc)
+    except DatabaseError as exc:
+        # Transient (a lost connection, a lock timeout) or not: RQ retries it; the last try marks it failed.
+        _record_failed_attempt(rid, using, exc)
         raise
     return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "nothing pending"
 
@@ -207,13 +204,11 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         return _finish(log, rejected={r.pk: f"model {content_type} no longer exists" for r in batch})
 
     rejected: dict[int, str] = {}
-    # Per field, the newest request's (version, request pk, value).
-    winners: dict[str, tuple[int, int, Any]] = {}
     try:
         pk = clean_pk(model, batch[0].object_id)
     except InvalidUpdate as exc:
         return _finish(log, rejected={r.pk: str(exc) for r in batch})
-    valid = []
+    valid: list[tuple[ProcessedRequest, dict[str, Any]]] = []
     for request in batch:
         try:
             if not request.version:
@@ -222,32 +217,58 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         except InvalidUpdate as exc:
             rejected[request.pk] = str(exc)
             continue
-        valid.append(request)
-        for name, value in cleaned.items():
-            if name not in winners or winners[name][0] < request.version:
-                winners[name] = (request.version, request.pk, value)
+        valid.append((request, cleaned))
     if not valid:
         return _finish(log, rejected=rejected)
 
-    written = _write(model, pk, winners, using)
+    try:
+        # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
+        with transaction.atomic(using=using):
+            written = _write(model, pk, _winners(valid), using)
+    except (IntegrityError, DataError):
+        # Find the culprit: apply the requests one by one, in version order, each in its own savepoint.
+        applied: set[int] = set()
+        for request, cleaned in valid:
+            try:
+                with transaction.atomic(using=using):
+                    one = _write(model, pk, _winners([(request, cleaned)]), using)
+            except (IntegrityError, DataError) as exc:
+                rejected[request.pk] = f"the database refused it: {type(exc).__name__}: {exc}"[:2000]
+                continue
+            if one:
+                applied.add(request.pk)
+        stale = [r.pk for r, _ in valid if r.pk not in applied and r.pk not in rejected]
+        return _finish(log, applied=list(applied), stale=stale, rejected=rejected)
     if written is None:
-        missing = not model._default_manager.db_manager(using).filter(pk=pk).exists()
-        if missing:
-            rejected.update({r.pk: "the target object does not exist" for r in valid})
+        if not model._default_manager.db_manager(using).filter(pk=pk).exists():
+            rejected.update({r.pk: "the target object does not exist" for r, _ in valid})
             return _finish(log, rejected=rejected)
-        written = set()
-    applied = {winners[name][1] for name in written}
-    stale = [r.pk for r in valid if r.pk not in applied]
-    return _finish(log, applied=list(applied), stale=stale, rejected=rejected)
+        written = {}
+    applied_pks = set(written.values())
+    stale = [r.pk for r, _ in valid if r.pk not in applied_pks]
+    return _finish(log, applied=list(applied_pks), stale=stale, rejected=rejected)
 
 
-def _write(model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str) -> set[str] | None:
-    """Run the guarded update; return the fields it wrote, or None if it matched no row."""
+def _winners(valid: list[tuple[ProcessedRequest, dict[str, Any]]]) -> dict[str, tuple[int, int, Any]]:
+    """Per field, the newest request's ``(version, request pk, value)``."""
+    winners: dict[str, tuple[int, int, Any]] = {}
+    for request, cleaned in valid:
+        assert request.version is not None
+        for name, value in cleaned.items():
+            if name not in winners or winners[name][0] < request.version:
+                winners[name] = (request.version, request.pk, value)
+    return winners
+
+
+def _write(
+    model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str
+) -> dict[str, int] | None:
+    """Run the guarded update; return ``{field: request pk}`` of what it wrote, or None if no row matched."""
     connection = connections[using]
     fields = tuple(sorted(winners))
     statement = guarded_update(model, fields, connection)
     values = [
-        (model._meta.get_field(name).get_db_prep_save(winners[name][2], connection), winners[name][0])  # type: ignore[union-attr]
+        (concrete_field(model, name).get_db_prep_save(winners[name][2], connection), winners[name][0])
         for name in fields
     ]
     with connection.cursor() as cursor:
@@ -257,7 +278,7 @@ def _write(model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int
         return None
     versions = statement.load_versions(row[0])
     # A field was written by us iff it now carries exactly its winner's version: versions are unique.
-    return {name for name in fields if versions.get(name) == winners[name][0]}
+    return {name: winners[name][1] for name in fields if versions.get(name) == winners[name][0]}
 
 
 def _finish(
@@ -283,7 +304,7 @@ def _finish(
     return {status: count for status, count in counts.items() if count}
 
 
-def _record_transient_failure(rid: uuid.UUID, using: str, exc: Exception) -> None:
+def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
     job = get_current_job()
     final = job is None or not job.retries_left
@@ -296,7 +317,7 @@ def _record_transient_failure(rid: uuid.UUID, using: str, exc: Exception) -> Non
         if final:
             update.update(status=RequestStatus.FAILED, processed_at=Now())
         ProcessedRequest.objects.using(using).filter(request_id=rid, status=RequestStatus.PENDING).update(**update)
-    except _TRANSIENT:
+    except DatabaseError:
         # The database is still unreachable: the request stays pending and the relay delivers it again.
         logger.exception("safeupdates: could not record the failure of request %s", rid)
 
@@ -312,8 +333,8 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
     from safeupdates.batches import relay_batches
 
     seconds = conf.relay_after() if older_than is None else older_than
-    using = using or router.db_for_read(ProcessedRequest)
-    cutoff = ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=models.DateTimeField())
+    using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
+    cutoff = db.older_than(seconds)
     pending = (
         ProcessedRequest.objects.using(using)
         .filter(kind=RequestKind.UPDATE, status=RequestStatus.PENDING, created_at__lte=cutoff)

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.contenttypes.models import ContentType
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import OperationalError, connections, models, transaction
 from django.db.models.functions import Now
 
+from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.guard import guarded_update
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id, clean_synced_at, clean_version
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["Outcome", "SafeUpdateManager", "SafeUpdateQuerySet", "SafeUpdateQuerySetMixin", "UpdateResult"]
 
 _M = TypeVar("_M", bound=models.Model)
-
-# PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class Outcome(enum.StrEnum):
@@ -96,7 +93,9 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         if version is not None:
             version = clean_version(version)
             return self._apply(pk, cleaned, version=version, request_id=rid)
-        return self._apply(pk, cleaned, synced_at=clean_synced_at(synced_at), request_id=rid)
+        # The skew is measured against the database's clock, not this process's.
+        synced_at = clean_synced_at(synced_at, now=database_now(self.db))
+        return self._apply(pk, cleaned, synced_at=synced_at, request_id=rid)
 
     def bulk_update_if_newer(self, updates: Iterable[tuple[Any, int, dict[str, Any]]]) -> BulkResult:
         """Apply many ``(pk, version, changes)`` updates with the per-field semantics of
@@ -127,6 +126,8 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             for name in fields
         ]
         if request_id is not None and version is not None and statement.recorded_sql is not None:
+            from safeupdates.models import ChangesEncoder
+
             # PostgreSQL: record and apply in one statement, one round trip.
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -137,7 +138,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                         request_id=request_id,
                         content_type_id=ContentType.objects.db_manager(self.db).get_for_model(self.model).pk,
                         version=version,
-                        changes_json=json.dumps(cleaned, cls=DjangoJSONEncoder),
+                        changes_json=json.dumps(cleaned, cls=ChangesEncoder),
                     ),
                 )
                 status = cursor.fetchone()[0]
@@ -146,11 +147,9 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             # The request id is known: a duplicate, or a pending request from enqueue_update.
 
         with transaction.atomic(using=self.db):
-            record = None
-            if request_id is not None:
-                record = self._lock_request(request_id)
-                if record is not None and record.is_terminal:
-                    return UpdateResult(False, Outcome.DUPLICATE, record.version)
+            record = None if request_id is None else self._reserve_request(request_id, pk, cleaned)
+            if record is not None and record.is_terminal:
+                return UpdateResult(False, Outcome.DUPLICATE, record.version)
             if synced_at is not None:
                 version = next_version(self.db)
             assert version is not None
@@ -163,44 +162,43 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                 outcome = Outcome.STALE
             else:
                 outcome = Outcome.MISSING
-            if request_id is not None:
-                self._record(record, request_id, pk, version, cleaned, outcome)
+            if record is not None:
+                self._record(record, version, outcome)
         return UpdateResult(written, outcome, version)
 
-    def _lock_request(self, request_id: uuid.UUID) -> ProcessedRequest | None:
-        from safeupdates.models import ProcessedRequest
+    def _reserve_request(self, request_id: uuid.UUID, pk: Any, cleaned: dict[str, Any]) -> ProcessedRequest:
+        """Insert the request's log row if it is new, then lock it: a concurrent duplicate waits here."""
+        from safeupdates.models import ChangesEncoder, ProcessedRequest, RequestKind
 
-        return ProcessedRequest.objects.using(self.db).select_for_update().filter(request_id=request_id).first()
+        log = ProcessedRequest.objects.using(self.db)
+        content_type = ContentType.objects.db_manager(self.db).get_for_model(self.model)
+        changes = json.loads(json.dumps(cleaned, cls=ChangesEncoder))
+        log.bulk_create(
+            [ProcessedRequest(request_id=request_id, content_type=content_type, object_id=str(pk), changes=changes)],
+            ignore_conflicts=True,
+        )
+        record = log.select_for_update().get(request_id=request_id)
+        if record.kind != RequestKind.UPDATE or (record.content_type_id, record.object_id) != (
+            content_type.pk,
+            str(pk),
+        ):
+            raise InvalidUpdate(f"request_id {request_id} was already used for another object.")
+        if not record.is_terminal and record.changes != changes:
+            # A pending request of enqueue_update with other changes: applying ours would lose its own.
+            raise InvalidUpdate(
+                f"request_id {request_id} is a pending request with other changes ({record.changes}); "
+                "let its job apply it, or use a new request id."
+            )
+        return record
 
-    def _record(
-        self,
-        record: ProcessedRequest | None,
-        request_id: uuid.UUID,
-        pk: Any,
-        version: int,
-        cleaned: dict[str, Any],
-        outcome: Outcome,
-    ) -> None:
+    def _record(self, record: ProcessedRequest, version: int, outcome: Outcome) -> None:
         from safeupdates.models import ProcessedRequest, RequestStatus
 
         status = RequestStatus.REJECTED if outcome is Outcome.MISSING else RequestStatus(outcome.value)
         error = "the target object does not exist" if outcome is Outcome.MISSING else ""
-        if record is None:
-            ProcessedRequest.objects.using(self.db).create(
-                request_id=request_id,
-                content_type=ContentType.objects.db_manager(self.db).get_for_model(self.model),
-                object_id=str(pk),
-                version=version,
-                changes=cleaned,
-                status=status,
-                error=error,
-                attempts=1,
-                processed_at=Now(),
-            )
-        else:
-            ProcessedRequest.objects.using(self.db).filter(pk=record.pk).update(
-                status=status, error=error, attempts=models.F("attempts") + 1, processed_at=Now()
-            )
+        ProcessedRequest.objects.using(self.db).filter(pk=record.pk).update(
+            status=status, error=error, version=version, attempts=models.F("attempts") + 1, processed_at=Now()
+        )
 
     @contextmanager
     def with_lock(self, pk: Any, *, nowait: bool = False, timeout: float | None = None) -> Iterator[_M]:
@@ -213,26 +211,19 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         """
         if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
             raise InvalidUpdate(f"timeout must be a positive number of seconds, got {timeout!r}.")
-        connection = connections[self.db]
         with transaction.atomic(using=self.db):
-            use_timeout = timeout is not None and connection.vendor == "postgresql"
-            if use_timeout:
-                with connection.cursor() as cursor:
-                    cursor.execute(f"SET LOCAL lock_timeout = {max(1, int(timeout * 1000))}")  # type: ignore[operator]
-            try:
-                instance = self.select_for_update(nowait=nowait).get(pk=pk)  # type: ignore[attr-defined]
-            except OperationalError as exc:
-                if getattr(exc.__cause__, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
-                    how = "nowait=True" if nowait else f"timeout={timeout}s"
-                    raise LockUnavailable(
-                        f"{self.model._meta.label} pk={pk!r} is locked by another transaction ({how}); "
-                        "retry later, or wait longer with a larger timeout."
-                    ) from exc
-                raise
-            if use_timeout:
-                # Only this lock waits that long; later statements of the caller's transaction don't.
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+            # Only this lock waits that long; the caller's later statements keep their own timeout.
+            with local_lock_timeout(self.db, timeout):
+                try:
+                    instance = self.select_for_update(nowait=nowait).get(pk=pk)  # type: ignore[attr-defined]
+                except OperationalError as exc:
+                    if is_lock_unavailable(exc):
+                        how = "nowait=True" if nowait else f"timeout={timeout}s"
+                        raise LockUnavailable(
+                            f"{self.model._meta.label} pk={pk!r} is locked by another transaction ({how}); "
+                            "retry later, or wait longer with a larger timeout."
+                        ) from exc
+                    raise
             yield instance
 
 

@@ -7,6 +7,7 @@ the request log: outbox for the job path, idempotency record, and audit trail in
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ __all__ = [
     "BASE_VERSION_KEY",
     "Batch",
     "BatchStatus",
+    "ChangesEncoder",
     "LockVersionMixin",
     "ProcessedRequest",
     "RequestKind",
@@ -62,6 +64,10 @@ class LockVersionMixin(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         using = kwargs.get("using") or self._state.db or "default"
         update_fields: Iterable[str] | None = kwargs.get("update_fields")
+        if update_fields is not None:
+            update_fields = list(update_fields)
+            if not update_fields:
+                return  # Django's own contract: an empty update_fields saves nothing
         loaded_version, loaded_field_versions = self.lock_version, self.field_versions
         new_version = next_version(using)
         if update_fields is None:
@@ -144,6 +150,17 @@ class SafeUpdateModel(LockVersionMixin, SyncedAtMixin):
         abstract = True
 
 
+class ChangesEncoder(DjangoJSONEncoder):
+    """JSON encoder of the request log's ``changes``: datetimes and times keep their microseconds
+    (``DjangoJSONEncoder`` cuts them to milliseconds, and the job writes what the log holds)."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, datetime.datetime | datetime.time):
+            text = o.isoformat()
+            return text[:-6] + "Z" if text.endswith("+00:00") else text
+        return super().default(o)
+
+
 class RequestStatus(models.TextChoices):
     """Status of a :class:`ProcessedRequest`. Every status but ``pending`` is terminal."""
 
@@ -184,7 +201,7 @@ class ProcessedRequest(models.Model):
     key = models.CharField(_("key"), max_length=255, blank=True, default="")
     target = GenericForeignKey("content_type", "object_id")
     version = models.BigIntegerField(_("version"), null=True, blank=True)
-    changes = models.JSONField(_("changes"), default=dict, encoder=DjangoJSONEncoder)
+    changes = models.JSONField(_("changes"), default=dict, encoder=ChangesEncoder)
     status = models.CharField(_("status"), max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING)
     error = models.TextField(_("error"), blank=True, default="")
     attempts = models.PositiveIntegerField(_("attempts"), default=0)

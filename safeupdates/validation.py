@@ -91,8 +91,9 @@ def clean_version(version: Any) -> int:
     return int(version)
 
 
-def clean_synced_at(synced_at: Any) -> datetime:
-    """Return ``synced_at`` if it is a datetime, aware under ``USE_TZ``, and not too far in the future."""
+def clean_synced_at(synced_at: Any, *, now: datetime) -> datetime:
+    """Return ``synced_at`` if it is a datetime, aware under ``USE_TZ``, and not more than
+    ``SAFEUPDATES_MAX_CLOCK_SKEW`` after ``now`` (the database's time, aware)."""
     if not isinstance(synced_at, datetime):
         raise InvalidUpdate(f"synced_at must be a datetime, got {synced_at!r}.")
     if settings.USE_TZ and timezone.is_naive(synced_at):
@@ -100,7 +101,10 @@ def clean_synced_at(synced_at: Any) -> datetime:
             f"synced_at={synced_at.isoformat()} is naive while USE_TZ=True; attach a timezone "
             "(for example datetime.now(timezone.utc))."
         )
-    now = timezone.now() if settings.USE_TZ else datetime.now()
+    if not settings.USE_TZ and timezone.is_aware(synced_at):
+        raise InvalidUpdate(f"synced_at={synced_at.isoformat()} is aware while USE_TZ=False; pass a naive datetime.")
+    if timezone.is_naive(synced_at):
+        now = timezone.make_naive(now, timezone.get_default_timezone())
     skew = conf.max_clock_skew()
     if synced_at > now + skew:
         raise InvalidUpdate(

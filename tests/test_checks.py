@@ -5,14 +5,15 @@ from django.db import models
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from safeupdates.checks import check_database, check_django_rq, check_models
+from safeupdates.checks import check_database, check_django_rq, check_models, check_settings
 from safeupdates.models import SafeUpdateModel
 
 
 def test_no_messages_for_a_good_configuration():
     assert check_django_rq() == []
     assert check_models() == []
-    assert check_database(databases=["default"]) == []
+    assert check_database() == []
+    assert check_settings() == []
 
 
 @override_settings(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "safeupdates"])
@@ -77,3 +78,26 @@ def test_w001_and_e003():
                 id="safeupdates.E003",
             ),
         ]
+
+
+def test_e004_unsupported_database():
+    databases = {"default": {"ENGINE": "django.db.backends.mysql", "NAME": "x"}}
+    with override_settings(DATABASES=databases):
+        assert check_database() == [
+            Error(
+                "Database 'default' uses 'django.db.backends.mysql'; safeupdates supports PostgreSQL and SQLite.",
+                hint="Use PostgreSQL in production (SQLite for development).",
+                id="safeupdates.E004",
+            )
+        ]
+
+
+@override_settings(
+    SAFEUPDATES_RETRY={"max": 2, "interval": -1}, SAFEUPDATES_JOB_TIMEOUT="soon", SAFEUPDATES_RELAY_AFTER=-5
+)
+def test_e005_invalid_settings():
+    messages = check_settings()
+    assert [m.id for m in messages] == ["safeupdates.E005"] * 3
+    assert messages[0].msg == "SAFEUPDATES_JOB_TIMEOUT is invalid: invalid literal for int() with base 10: 'soon'"
+    assert messages[1].msg == "SAFEUPDATES_RELAY_AFTER must not be negative."
+    assert messages[2].msg == "SAFEUPDATES_RETRY is invalid: interval: negative numbers are not allowed"

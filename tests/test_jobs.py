@@ -180,6 +180,19 @@ class TestApplyInProcess:
         request.refresh_from_db()
         assert request.status == "rejected" and error in request.error
 
+    def test_a_value_the_database_refuses_is_rejected_alone(self, redis):
+        profile = ProfileFactory()
+        first = enqueue_update(profile, active=True)
+        refused = enqueue_update(profile, score=-13)  # violates a CHECK constraint
+        last = enqueue_update(profile, newsletter=True)
+        assert apply_update(str(first.request_id)) == "2 applied, 1 rejected"
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {first.pk: "applied", refused.pk: "rejected", last.pk: "applied"}
+        refused.refresh_from_db()
+        assert "the database refused it: IntegrityError" in refused.error
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter, profile.score) == (True, True, 0)
+
     def test_field_removed_from_safe_update_fields_is_rejected(self, redis, monkeypatch):
         profile = ProfileFactory()
         request = enqueue_update(profile, score=2)

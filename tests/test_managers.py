@@ -242,6 +242,22 @@ class TestIdempotency:
             )
             transaction.set_rollback(True)
 
+    def test_request_id_of_another_object_or_pending_other_changes_is_refused(self, redis):
+        from safeupdates import enqueue_update
+
+        profile, other = ProfileFactory(), ProfileFactory()
+        rid = uuid.uuid4()
+        Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now(), request_id=rid, active=True)
+        with pytest.raises(InvalidUpdate, match="another object"):
+            Profile.objects.update_if_newer(other.pk, synced_at=timezone.now(), request_id=rid, active=True)
+        pending = enqueue_update(profile, newsletter=True)
+        before = snapshot(profile)
+        with pytest.raises(InvalidUpdate, match="pending request with other changes"):
+            Profile.objects.update_if_newer(
+                profile.pk, synced_at=timezone.now(), request_id=pending.request_id, newsletter=False
+            )
+        assert snapshot(profile) == before
+
     def test_written_in_the_callers_transaction(self):
         profile = ProfileFactory()
         rid = uuid.uuid4()
@@ -364,6 +380,46 @@ def test_concurrent_duplicates_apply_once(postgres_only):
         thread.join()
     assert sorted(outcomes) == sorted([Outcome.APPLIED] + [Outcome.DUPLICATE] * 5)
     assert ProcessedRequest.objects.get(request_id=rid).attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["version", "timestamp"])
+def test_concurrent_duplicates_waiting_on_the_row_apply_once(postgres_only, mode):
+    """Both calls pass the "request id unknown" test before either has written: the second must wait for
+    the first's log row and report a duplicate, never an IntegrityError."""
+    profile = ProfileFactory()
+    rid = uuid.uuid4()
+    kwargs = {"version": next_version()} if mode == "version" else {"synced_at": timezone.now()}
+    locked, release = threading.Event(), threading.Event()
+    outcomes: list[object] = []
+
+    def hold() -> None:
+        try:
+            with Profile.objects.with_lock(profile.pk):
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    def run() -> None:
+        try:
+            outcomes.append(Profile.objects.update_if_newer(profile.pk, request_id=rid, active=True, **kwargs).outcome)
+        except Exception as exc:  # recorded, so that the assertion shows it
+            outcomes.append(exc)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert locked.wait(10)
+    callers = [threading.Thread(target=run) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    time.sleep(0.5)
+    release.set()
+    for thread in [holder, *callers]:
+        thread.join()
+    assert sorted(map(str, outcomes)) == ["applied", "duplicate"]
 
 
 @pytest.mark.django_db(transaction=True)

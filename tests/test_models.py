@@ -130,3 +130,24 @@ def test_processed_request_str_and_terminal():
     assert not request.is_terminal
     request.status = RequestStatus.STALE
     assert request.is_terminal
+
+
+def test_empty_update_fields_saves_nothing():
+    profile = ProfileFactory()
+    Profile.objects.filter(pk=profile.pk).update(lock_version=profile.lock_version + 1)
+    profile.name = "unsaved"
+    profile.save(update_fields=[])  # no write, so no StaleObjectError either
+    assert Profile.objects.get(pk=profile.pk).name != "unsaved"
+
+
+def test_changes_keep_microseconds():
+    import datetime
+    import json
+
+    from safeupdates.models import ChangesEncoder
+
+    moment = datetime.datetime(2026, 11, 29, 10, 0, 0, 123456, tzinfo=datetime.UTC)
+    assert json.dumps({"at": moment, "t": moment.time()}, cls=ChangesEncoder) == (
+        '{"at": "2026-11-29T10:00:00.123456Z", "t": "10:00:00.123456"}'
+    )
+    assert json.dumps({"n": 1.5}, cls=ChangesEncoder) == '{"n": 1.5}'

@@ -17,6 +17,12 @@ class Profile(SafeUpdateModel):
 
     safe_update_fields = ("name", "active", "newsletter", "dark_mode", "score")
 
+    class Meta:
+        # A rule only the database knows, for the tests of values the database refuses.
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(score=-13), name="testapp_profile_score_not_minus_13")
+        ]
+
     def __str__(self) -> str:
         return self.name or f"profile {self.pk}"
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import DateTimeField, ExpressionWrapper
-from django.db.models.functions import Now
 
-from safeupdates import conf
+from safeupdates import conf, db
 from safeupdates.models import TERMINAL_STATUSES, ProcessedRequest
 
 
@@ -33,7 +30,7 @@ class Command(BaseCommand):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1.")
         # The database's clock decides what is old, never this process's.
-        cutoff = ExpressionWrapper(Now() - timedelta(days=days), output_field=DateTimeField())
+        cutoff = db.older_than(days * 86400)
         old = ProcessedRequest.objects.filter(status__in=TERMINAL_STATUSES, created_at__lt=cutoff)
         if dry_run:
             self.stdout.write(f"would delete {old.count()} request(s) older than {days:g} day(s)")

@@ -1,0 +1,64 @@
+"""Database helpers shared by the modules: the database's clock, scoped lock timeouts, lock errors.
+
+Time comes from the database, never from a worker's or a web process's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import connections, models
+from django.db.models import ExpressionWrapper
+from django.db.models.functions import Now
+
+__all__ = ["LOCK_NOT_AVAILABLE", "database_now", "is_lock_unavailable", "local_lock_timeout", "older_than"]
+
+#: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def is_lock_unavailable(exc: BaseException) -> bool:
+    """True if ``exc`` (a Django ``OperationalError``) says a row lock could not be had."""
+    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
+
+def database_now(using: str = "default") -> datetime:
+    """The database server's current time, aware (UTC)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT CURRENT_TIMESTAMP")
+        value = cursor.fetchone()[0]
+    now: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: a string, UTC
+    return now if now.tzinfo else now.replace(tzinfo=UTC)
+
+
+def older_than(seconds: float) -> ExpressionWrapper[Any]:
+    """An expression for "``seconds`` before now" on the database's clock, to compare timestamps with."""
+    return ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=models.DateTimeField())
+
+
+@contextmanager
+def local_lock_timeout(using: str, seconds: float | None, **extra: Any) -> Iterator[None]:
+    """Within the current transaction, make lock waits give up after ``seconds`` (PostgreSQL only).
+
+    The caller's own ``lock_timeout`` is put back afterwards, so only the locks taken inside the block
+    wait that long. Keyword arguments set further ``SET LOCAL`` parameters in milliseconds for the rest of
+    the transaction (for example ``idle_in_transaction_session_timeout``). Elsewhere it does nothing.
+    """
+    connection = connections[using]
+    if seconds is None or connection.vendor != "postgresql":
+        yield
+        return
+    milliseconds = max(1, int(seconds * 1000))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('lock_timeout')")
+        previous = cursor.fetchone()[0]
+        cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+        for name, value in extra.items():
+            cursor.execute(f"SET LOCAL {name} = {int(value)}")
+    yield
+    # On an exception the caller's atomic() rolls back, and SET LOCAL with it; else put the old value back.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
