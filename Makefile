@@ -42,7 +42,7 @@ serve: install
 	$(PY) manage.py demo_serve
 
 bench: install
-	$(PY) manage.py safeupdates_bench
+	$(PY) benchmarks/bench.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3 test.sqlite3 .coverage htmlcov .tox

@@ -19,8 +19,8 @@ from django.db import connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import guarded_update
-from safeupdates.models import BASE_VERSION_KEY
+from safeupdates.guard import column, concrete_field, guarded_update
+from safeupdates.models import BASE_VERSION_KEY, LockVersionMixin
 from safeupdates.validation import clean_changes, clean_pk, clean_version
 
 __all__ = ["DEFAULT_BATCH_SIZE", "BulkResult", "bulk_update_if_newer"]
@@ -78,6 +78,8 @@ def bulk_update_if_newer(
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise InvalidUpdate(f"batch_size must be a positive integer, got {batch_size!r}.")
     model = queryset.model
+    if not issubclass(model, LockVersionMixin):
+        raise InvalidUpdate(f"{model._meta.label} has no per-field versions: give it LockVersionMixin.")
     rows = _merge(model, updates)
     if not rows:
         return BulkResult()
@@ -142,17 +144,6 @@ def _merge(model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[
     return rows
 
 
-def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
-    field = model._meta.get_field(name)
-    assert isinstance(field, models.Field)
-    return field
-
-
-def _column(field: models.Field[Any, Any]) -> str:
-    assert field.column is not None, field
-    return field.column
-
-
 def _stored_version(versions: Mapping[str, Any], name: str) -> int:
     """The version of field ``name``'s last write in a ``field_versions`` map (as the guard reads it)."""
     for key in (name, BASE_VERSION_KEY):
@@ -166,7 +157,7 @@ def _write_postgresql(
 ) -> dict[Any, tuple[str, ...]]:
     """Write ``batch`` in one statement; return, per existing row, the fields it wrote."""
     fields = tuple(sorted({name for row in batch for name in row.winners}))
-    prepare = [_field(model, name).get_db_prep_save for name in fields]
+    prepare = [concrete_field(model, name).get_db_prep_save for name in fields]
     params: list[Any] = []
     for row in batch:
         params.append(row.pk)
@@ -191,9 +182,9 @@ def _postgresql_row(model: type[models.Model], fields: tuple[str, ...]) -> str:
     connection = _postgresql_connection()
     pk_field = model._meta.pk
     assert pk_field is not None
-    casts = [f"%s::{pk_field.cast_db_type(connection)}"]
+    casts = [f"%s::{pk_field.cast_db_type(connection)}"]  # type: ignore[attr-defined]
     for name in fields:
-        casts += (f"%s::{_field(model, name).cast_db_type(connection)}", "%s::bigint")
+        casts += (f"%s::{concrete_field(model, name).cast_db_type(connection)}", "%s::bigint")  # type: ignore[attr-defined]
     return f"({', '.join(casts)})"
 
 
@@ -211,12 +202,10 @@ def _postgresql_sql(model: type[models.Model], fields: tuple[str, ...]) -> str:
     """
     connection = _postgresql_connection()
     qn = connection.ops.quote_name
-    pk_field = model._meta.pk
-    assert pk_field is not None
     table = qn(model._meta.db_table)
-    pk = qn(_column(pk_field))
-    fv = qn(_column(_field(model, "field_versions")))
-    lock = qn(_column(_field(model, "lock_version")))
+    pk = qn(column(model, "pk"))
+    fv = qn(column(model, "field_versions"))
+    lock = qn(column(model, "lock_version"))
     # Field names go into SQL only as JSON keys; the VALUES columns get neutral aliases.
     aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
 
@@ -227,8 +216,8 @@ def _postgresql_sql(model: type[models.Model], fields: tuple[str, ...]) -> str:
         selected += [f"v.{a}_value", f"v.{a}_version", f"COALESCE({stored} < v.{a}_version, false) AS {a}_ok"]
     sets = []
     for name, a in aliases:
-        column = qn(_column(_field(model, name)))
-        sets.append(f"{column} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{column} END")
+        quoted = qn(column(model, name))
+        sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
     pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
     sets.append(f"{fv} = t.{fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
     # GREATEST ignores NULLs: the highest version actually written, as update_if_newer would leave it.
@@ -272,7 +261,7 @@ def _write_per_row(
         # becomes the highest of their versions.
         statement = guarded_update(model, fields, connection)
         values = [
-            (_field(model, name).get_db_prep_save(row.winners[name][2], connection), row.winners[name][0])
+            (concrete_field(model, name).get_db_prep_save(row.winners[name][2], connection), row.winners[name][0])
             for name in fields
         ]
         with connection.cursor() as cursor:

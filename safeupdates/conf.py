@@ -69,3 +69,8 @@ def slow_queue() -> str:
     Pass it as ``enqueue(func, queue=conf.slow_queue())``; give it fewer workers than the fast queue.
     """
     return str(_get("SLOW_QUEUE", fast_queue()))
+
+
+def prepared_statements() -> bool:
+    """Whether guarded writes run as server-side prepared statements on PostgreSQL (default True)."""
+    return bool(_get("PREPARED_STATEMENTS", True))

@@ -12,14 +12,17 @@ SQL is built once per model, field set and database vendor, and cached.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 
+from safeupdates import conf
 from safeupdates.exceptions import SafeUpdatesError
 
 SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
@@ -91,6 +94,52 @@ class GuardedUpdate:
         ]
 
 
+@contextmanager
+def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
+    """A cursor for the guarded statements; on PostgreSQL with psycopg 3 they run prepared.
+
+    Django binds parameters on the client, so PostgreSQL parses and plans every execution anew, and
+    the recorded statement (an UPDATE and an INSERT in CTEs) spends longer in the planner than in the
+    executor. This cursor binds on the server and prepares each statement once per connection
+    (psycopg's prepared statement cache); Django still wraps it, so ``connection.execute_wrapper()``
+    sees every statement. ``SAFEUPDATES_PREPARED_STATEMENTS = False`` turns this off, for poolers
+    without prepared statement support (PgBouncer before 1.21 in transaction mode).
+    """
+    cursor_class = _prepared_cursor_class() if connection.vendor == "postgresql" else None
+    # While queries are logged (DEBUG, assertNumQueries), Django's own cursor: the log then shows
+    # every statement with its values, which a prepared statement's log entry would not.
+    if cursor_class is None or connection.queries_logged or not conf.prepared_statements():
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.ensure_connection()
+    with connection._prepare_cursor(cursor_class(connection.connection)) as cursor:  # type: ignore[attr-defined]
+        yield cursor
+
+
+_NEVER = 2**62
+
+
+@lru_cache(maxsize=1)
+def _prepared_cursor_class() -> type[Any] | None:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return None
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if self.connection.prepare_threshold is None:
+                # Django disables psycopg's prepared statements (None), which also ignores an explicit
+                # prepare=True. A threshold never reached keeps automatic preparing off for every
+                # other query and lets this cursor prepare its own.
+                self.connection.prepare_threshold = _NEVER
+            return super().execute(query, params, prepare=True, **kwargs)
+
+    return PreparedCursor
+
+
 def guarded_update(
     model: type[models.Model], fields: Sequence[str], connection: BaseDatabaseWrapper, *, timestamp: bool = False
 ) -> GuardedUpdate:
@@ -156,8 +205,11 @@ def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, time
         sets.append(f"{fv} = {fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
         sets.append(f"{lock} = GREATEST({lock}, %s)")
     else:
-        pairs = ", ".join(f"'$.\"{name}\"', CASE WHEN {guard(name)} THEN %s ELSE {stored(name)} END" for name in fields)
-        sets.append(f"{fv} = json_set({fv}, {pairs})")
+        # A JSON merge patch (json_patch), not json_set: a null in the patch removes a key, so a field
+        # that does not pass and has no entry of its own gets none (json_set wrote a JSON null), and
+        # one that has an entry keeps it.
+        pairs = ", ".join(f"'{name}', CASE WHEN {guard(name)} THEN %s ELSE {stored(name)} END" for name in fields)
+        sets.append(f"{fv} = json_patch({fv}, json_object({pairs}))")
         sets.append(f"{lock} = MAX({lock}, %s)")
 
     where = f"{pk_column} = %s AND ({' OR '.join(guard(name) for name in fields)})"

@@ -22,7 +22,7 @@ from django.db.models.functions import Now
 
 from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.guard import guarded_update
+from safeupdates.guard import guarded_update, statement_cursor
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id, clean_synced_at, clean_version
 from safeupdates.versions import next_version
 
@@ -128,8 +128,8 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         if request_id is not None and version is not None and statement.recorded_sql is not None:
             from safeupdates.models import ChangesEncoder
 
-            # PostgreSQL: record and apply in one statement, one round trip.
-            with connection.cursor() as cursor:
+            # PostgreSQL: record and apply in one prepared statement, one round trip.
+            with statement_cursor(connection) as cursor:
                 cursor.execute(
                     statement.recorded_sql,
                     statement.recorded_params(
@@ -153,7 +153,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             if synced_at is not None:
                 version = next_version(self.db)
             assert version is not None
-            with connection.cursor() as cursor:
+            with statement_cursor(connection) as cursor:
                 cursor.execute(statement.sql, statement.params(pk, [(v, version) for v in prepped], synced_at))
                 written = cursor.rowcount > 0
             if written:

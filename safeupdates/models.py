@@ -123,7 +123,11 @@ class LockVersionMixin(models.Model):
     def field_version(self, name: str) -> int:
         """Return the version of the last write of field ``name`` as loaded on this instance."""
         versions = self.field_versions or {}
-        return int(versions.get(name, versions.get(BASE_VERSION_KEY, 0)))
+        # A JSON null (written on SQLite by earlier releases) means "no entry of its own".
+        for key in (name, BASE_VERSION_KEY):
+            if versions.get(key) is not None:
+                return int(versions[key])
+        return 0
 
 
 class SyncedAtMixin(models.Model):

@@ -1,0 +1,659 @@
+#!/usr/bin/env python
+"""Benchmark of safeupdates against naive baselines, side by side in one run on one table.
+
+Run from the repository root (``make bench`` does)::
+
+    .venv/bin/python benchmarks/bench.py [--rounds 3] [--drain-rounds 1] [--quick] [--only 1,2,3,4]
+
+It creates and migrates its own PostgreSQL database (``BENCH_DATABASE_URL``, default
+``postgres://postgres@127.0.0.1:5432/safeupdates_bench``), empties its tables, uses one RQ queue of its
+own on ``BENCH_REDIS_URL`` (else ``REDIS_URL``), and starts real ``rqworker`` processes for the drain.
+Every figure is the median of its rounds; within a round the contenders run in short slices, taking
+turns in an order that rotates, and each ratio is the median of the per-round ratios.
+Exit status: 0 if every target and every correctness check passes, 1 otherwise. See
+docs/benchmarks.md for what each row measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import django_rq  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from rq import Queue  # noqa: E402
+from rq.job import Job  # noqa: E402
+from rq.results import Result  # noqa: E402
+
+from benchmarks.jobs import gate, naive_toggle  # noqa: E402
+from safeupdates import conf  # noqa: E402
+from safeupdates.jobs import enqueue_update  # noqa: E402
+from safeupdates.models import ProcessedRequest, RequestStatus  # noqa: E402
+from safeupdates.versions import SEQUENCE_NAME  # noqa: E402
+from tests.testapp.models import Profile  # noqa: E402
+
+TOGGLE_FIELDS = ("active", "newsletter", "dark_mode")
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One measured contender: its per-round figures (a rate, or seconds)."""
+
+    section: str
+    label: str
+    unit: str
+    figures: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.figures)
+
+
+@dataclass
+class Ratio:
+    """A ratio between two contenders, per round, and its target."""
+
+    section: str
+    label: str
+    figures: list[float]
+    target: str
+    passes: Callable[[float], bool] | None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.figures)
+
+    @property
+    def verdict(self) -> str:
+        if self.passes is None:
+            return "info"
+        return "PASS" if self.passes(self.median) else "FAIL"
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    ratios: list[Ratio] = field(default_factory=list)
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+
+    def row(self, section: str, label: str, unit: str) -> Row:
+        row = Row(section, label, unit)
+        self.rows.append(row)
+        return row
+
+    def ratio(
+        self,
+        section: str,
+        label: str,
+        figures: list[float],
+        target: str = "",
+        passes: Callable[[float], bool] | None = None,
+    ) -> None:
+        self.ratios.append(Ratio(section, label, figures, target, passes))
+
+    def check(self, label: str, ok: bool, detail: str = "") -> None:
+        self.checks.append((label, ok, detail))
+
+    def print(self) -> bool:
+        """Print the tables; return True if every target and check passed."""
+        print()
+        print(f"{'':3}{'measurement':<58}{'median':>12}  {'unit':<12}{'rounds'}")
+        for row in self.rows:
+            rounds = ", ".join(_fmt(f) for f in row.figures)
+            print(f"{row.section:<3}{row.label:<58}{_fmt(row.median):>12}  {row.unit:<12}{rounds}")
+        print()
+        print(f"{'':3}{'ratio':<58}{'median':>12}  {'target':<12}{'result':<8}rounds")
+        for ratio in self.ratios:
+            rounds = ", ".join(f"{f:.2f}" for f in ratio.figures)
+            median = f"{ratio.median:.2f}x"
+            print(f"{ratio.section:<3}{ratio.label:<58}{median:>12}  {ratio.target:<12}{ratio.verdict:<8}{rounds}")
+        if self.checks:
+            print()
+            for label, ok, detail in self.checks:
+                print(f"   {'ok  ' if ok else 'FAIL'} {label}{': ' + detail if detail else ''}")
+        return all(r.verdict != "FAIL" for r in self.ratios) and all(ok for _l, ok, _d in self.checks)
+
+
+def _fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def _rotate(items: Sequence[Any], by: int) -> list[Any]:
+    by %= len(items)
+    return [*items[by:], *items[:by]]
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- set-up ----------------------------------------------------------------------------------------
+
+
+def prepare_database() -> None:
+    """Create (if needed) and migrate the benchmark's PostgreSQL database; refuse any other database."""
+    name = connection.settings_dict["NAME"]
+    if connection.vendor != "postgresql":
+        sys.exit(f"The benchmark needs PostgreSQL; BENCH_DATABASE_URL points at {connection.vendor}.")
+    if "bench" not in name:
+        sys.exit(
+            f"Refusing to run on database {name!r}: the benchmark empties its tables. Point BENCH_DATABASE_URL "
+            "at a database whose name contains 'bench' (default: safeupdates_bench)."
+        )
+    with connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if cursor.fetchone() is None:
+            cursor.execute(f"CREATE DATABASE {connection.ops.quote_name(name)}")
+    call_command("migrate", verbosity=0, interactive=False)
+    empty_tables()
+
+
+def empty_tables() -> None:
+    tables = [Profile._meta.db_table, ProcessedRequest._meta.db_table]
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(connection.ops.quote_name(t) for t in tables)}")
+
+
+def bench_queue() -> Queue:
+    """The benchmark's own queue; refuse to start if Redis is unreachable."""
+    name = conf.queue_name()
+    if name not in settings.RQ_QUEUES:
+        sys.exit(f"RQ_QUEUES has no queue {name!r}: run with DJANGO_SETTINGS_MODULE=benchmarks.settings.")
+    queue = django_rq.get_queue(name)
+    try:
+        queue.connection.ping()
+    except Exception as exc:
+        sys.exit(f"Redis is not reachable at {settings.REDIS_URL} ({exc}); start it or set BENCH_REDIS_URL.")
+    return queue
+
+
+def empty_queue(queue: Queue) -> None:
+    """Drop the jobs of the benchmark's queue, its registries and their jobs (only this queue's keys)."""
+    queue.empty()  # type: ignore[no-untyped-call]
+    for registry in (queue.finished_job_registry, queue.failed_job_registry, queue.started_job_registry):
+        ids = registry.get_job_ids(cleanup=False)
+        keys = [key for job_id in ids for key in (Job.key_for(job_id), Result.get_key(job_id))]  # type: ignore[no-untyped-call]
+        queue.connection.delete(registry.key, *keys)
+
+
+def make_profiles(count: int) -> list[int]:
+    return [p.pk for p in Profile.objects.bulk_create([Profile(name=f"bench {i}") for i in range(count)])]
+
+
+def versions(count: int) -> list[int]:
+    """Allocate ``count`` versions from the version source in one query (outside the timed code)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(%s) FROM generate_series(1, %s)", [SEQUENCE_NAME, count])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def timed(function: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+Slice = Callable[[int], float]
+
+
+def interleaved(contenders: Sequence[tuple[str, Slice]], slices: int, round_: int) -> dict[str, float]:
+    """Run ``slices`` slices of every contender, alternating between them; return seconds per contender.
+
+    Each slice function prepares its slice (untimed), runs it and returns the seconds it took. Slices
+    are short (a tenth of a second or so) and their order rotates, so that a burst of load from
+    another process on this machine slows every contender alike instead of one whole measurement.
+    """
+    totals = dict.fromkeys((name for name, _f in contenders), 0.0)
+    for index in range(slices):
+        for name, function in _rotate(contenders, round_ + index):
+            totals[name] += function(index)
+    return totals
+
+
+# --- 1. single-row writes --------------------------------------------------------------------------
+
+
+def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None:
+    """Raw autocommit UPDATE vs naive ORM update vs update_if_newer, on the same rows of one table."""
+    pks = make_profiles(500)
+    table = connection.ops.quote_name(Profile._meta.db_table)
+    raw_sql = f'UPDATE {table} SET "active" = %s WHERE "id" = %s'
+    manager = Profile.objects
+    per_slice = ops // slices
+    counter = iter(range(10**9))
+
+    def todo() -> list[tuple[int, bool, int]]:
+        start = next(counter) * per_slice
+        return [
+            (pks[(start + i) % len(pks)], (start + i) // len(pks) % 2 == 0, v)
+            for i, v in enumerate(versions(per_slice))
+        ]
+
+    def raw(_index: int) -> float:
+        work = todo()
+        start = time.perf_counter()
+        with connection.cursor() as cursor:
+            for pk, value, _version in work:
+                cursor.execute(raw_sql, (value, pk))
+        return time.perf_counter() - start
+
+    def naive(_index: int) -> float:
+        work = todo()
+        start = time.perf_counter()
+        for pk, value, _version in work:
+            manager.filter(pk=pk).update(active=value)
+        return time.perf_counter() - start
+
+    def guarded_request(_index: int) -> float:
+        work = [(pk, value, version, uuid.uuid4()) for pk, value, version in todo()]
+        start = time.perf_counter()
+        for pk, value, version, request_id in work:
+            manager.update_if_newer(pk, version=version, request_id=request_id, active=value)
+        return time.perf_counter() - start
+
+    def guarded(_index: int) -> float:
+        work = todo()
+        start = time.perf_counter()
+        for pk, value, version in work:
+            manager.update_if_newer(pk, version=version, active=value)
+        return time.perf_counter() - start
+
+    contenders: list[tuple[str, Slice]] = [
+        ("raw", raw),
+        ("naive", naive),
+        ("guarded_request", guarded_request),
+        ("guarded", guarded),
+    ]
+    rows = {
+        "raw": report.row("1", "raw UPDATE, autocommit (cursor.execute)", "writes/s"),
+        "naive": report.row("1", "naive Profile.objects.filter(pk=).update()", "writes/s"),
+        "guarded_request": report.row("1", "update_if_newer(pk, version=, request_id=, active=)", "writes/s"),
+        "guarded": report.row("1", "  (update_if_newer(pk, version=, active=), no request_id)", "writes/s"),
+    }
+    interleaved(contenders, 1, 0)  # warm-up: connections, caches, prepared statements
+    per_round = []
+    for round_ in range(rounds):
+        seconds = interleaved(contenders, slices, round_)
+        for name, total in seconds.items():
+            rows[name].figures.append(per_slice * slices / total)
+        per_round.append(seconds)
+        _progress(f"  1. single-row writes: round {round_ + 1}/{rounds} done")
+    report.ratio(
+        "1",
+        "update_if_newer(request_id) / naive ORM update",
+        [s["naive"] / s["guarded_request"] for s in per_round],
+        ">= 1.0x",
+        lambda x: x >= 1.0,
+    )
+    report.ratio(
+        "1",
+        "update_if_newer(request_id) / raw UPDATE",
+        [s["raw"] / s["guarded_request"] for s in per_round],
+        ">= 0.5x",
+        lambda x: x >= 0.5,
+    )
+
+
+# --- 2. drain of a burst of toggles by real workers ------------------------------------------------
+
+
+class Workers:
+    """``rqworker`` processes started by the benchmark, each in a session of its own."""
+
+    def __init__(self, queue: str, count: int) -> None:
+        # Closed in stop(); kept after a failure so that its path can be reported.
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            prefix="safeupdates-bench-workers-", suffix=".log", delete=False
+        )
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "rqworker", queue],
+                cwd=ROOT,
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            for _ in range(count)
+        ]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                # Our own session: the worker and its work horse, nothing else.
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.log.close()
+
+    def remove_log(self) -> None:
+        Path(self.log.name).unlink(missing_ok=True)
+
+    def check_alive(self) -> None:
+        if any(proc.poll() is not None for proc in self.procs):
+            sys.exit(f"An rqworker process exited; see {self.log.name}.")
+
+
+@contextmanager
+def workers(queue: Queue, count: int) -> Iterator[Workers]:
+    pool = Workers(queue.name, count)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+    pool.remove_log()  # only after a clean run: a failure reports the log's path
+
+
+def wait_for(predicate: Callable[[], bool], what: str, pool: Workers, timeout: float = 120, poll: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            sys.exit(f"Timed out after {timeout}s waiting for {what}; worker log: {pool.log.name}.")
+        pool.check_alive()
+        time.sleep(poll)
+
+
+Toggle = tuple[int, str, bool]
+
+
+def toggles(pks: Sequence[int], count: int, seed: int) -> tuple[list[Toggle], dict[tuple[int, str], bool]]:
+    """``count`` toggles on ``pks`` (each flips the last requested value) and the final state they ask for."""
+    rng = random.Random(seed)
+    wanted: dict[tuple[int, str], bool] = {(pk, name): False for pk in pks for name in TOGGLE_FIELDS}
+    plan = []
+    for _ in range(count):
+        key = (rng.choice(pks), rng.choice(TOGGLE_FIELDS))
+        wanted[key] = not wanted[key]
+        plan.append((*key, wanted[key]))
+    return plan, wanted
+
+
+def one_change(name: str, value: bool) -> dict[str, Any]:
+    return {name: value}
+
+
+def wrong_fields(wanted: dict[tuple[int, str], bool]) -> int:
+    records = Profile.objects.filter(pk__in={pk for pk, _n in wanted}).values("pk", *TOGGLE_FIELDS)
+    rows = {row["pk"]: row for row in records}
+    return sum(rows[pk][name] is not value for (pk, name), value in wanted.items())
+
+
+def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, records: int, worker_count: int) -> None:
+    """One RQ job per toggle (naive) vs enqueue_update + coalescing apply_update, drained by real workers.
+
+    Both workers are first held by a gate job each; the whole burst is enqueued behind them; the clock
+    starts when the gates are released and stops when the last toggle is applied.
+    """
+    pks = make_profiles(records)
+    naive_row = report.row("2", f"drain {toggle_count} toggles/{records} records: naive 1 job per toggle", "s")
+    safe_row = report.row("2", f"drain {toggle_count} toggles/{records} records: enqueue_update+apply_update", "s")
+    naive_enqueue = report.row("2", f"  (enqueue the burst: {toggle_count} naive queue.enqueue())", "s")
+    safe_enqueue = report.row("2", f"  (enqueue the burst: {toggle_count} enqueue_update())", "s")
+    jobs_row = report.row("2", "  (apply_update jobs run for the burst)", "jobs")
+    naive_wrong: list[int] = []
+    safe_wrong: list[int] = []
+
+    with workers(queue, worker_count) as pool:
+
+        def run(kind: str, round_: int) -> None:
+            plan, wanted = toggles(pks, toggle_count, seed=round_)
+            Profile.objects.filter(pk__in=pks).update(**dict.fromkeys(TOGGLE_FIELDS, False))
+            empty_queue(queue)
+            started, release = f"safeupdates-bench:gate:{uuid.uuid4()}", f"safeupdates-bench:release:{uuid.uuid4()}"
+            for _ in range(worker_count):
+                queue.enqueue(gate, started, release, result_ttl=600)
+            wait_for(lambda: int(queue.connection.get(started) or 0) >= worker_count, "the workers to start", pool)
+            first_request = ProcessedRequest.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+            if kind == "naive":
+                naive_enqueue.figures.append(
+                    timed(lambda: [queue.enqueue(naive_toggle, *toggle, result_ttl=600) for toggle in plan])
+                )
+            else:
+                safe_enqueue.figures.append(
+                    timed(lambda: [enqueue_update(Profile, pk, **one_change(name, value)) for pk, name, value in plan])
+                )
+                jobs_row.figures.append(queue.count)
+            finished = queue.finished_job_registry
+            start = time.perf_counter()
+            queue.connection.rpush(release, *["go"] * worker_count)
+            if kind == "naive":
+                total = toggle_count + worker_count
+                wait_for(lambda: finished.get_job_count(cleanup=False) >= total, "the naive drain", pool)
+            else:
+                pending = ProcessedRequest.objects.filter(pk__gt=first_request, status=RequestStatus.PENDING)
+                wait_for(lambda: not pending.exists(), "the safeupdates drain", pool)
+            elapsed = time.perf_counter() - start
+            (naive_row if kind == "naive" else safe_row).figures.append(elapsed)
+            (naive_wrong if kind == "naive" else safe_wrong).append(wrong_fields(wanted))
+            wait_for(lambda: queue.count == 0 and queue.started_job_registry.get_job_count() == 0, "idle workers", pool)
+            queue.connection.delete(started, release)
+
+        for round_ in range(rounds):
+            for kind in _rotate(["naive", "safe"], round_):
+                run(kind, round_)
+            _progress(f"  2. drain: round {round_ + 1}/{rounds} done")
+    report.ratio(
+        "2",
+        "drain: naive time / enqueue_update+apply_update time",
+        [n / s for n, s in zip(naive_row.figures, safe_row.figures, strict=True)],
+        ">= 3.0x",
+        lambda x: x >= 3.0,
+    )
+    report.check(
+        "drain: enqueue_update+apply_update final state = newest request per field",
+        not any(safe_wrong),
+        f"wrong fields per round: {safe_wrong}",
+    )
+    report.check(
+        "drain: naive final state (informational: no ordering guarantee)",
+        True,
+        f"wrong fields per round: {naive_wrong}",
+    )
+
+
+# --- 3. enqueue cost -------------------------------------------------------------------------------
+
+
+def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices: int) -> None:
+    """enqueue_update (request row + version + job on commit) vs a plain queue.enqueue() of a naive job.
+
+    No worker runs. Every slice takes records that have no queued job, so each enqueue_update call
+    enqueues a job, as every naive call does; the same records are then toggled again while their
+    job is queued (the burst path, informational). The queue is emptied before each round.
+    """
+    per_slice = calls // slices
+    pks = make_profiles(per_slice * slices)
+    naive_row = report.row("3", "naive queue.enqueue(naive_toggle, ...) (queue reused)", "us/call")
+    django_rq_row = report.row("3", "  (django_rq.get_queue(name).enqueue(...), per call)", "us/call")
+    safe_row = report.row("3", "enqueue_update(Profile, pk, active=), autocommit, new job", "us/call")
+    burst_row = report.row("3", "  (enqueue_update while the record's job is queued)", "us/call")
+
+    def chunk(index: int) -> list[int]:
+        return pks[index * per_slice : (index + 1) * per_slice]
+
+    def naive(index: int) -> float:
+        records = chunk(index)
+        return timed(lambda: [queue.enqueue(naive_toggle, pk, "active", True) for pk in records])
+
+    def naive_django_rq(index: int) -> float:
+        records = chunk(index)
+        return timed(
+            lambda: [django_rq.get_queue(queue.name).enqueue(naive_toggle, pk, "active", True) for pk in records]
+        )
+
+    def safe(index: int) -> float:
+        records = chunk(index)
+        return timed(lambda: [enqueue_update(Profile, pk, active=True) for pk in records])
+
+    def burst(index: int) -> float:
+        records = chunk(index)
+        return timed(lambda: [enqueue_update(Profile, pk, active=False) for pk in records])
+
+    contenders: list[tuple[str, Slice]] = [("naive", naive), ("django_rq", naive_django_rq), ("safe", safe)]
+    rows = {"naive": naive_row, "django_rq": django_rq_row, "safe": safe_row}
+    interleaved(contenders, 1, 0)  # warm-up
+    per_round = []
+    for round_ in range(rounds):
+        empty_queue(queue)
+        seconds = interleaved(contenders, slices, round_)
+        # Every record now has a queued apply job: the same records again take the burst path.
+        seconds["burst"] = sum(burst(index) for index in range(slices))
+        rows["burst"] = burst_row
+        for name, total in seconds.items():
+            rows[name].figures.append(total / (per_slice * slices) * 1e6)
+        per_round.append(seconds)
+        _progress(f"  3. enqueue cost: round {round_ + 1}/{rounds} done")
+    empty_queue(queue)
+    ProcessedRequest.objects.filter(status=RequestStatus.PENDING).delete()
+    report.ratio(
+        "3",
+        "enqueue cost: enqueue_update / naive queue.enqueue()",
+        [s["safe"] / s["naive"] for s in per_round],
+        "<= 2.0x",
+        lambda x: x <= 2.0,
+    )
+
+
+# --- 4. bulk ---------------------------------------------------------------------------------------
+
+
+def bench_bulk(report: Report, rounds: int, count: int, slices: int) -> None:
+    """bulk_update_if_newer(updates) vs a loop of update_if_newer over the same kind of updates."""
+    pks = make_profiles(500)
+    rng = random.Random(4)
+    per_slice = count // slices
+    loop_row = report.row("4", f"loop of update_if_newer, {per_slice} updates on {len(pks)} rows", "updates/s")
+    bulk_row = report.row("4", f"bulk_update_if_newer, the same {per_slice} updates in one call", "updates/s")
+    wrong: list[int] = []
+
+    def plan() -> list[tuple[int, int, dict[str, Any]]]:
+        fields = (*TOGGLE_FIELDS, "score")
+        updates = []
+        for version in versions(per_slice):
+            names = rng.sample(fields, rng.choice((1, 1, 2)))
+            changes = {name: rng.randrange(100) if name == "score" else rng.random() < 0.5 for name in names}
+            updates.append((rng.choice(pks), version, changes))
+        return updates
+
+    def loop(_index: int) -> float:
+        updates = plan()
+        start = time.perf_counter()
+        for pk, version, changes in updates:
+            Profile.objects.update_if_newer(pk, version=version, **changes)
+        return time.perf_counter() - start
+
+    def bulk(_index: int) -> float:
+        updates = plan()
+        elapsed = timed(lambda: Profile.objects.bulk_update_if_newer(updates))
+        newest = {(pk, name): value for pk, _v, changes in updates for name, value in changes.items()}
+        state = {row["pk"]: row for row in Profile.objects.filter(pk__in=pks).values("pk", *TOGGLE_FIELDS, "score")}
+        wrong.append(sum(state[pk][name] != value for (pk, name), value in newest.items()))
+        return elapsed
+
+    contenders: list[tuple[str, Slice]] = [("loop", loop), ("bulk", bulk)]
+    interleaved(contenders, 1, 0)  # warm-up
+    wrong.clear()
+    per_round = []
+    for round_ in range(rounds):
+        seconds = interleaved(contenders, slices, round_)
+        loop_row.figures.append(per_slice * slices / seconds["loop"])
+        bulk_row.figures.append(per_slice * slices / seconds["bulk"])
+        per_round.append(seconds)
+        _progress(f"  4. bulk: round {round_ + 1}/{rounds} done")
+    report.ratio(
+        "4",
+        "bulk_update_if_newer / loop of update_if_newer",
+        [s["loop"] / s["bulk"] for s in per_round],
+        ">= 5.0x",
+        lambda x: x >= 5.0,
+    )
+    report.check(
+        "bulk: final state = newest update per field",
+        not any(wrong),
+        f"{sum(wrong)} wrong fields in {len(wrong)} batches",
+    )
+
+
+# --- main ------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the selected sections, print the table and the ratios; return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of sections 1, 3 and 4 (default 3)")
+    parser.add_argument("--drain-rounds", type=int, default=1, help="rounds of the drain, section 2 (default 1)")
+    parser.add_argument("--only", default="1,2,3,4", help="comma-separated sections to run (default 1,2,3,4)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test (figures are noisy)")
+    parser.add_argument("--workers", type=int, default=2, help="rqworker processes for the drain (default 2)")
+    parser.add_argument("--toggles", type=int, default=2000, help="toggles in the drain burst (default 2000)")
+    parser.add_argument("--records", type=int, default=20, help="records the toggles spread over (default 20)")
+    args = parser.parse_args(argv)
+    sections = {s.strip() for s in args.only.split(",")}
+    scale = 5 if args.quick else 1
+
+    started = time.perf_counter()
+    prepare_database()
+    queue = bench_queue()
+    empty_queue(queue)
+    report = Report()
+    db = connection.settings_dict
+    _progress(
+        f"safeupdates benchmark: PostgreSQL {getattr(connection, 'pg_version', 0) // 10000} database {db['NAME']!r} on "
+        f"{db.get('HOST') or 'localhost'}, Redis {settings.REDIS_URL} queue {queue.name!r}, {os.cpu_count()} CPUs, "
+        f"{args.rounds} rounds ({args.drain_rounds} for the drain)"
+    )
+    try:
+        if "1" in sections:
+            bench_single_row(report, args.rounds, 3000 // scale, 30 // scale)
+        if "3" in sections:
+            bench_enqueue(report, queue, args.rounds, 500 // scale, 10 // scale)
+        if "4" in sections:
+            bench_bulk(report, args.rounds, 6000 // scale, 10 // scale)
+        if "2" in sections:
+            bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
+    finally:
+        empty_queue(queue)
+    ok = report.print()
+    print(f"\n   total time {time.perf_counter() - started:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Settings of the benchmark: the test settings, on a database and an RQ queue of the benchmark's own.
+
+``BENCH_DATABASE_URL`` (default ``postgres://postgres@127.0.0.1:5432/safeupdates_bench``) is read instead
+of ``DATABASE_URL``, so that a ``DATABASE_URL`` exported for the test suite never sends the benchmark, which
+empties its tables, to another database. ``BENCH_REDIS_URL`` falls back to ``REDIS_URL``; the benchmark
+only touches the keys of its own queue (:data:`BENCH_QUEUE`) and of the jobs it enqueues there.
+"""
+
+from __future__ import annotations
+
+import environ
+
+from tests.settings import *  # noqa: F403
+
+env = environ.Env()
+
+BENCH_QUEUE = "safeupdates-bench"
+
+DATABASES = {"default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates_bench")}
+REDIS_URL = env("BENCH_REDIS_URL", default=env("REDIS_URL", default="redis://127.0.0.1:6379/0"))
+RQ_QUEUES = {
+    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    BENCH_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+}
+SAFEUPDATES_QUEUE = BENCH_QUEUE
+# The library's defaults, not the test suite's fast retries.
+SAFEUPDATES_RETRY = {"max": 3, "interval": [1, 5, 15]}
+SAFEUPDATES_RELAY_AFTER = 30

@@ -1,0 +1,65 @@
+"""Suggested tests for the proposed patches (prepared guarded statements, one-INSERT enqueue)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from safeupdates.jobs import enqueue_update
+from safeupdates.models import ProcessedRequest
+from safeupdates.versions import next_version
+from tests.testapp.models import Profile
+
+pytestmark = pytest.mark.django_db
+
+
+def prepared_guarded_statements() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["WITH upd AS%"])
+        return int(cursor.fetchone()[0])
+
+
+def test_the_recorded_guarded_write_is_prepared_once_per_connection(postgres_only: None) -> None:
+    profile = Profile.objects.create(name="p")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    for value in (True, False, True):
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=value)
+    assert prepared_guarded_statements() == 1
+    profile.refresh_from_db()
+    assert profile.active is True
+
+
+def test_prepared_statements_can_be_turned_off(postgres_only: None, settings) -> None:
+    settings.SAFEUPDATES_PREPARED_STATEMENTS = False
+    profile = Profile.objects.create(name="p")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+    assert prepared_guarded_statements() == 0
+
+
+def test_logged_queries_show_the_statement_with_its_values(postgres_only: None) -> None:
+    profile = Profile.objects.create(name="p")
+    rid = uuid.uuid4()
+    with CaptureQueriesContext(connection) as queries:
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
+    assert rid.hex in queries.captured_queries[-1]["sql"]
+
+
+def test_enqueue_update_is_one_insert_and_a_known_request_id_keeps_the_transaction_usable(
+    postgres_only: None, redis
+) -> None:
+    profile = Profile.objects.create(name="p")
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as queries:
+            first = enqueue_update(profile, active=True)
+        assert [q["sql"].split()[0] for q in queries.captured_queries] == ["INSERT"]
+        again = enqueue_update(profile, request_id=first.request_id, active=False)
+        assert again.pk == first.pk and again.version == first.version
+        assert Profile.objects.filter(pk=profile.pk).exists()  # the transaction is not aborted
+    assert ProcessedRequest.objects.filter(request_id=first.request_id).count() == 1
+    assert first.version > 0 and first.created_at is not None and not first._state.adding
