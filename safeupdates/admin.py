@@ -13,8 +13,21 @@ from django.utils.translation import gettext_lazy as _
 from safeupdates.models import Batch, ProcessedRequest
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Shown and searchable, never added, changed or deleted by hand: safeupdates writes these rows."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(ProcessedRequest)
-class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ProcessedRequestAdmin(ReadOnlyAdmin):
     """The request log is written by safeupdates only: it can be inspected, filtered and searched."""
 
     list_display = ["request_id", "kind", "target_link", "version", "status", "attempts", "created_at", "processed_at"]
@@ -52,18 +65,9 @@ class ProcessedRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return label
         return format_html('<a href="{}">{}</a>', url, label)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(Batch)
-class BatchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class BatchAdmin(ReadOnlyAdmin):
     """Fan-out batches with their progress; written by safeupdates only."""
 
     list_display = ["batch_id", "item_func", "then", "progress_display", "succeeded", "failed", "total", "status"]
@@ -93,12 +97,3 @@ class BatchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return format_html(
             '<progress value="{}" max="100"></progress> {}%', round(obj.progress * 100), round(obj.progress * 100)
         )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -21,7 +21,7 @@ from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.testapp.models import Profile
-from tests.workers import wait_until
+from tests.workers import RowLock, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -317,24 +317,11 @@ class TestWithWorkers:
         """SIGKILL while the job waits for the row: its transaction dies with it; the relay redelivers."""
         profile = ProfileFactory()
         workers.start(1)
-        locked, release = threading.Event(), threading.Event()
-
-        def hold_row() -> None:
-            try:
-                with Profile.objects.with_lock(profile.pk):
-                    locked.set()
-                    release.wait(30)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold_row)
-        holder.start()
-        assert locked.wait(10)
+        row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
         assert wait_until(lambda: _waiting_on_lock(), 20)  # the job is blocked in its UPDATE
         workers.kill(0)
-        release.set()
-        holder.join()
+        row.release()
         time.sleep(1)  # a surviving work horse would apply it now
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
         assert not _waiting_on_lock()
@@ -350,24 +337,11 @@ class TestWithWorkers:
         """A request committed after its record's job started gets a job of its own, not the relay."""
         profile = ProfileFactory()
         workers.start(2)
-        locked, release = threading.Event(), threading.Event()
-
-        def hold_row() -> None:
-            try:
-                with Profile.objects.with_lock(profile.pk):
-                    locked.set()
-                    release.wait(30)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold_row)
-        holder.start()
-        assert locked.wait(10)
+        row = RowLock(Profile, profile.pk).start()
         first = enqueue_update(profile, active=True)
         assert wait_until(lambda: _waiting_on_lock(), 20)
         second = enqueue_update(profile, newsletter=True)
-        release.set()
-        holder.join()
+        row.release()
         assert all_done(30)  # no relay ran
         assert set(ProcessedRequest.objects.values_list("status", flat=True)) == {"applied"}
         assert {first.pk, second.pk} == set(ProcessedRequest.objects.values_list("pk", flat=True))
@@ -376,24 +350,11 @@ class TestWithWorkers:
         """The job's connection is terminated mid-statement: RQ retries it and it applies once."""
         profile = ProfileFactory()
         workers.start(1)
-        locked, release = threading.Event(), threading.Event()
-
-        def hold_row() -> None:
-            try:
-                with Profile.objects.with_lock(profile.pk):
-                    locked.set()
-                    release.wait(30)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold_row)
-        holder.start()
-        assert locked.wait(10)
+        row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
         assert wait_until(lambda: _waiting_on_lock(), 20)
         _terminate_waiting_backends()
-        release.set()
-        holder.join()
+        row.release()
         assert all_done()
         request.refresh_from_db()
         assert request.status == "applied"
@@ -404,19 +365,7 @@ class TestWithWorkers:
     def test_failed_once_retries_are_spent(self, workers, postgres_only):
         profile = ProfileFactory()
         workers.start(1)
-        locked, release = threading.Event(), threading.Event()
-
-        def hold_row() -> None:
-            try:
-                with Profile.objects.with_lock(profile.pk):
-                    locked.set()
-                    release.wait(60)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold_row)
-        holder.start()
-        assert locked.wait(10)
+        row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
         try:
             for _ in range(2):  # the first try and its one retry
@@ -425,8 +374,7 @@ class TestWithWorkers:
                 time.sleep(0.3)
             assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "failed", 30)
         finally:
-            release.set()
-            holder.join()
+            row.release()
         request.refresh_from_db()
         assert request.attempts == 2
         assert "OperationalError" in request.error

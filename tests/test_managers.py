@@ -21,6 +21,7 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.testapp.models import Profile
+from tests.workers import RowLock
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -390,16 +391,7 @@ def test_concurrent_duplicates_waiting_on_the_row_apply_once(postgres_only, mode
     profile = ProfileFactory()
     rid = uuid.uuid4()
     kwargs = {"version": next_version()} if mode == "version" else {"synced_at": timezone.now()}
-    locked, release = threading.Event(), threading.Event()
     outcomes: list[object] = []
-
-    def hold() -> None:
-        try:
-            with Profile.objects.with_lock(profile.pk):
-                locked.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
 
     def run() -> None:
         try:
@@ -409,16 +401,13 @@ def test_concurrent_duplicates_waiting_on_the_row_apply_once(postgres_only, mode
         finally:
             connections.close_all()
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert locked.wait(10)
-    callers = [threading.Thread(target=run) for _ in range(2)]
+    with RowLock(Profile, profile.pk):
+        callers = [threading.Thread(target=run) for _ in range(2)]
+        for caller in callers:
+            caller.start()
+        time.sleep(0.5)  # both pass the "request id unknown" test, then wait for the row
     for caller in callers:
-        caller.start()
-    time.sleep(0.5)
-    release.set()
-    for thread in [holder, *callers]:
-        thread.join()
+        caller.join()
     assert sorted(map(str, outcomes)) == ["applied", "duplicate"]
 
 
@@ -443,20 +432,8 @@ class TestWithLock:
 
     def test_nowait_and_timeout_raise_lock_unavailable(self, postgres_only):
         profile = ProfileFactory()
-        held, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            try:
-                with Profile.objects.with_lock(profile.pk):
-                    held.set()
-                    release.wait(10)
-            finally:
-                connections.close_all()
-
-        holder = threading.Thread(target=hold)
-        holder.start()
+        row = RowLock(Profile, profile.pk).start()
         try:
-            assert held.wait(10)
             with pytest.raises(LockUnavailable, match="nowait"), Profile.objects.with_lock(profile.pk, nowait=True):
                 pass
             started = time.monotonic()
@@ -468,8 +445,7 @@ class TestWithLock:
                     pass
                 assert Profile.objects.filter(pk=profile.pk).exists()
         finally:
-            release.set()
-            holder.join()
+            row.release()
         with Profile.objects.with_lock(profile.pk, timeout=1) as locked:
             assert locked.pk == profile.pk
             with connection.cursor() as cursor:  # the lock timeout applied to the lock only

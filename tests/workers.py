@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -117,6 +119,41 @@ def _kill_tree(pid: int, sig: signal.Signals) -> None:
     if sig != signal.SIGKILL:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
+
+
+class RowLock:
+    """Hold a row lock (``with_lock``) in a thread of its own until released: a job that needs the row
+    then blocks in its UPDATE, where a test can kill its worker or terminate its connection."""
+
+    def __init__(self, model: Any, pk: Any) -> None:
+        self.model, self.pk = model, pk
+        self._locked, self._release = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._hold)
+
+    def _hold(self) -> None:
+        from django.db import connections
+
+        try:
+            with self.model.objects.with_lock(self.pk):
+                self._locked.set()
+                self._release.wait(60)
+        finally:
+            connections.close_all()
+
+    def start(self) -> RowLock:
+        self._thread.start()
+        assert self._locked.wait(10), "could not lock the row"
+        return self
+
+    def __enter__(self) -> RowLock:
+        return self.start()
+
+    def release(self) -> None:
+        self._release.set()
+        self._thread.join()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:
