@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import django_rq
 from django.conf import settings
 from django.db import router, transaction
 from django.db.models import F
@@ -27,7 +26,7 @@ from rq.job import Job
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.tasks import dotted_path, resolve
+from safeupdates.tasks import dotted_path, get_queue, resolve
 
 __all__ = ["deliver_item", "deliver_reduce", "fan_out", "run_batch_item", "run_batch_reduce"]
 
@@ -94,7 +93,7 @@ def fan_out(
 
 def deliver_item(request_ids: list[str], queue_name: str, retries: int) -> None:
     """Enqueue one item job per request id, in one Redis round trip."""
-    queue = django_rq.get_queue(queue_name, commit_mode="auto")
+    queue = get_queue(queue_name)
     retry = Retry(max=retries, interval=[1, 5, 15][: max(retries, 1)]) if retries else None
     jobs = [
         queue.prepare_data(run_batch_item, args=(rid,), timeout=conf.job_timeout(), result_ttl=0, retry=retry)
@@ -105,7 +104,7 @@ def deliver_item(request_ids: list[str], queue_name: str, retries: int) -> None:
 
 def deliver_reduce(batch_id: uuid.UUID | str, queue_name: str) -> Job:
     """Enqueue the reduce job of ``batch_id``."""
-    queue = django_rq.get_queue(queue_name, commit_mode="auto")
+    queue = get_queue(queue_name)
     return queue.enqueue_call(run_batch_reduce, args=(str(batch_id),), timeout=conf.job_timeout(), result_ttl=0)
 
 

@@ -43,7 +43,7 @@ from rq.utils import as_text, import_attribute
 
 from safeupdates import conf
 from safeupdates.exceptions import InvalidControl
-from safeupdates.tasks import dotted_path
+from safeupdates.tasks import dotted_path, get_queue
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
@@ -143,7 +143,7 @@ def enqueue(
     if throttle is not None:
         controls["throttle"] = [throttle, _clean_key("throttle_key", throttle_key) or path]
 
-    rq_queue = django_rq.get_queue(queue_name, commit_mode="auto")
+    rq_queue = get_queue(queue_name)
     options: dict[str, Any] = {
         "args": (path, *args),
         "kwargs": kwargs,

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import django_rq
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
@@ -25,7 +24,7 @@ from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.utils import DataError, IntegrityError
-from rq import Queue, Retry, get_current_job
+from rq import Retry, get_current_job
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 
@@ -33,6 +32,7 @@ from safeupdates import conf, db
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import column, concrete_field, guarded_update, statement_cursor
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.tasks import get_queue
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
@@ -171,24 +171,6 @@ def _job_id(content_type_id: int, object_id: str) -> str:
     return f"safeupdates-{content_type_id}-{key}"
 
 
-_QUEUES: dict[tuple[str, str], Queue] = {}
-
-
-def _queue(name: str) -> Queue:
-    """The django-rq queue ``name``, built once per configuration and reused.
-
-    ``django_rq.get_queue()`` builds a new Redis client, and so opens a new connection, on every call:
-    that connect was most of the cost of an ``enqueue_update()``. redis-py's pool is thread-safe and
-    resets itself in a forked child.
-    """
-    config = repr(settings.RQ_QUEUES.get(name))
-    key = (name, config)
-    queue = _QUEUES.get(key)
-    if queue is None:
-        queue = _QUEUES[key] = django_rq.get_queue(name, commit_mode="auto")
-    return queue
-
-
 def deliver(
     request_id: uuid.UUID | str, content_type_id: int, object_id: str, queue_name: str, *, force: bool = False
 ) -> Job | None:
@@ -200,7 +182,7 @@ def deliver(
     ``force=True`` (the relay) also checks that a job RQ calls queued is really in the queue: one taken
     off the queue by a worker that was then killed would otherwise be waited for forever.
     """
-    queue = _queue(queue_name)
+    queue = get_queue(queue_name)
     options: dict[str, Any] = {
         "args": (str(request_id),),
         "timeout": conf.job_timeout(),

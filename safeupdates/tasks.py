@@ -1,4 +1,4 @@
-"""Resolving the functions that jobs run, given as callables or dotted paths."""
+"""Where and what jobs run: the django-rq queues, and the functions given as callables or dotted paths."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+import django_rq
+from django.conf import settings
+from rq import Queue
 from rq.utils import import_attribute
 
 from safeupdates.exceptions import InvalidControl
 
-__all__ = ["dotted_path", "resolve"]
+__all__ = ["dotted_path", "get_queue", "resolve"]
 
 
 def dotted_path(func: Callable[..., Any] | str) -> str:
@@ -49,3 +52,22 @@ def resolve(path: str) -> Callable[..., Any]:
     if not callable(target):
         raise InvalidControl(f"func {path!r} names {target!r}, which is not callable.")
     return target  # type: ignore[no-any-return]
+
+
+_QUEUES: dict[tuple[str, str], Queue] = {}
+
+
+def get_queue(name: str) -> Queue:
+    """The django-rq queue ``name``, built once per configuration and reused.
+
+    ``django_rq.get_queue()`` builds a new Redis client, and so opens a new connection, on every call:
+    that connect was most of the cost of an ``enqueue_update()``. redis-py's pool is thread-safe and
+    resets itself in a forked child. Enqueues happen at once (``commit_mode="auto"``): callers choose the
+    moment, for example in ``on_commit``.
+    """
+    config = repr(settings.RQ_QUEUES.get(name))
+    key = (name, config)
+    queue = _QUEUES.get(key)
+    if queue is None:
+        queue = _QUEUES[key] = django_rq.get_queue(name, commit_mode="auto")
+    return queue
