@@ -21,7 +21,7 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.testapp.models import Profile
-from tests.workers import RowLock
+from tests.workers import RowLock, run_threads, start_threads
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -366,19 +366,10 @@ def test_concurrent_duplicates_apply_once(postgres_only):
     outcomes: list[Outcome] = []
 
     def run() -> None:
-        try:
-            barrier.wait()
-            outcomes.append(
-                Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, score=5).outcome
-            )
-        finally:
-            connections.close_all()
+        barrier.wait()
+        outcomes.append(Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, score=5).outcome)
 
-    threads = [threading.Thread(target=run) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(run, 6)
     assert sorted(outcomes) == sorted([Outcome.APPLIED] + [Outcome.DUPLICATE] * 5)
     assert ProcessedRequest.objects.get(request_id=rid).attempts == 1
 
@@ -398,13 +389,9 @@ def test_concurrent_duplicates_waiting_on_the_row_apply_once(postgres_only, mode
             outcomes.append(Profile.objects.update_if_newer(profile.pk, request_id=rid, active=True, **kwargs).outcome)
         except Exception as exc:  # recorded, so that the assertion shows it
             outcomes.append(exc)
-        finally:
-            connections.close_all()
 
     with RowLock(Profile, profile.pk):
-        callers = [threading.Thread(target=run) for _ in range(2)]
-        for caller in callers:
-            caller.start()
+        callers = start_threads(run, 2)
         time.sleep(0.5)  # both pass the "request id unknown" test, then wait for the row
     for caller in callers:
         caller.join()
@@ -456,18 +443,11 @@ class TestWithLock:
         profile = ProfileFactory(score=0)
 
         def increment() -> None:
-            try:
-                for _ in range(10):
-                    with Profile.objects.with_lock(profile.pk) as locked:
-                        Profile.objects.filter(pk=locked.pk).update(score=locked.score + 1)
-            finally:
-                connections.close_all()
+            for _ in range(10):
+                with Profile.objects.with_lock(profile.pk) as locked:
+                    Profile.objects.filter(pk=locked.pk).update(score=locked.score + 1)
 
-        threads = [threading.Thread(target=increment) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_threads(increment, 4)
         profile.refresh_from_db()
         assert profile.score == 40
 

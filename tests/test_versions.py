@@ -3,10 +3,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from safeupdates.models import ProcessedRequest, VersionCounter
 from safeupdates.versions import _next_from_counter, next_version
+from tests.workers import run_threads
 
 
 @pytest.mark.django_db
@@ -42,18 +43,11 @@ def test_unique_across_threads():
     lock = threading.Lock()
 
     def allocate() -> None:
-        try:
-            got = [next_version() for _ in range(100)]
-            with lock:
-                results.extend(got)
-        finally:
-            connections.close_all()
+        got = [next_version() for _ in range(100)]
+        with lock:
+            results.extend(got)
 
-    threads = [threading.Thread(target=allocate) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(allocate, 4)
     assert len(results) == 400
     if connection.vendor == "postgresql":
         assert len(set(results)) == 400

@@ -121,6 +121,29 @@ def _kill_tree(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+def start_threads(target: Callable[[], object], count: int) -> list[threading.Thread]:
+    """Start ``count`` threads running ``target``; each closes its own database connections at the end."""
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            target()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def run_threads(target: Callable[[], object], count: int) -> None:
+    """Run ``target`` in ``count`` threads at once and wait for all of them."""
+    for thread in start_threads(target, count):
+        thread.join()
+
+
 class RowLock:
     """Hold a row lock (``with_lock``) in a thread of its own until released: a job that needs the row
     then blocks in its UPDATE, where a test can kill its worker or terminate its connection."""
