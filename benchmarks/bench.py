@@ -494,9 +494,10 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
 def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices: int) -> None:
     """enqueue_update (request row + version + job on commit) vs a plain queue.enqueue() of a naive job.
 
-    No worker runs. Every slice takes records that have no queued job, so each enqueue_update call
-    enqueues a job, as every naive call does; the same records are then toggled again while their
-    job is queued (the burst path, informational). The queue is emptied before each round.
+    No worker runs. Every slice takes records that have no queued job and no pending request, so each
+    enqueue_update call enqueues a job, as every naive call does; the same records are then toggled
+    again while their job is queued (the burst path, informational). Before each round the queue is
+    emptied and the pending requests deleted, as if a worker had applied them.
     """
     per_slice = calls // slices
     pks = make_profiles(per_slice * slices)
@@ -531,7 +532,9 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
     interleaved(contenders, 1, 0)  # warm-up
     per_round = []
     for round_ in range(rounds):
+        # As after a worker applied everything: no job queued and no request pending, for any record.
         empty_queue(queue)
+        ProcessedRequest.objects.filter(status=RequestStatus.PENDING).delete()
         seconds = interleaved(contenders, slices, round_)
         # Every record now has a queued apply job: the same records again take the burst path.
         seconds["burst"] = sum(burst(index) for index in range(slices))

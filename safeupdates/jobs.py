@@ -21,11 +21,10 @@ from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Case, F, Subquery, Value, When
-from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.utils import DataError, IntegrityError
-from rq import Retry, get_current_job
-from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq import Queue, Retry, get_current_job
+from rq.exceptions import DuplicateJobError, InvalidJobOperation
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 
 from safeupdates import conf, db
@@ -86,8 +85,10 @@ def enqueue_update(
     record = ProcessedRequest(
         request_id=rid, content_type=content_type, object_id=str(pk), changes=cleaned, queue=queue_name
     )
+    others_pending = False
     if connections[using].vendor == "postgresql":
-        if not _insert_pending(record, using):
+        inserted, others_pending = _insert_pending(record, using)
+        if not inserted:
             return _known_request(ProcessedRequest.objects.using(using).get(request_id=rid), content_type, pk)
     else:
         try:
@@ -102,7 +103,7 @@ def enqueue_update(
 
     # robust: if Redis is down at commit, the request stays pending and the relay delivers it.
     def deliver_on_commit() -> None:
-        deliver(rid, content_type.pk, str(pk), queue_name)
+        deliver(rid, content_type.pk, str(pk), queue_name, likely_queued=others_pending)
 
     transaction.on_commit(deliver_on_commit, using=using, robust=True)
     return record
@@ -115,45 +116,61 @@ def _known_request(existing: ProcessedRequest, content_type: ContentType, pk: An
     return existing
 
 
-def _insert_pending(record: ProcessedRequest, using: str) -> bool:
-    """Insert ``record`` with a fresh version in one statement (PostgreSQL); False if its id exists.
+def _insert_pending(record: ProcessedRequest, using: str) -> tuple[bool, bool]:
+    """Insert ``record`` with a fresh version in one statement (PostgreSQL).
 
+    Returns ``(inserted, others_pending)``: ``inserted`` is False if the request id exists already;
+    ``others_pending`` says whether other requests of the same record were pending, which in a burst
+    means that the record's job is most likely still queued (a hint for :func:`deliver`, nothing more).
     The version comes from the sequence inside the INSERT, and a known request id is skipped by
     ``ON CONFLICT DO NOTHING`` instead of an IntegrityError: no ``nextval`` round trip, and no
     savepoint to keep the caller's transaction usable. One round trip in all.
     """
     connection = connections[using]
-    fields = [f for f in ProcessedRequest._meta.concrete_fields if not f.primary_key and f.name != "version"]
-    values = [getattr(record, f.attname) for f in fields]
-    defaults = tuple(isinstance(value, DatabaseDefault) for value in values)
-    params = [
-        f.get_db_prep_save(value, connection)
-        for f, value, default in zip(fields, values, defaults, strict=True)
-        if not default
-    ]
+    changes = ProcessedRequest._meta.get_field("changes").get_db_prep_save(record.changes, connection)
     with statement_cursor(connection) as cursor:
-        cursor.execute(_insert_pending_sql(connection.vendor, defaults), params)
+        cursor.execute(
+            _insert_pending_sql(connection.vendor),
+            [record.request_id, record.content_type_id, record.object_id, changes, record.queue],
+        )
         row = cursor.fetchone()
     if row is None:
-        return False
-    record.pk, record.version, record.created_at = row
+        return False, False
+    record.pk, record.version, record.created_at, others_pending = row
     record._state.adding = False
     record._state.db = using
-    return True
+    return True, others_pending
 
 
-@functools.lru_cache(maxsize=8)
-def _insert_pending_sql(vendor: str, defaults: tuple[bool, ...]) -> str:
+@functools.cache
+def _insert_pending_sql(vendor: str) -> str:
+    """The INSERT of a new pending update request, with the values of enqueue_update()'s record.
+
+    Five parameters: request_id, content_type_id, object_id, changes, queue. The rest are what a new
+    request always has: no key, no error, no attempts; ``created_at`` (the database's clock) and
+    ``processed_at`` (NULL) keep their column defaults.
+    """
     connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
     qn = connection.ops.quote_name
-    meta = ProcessedRequest._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key and f.name != "version"]
-    columns = [qn(column(ProcessedRequest, f.name)) for f in fields] + [qn(column(ProcessedRequest, "version"))]
-    values = ["DEFAULT" if default else "%s" for default in defaults] + [f"nextval('{SEQUENCE_NAME}')"]
-    returning = ", ".join(qn(column(ProcessedRequest, name)) for name in ("pk", "version", "created_at"))
+    names = ("request_id", "content_type", "object_id", "changes", "queue", "kind", "status", "key", "error")
+    columns = ", ".join(qn(column(ProcessedRequest, name)) for name in (*names, "attempts", "version"))
+    values = (
+        f"%s, %s, %s, %s, %s, '{RequestKind.UPDATE}', '{RequestStatus.PENDING}', '', '', 0, nextval('{SEQUENCE_NAME}')"
+    )
+    table = qn(ProcessedRequest._meta.db_table)
+    pk, request_id, content_type, object_id, status, version, created_at = (
+        qn(column(ProcessedRequest, name))
+        for name in ("pk", "request_id", "content_type", "object_id", "status", "version", "created_at")
+    )
+    # Read through the safeupdates_pending index: the record's pending requests, not its history.
+    others_pending = (
+        f"EXISTS (SELECT 1 FROM {table} other WHERE other.{status} = '{RequestStatus.PENDING}' "
+        f"AND other.{content_type} = new.{content_type} AND other.{object_id} = new.{object_id} "
+        f"AND other.{pk} <> new.{pk})"
+    )
     return (
-        f"INSERT INTO {qn(meta.db_table)} ({', '.join(columns)}) VALUES ({', '.join(values)}) "
-        f"ON CONFLICT ({qn(column(ProcessedRequest, 'request_id'))}) DO NOTHING RETURNING {returning}"
+        f"INSERT INTO {table} AS new ({columns}) VALUES ({values}) ON CONFLICT ({request_id}) DO NOTHING "
+        f"RETURNING new.{pk}, new.{version}, new.{created_at}, {others_pending}"
     )
 
 
@@ -172,19 +189,50 @@ def _job_id(content_type_id: int, object_id: str) -> str:
 
 
 def deliver(
-    request_id: uuid.UUID | str, content_type_id: int, object_id: str, queue_name: str, *, force: bool = False
+    request_id: uuid.UUID | str,
+    content_type_id: int,
+    object_id: str,
+    queue_name: str,
+    *,
+    force: bool = False,
+    likely_queued: bool = False,
 ) -> Job | None:
     """Make sure a job will apply ``request_id``; return the job enqueued, or None if one was queued.
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
     has started it may have read the pending requests already, so a job of our own is enqueued.
+    ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
+    first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
     ``force=True`` (the relay) also checks that a job RQ calls queued is really in the queue: one taken
     off the queue by a worker that was then killed would otherwise be waited for forever.
     """
     queue = get_queue(queue_name)
+    job_id = _job_id(content_type_id, object_id)
+    status = _job_status(queue, job_id) if likely_queued else None
+    options = _job_options(content_type_id, object_id)
+    args = (str(request_id),)
+    if status is None:
+        job = queue.create_job(apply_update, args=args, job_id=job_id, **options)
+        try:
+            return _enqueue_unique(queue, job, force=force)
+        except DuplicateJobError:
+            status = _job_status(queue, job_id)
+    if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
+        return None
+    return queue.enqueue_call(apply_update, args=args, **options)
+
+
+def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
+    """The status of job ``job_id`` (one HGET), or None if there is no such job (or it has no status)."""
+    try:
+        return Job(job_id, connection=queue.connection).get_status()
+    except InvalidJobOperation:
+        return None
+
+
+def _job_options(content_type_id: int, object_id: str) -> dict[str, Any]:
     options: dict[str, Any] = {
-        "args": (str(request_id),),
         "timeout": conf.job_timeout(),
         "result_ttl": 0,
         "failure_ttl": 7 * 24 * 3600,
@@ -193,18 +241,29 @@ def deliver(
     retry = conf.retry()
     if retry.get("max"):
         options["retry"] = Retry(**retry)
-    job_id = _job_id(content_type_id, object_id)
-    try:
-        return queue.enqueue_call(apply_update, job_id=job_id, unique=True, **options)
-    except DuplicateJobError:
-        pass
-    try:
-        status = Job.fetch(job_id, connection=queue.connection).get_status(refresh=False)
-    except NoSuchJobError:
-        status = None
-    if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
-        return None
-    return queue.enqueue_call(apply_update, **options)
+    return options
+
+
+# Queues this process has registered in RQ's set of queue names (what ``rq info`` lists).
+_registered: set[tuple[int, str]] = set()
+
+
+def _enqueue_unique(queue: Queue, job: Job, *, force: bool) -> Job:
+    """Enqueue ``job`` with RQ's ``unique=True``; raise DuplicateJobError if its id exists.
+
+    RQ runs its unique enqueue as one Lua script (check the id, save the job, push it) at once, but first
+    adds the queue's name to its set of queues in a separate round trip, on every enqueue. That name
+    only needs adding once: here it goes onto a pipeline that runs the first time this process delivers
+    on the queue, and on every relay pass (``force``), which puts it back after Redis lost its data.
+    An ``enqueue_update()`` then costs one Redis round trip, a plain ``queue.enqueue()`` two.
+    """
+    key = (id(queue.connection), queue.key)
+    with queue.connection.pipeline() as registration:
+        enqueued = queue.enqueue_job(job, pipeline=registration, unique=True)
+        if force or key not in _registered:
+            registration.execute()
+            _registered.add(key)
+    return enqueued
 
 
 def apply_update(request_id: str) -> str:

@@ -65,6 +65,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
 
     model: type[_M]
     db: str
+    _for_write: bool
 
     def update_if_newer(
         self,
@@ -87,6 +88,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         """
         if (version is None) == (synced_at is None):
             raise InvalidUpdate("pass exactly one of version= (version mode) or synced_at= (timestamp mode).")
+        self._for_write = True  # as QuerySet.update(): self.db is then the router's database for writes
         pk = clean_pk(self.model, pk)
         cleaned = clean_changes(self.model, changes)
         rid = None if request_id is None else clean_request_id(request_id)
@@ -211,6 +213,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         """
         if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
             raise InvalidUpdate(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        self._for_write = True
         with transaction.atomic(using=self.db):
             # Only this lock waits that long; the caller's later statements keep their own timeout.
             with local_lock_timeout(self.db, timeout):

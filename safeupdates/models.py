@@ -197,9 +197,19 @@ class ProcessedRequest(models.Model):
 
     request_id = models.UUIDField(_("request id"), unique=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(_("kind"), max_length=16, choices=RequestKind.choices, default=RequestKind.UPDATE)
-    # Null for requests that target no row (a keyed task of @idempotent).
+    # Null for requests that target no row (a keyed task of @idempotent). No database constraint: every
+    # request INSERT would check it at commit with a FOR KEY SHARE lock on the one content type row that
+    # a burst of requests shares (measured: 8% of a recorded update_if_newer). Deleting a content type
+    # still cascades, through Django. No index of its own: safeupdates_target_version starts with it.
     content_type = models.ForeignKey(
-        ContentType, on_delete=models.CASCADE, related_name="+", verbose_name=_("model"), null=True, blank=True
+        ContentType,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("model"),
+        null=True,
+        blank=True,
+        db_constraint=False,
+        db_index=False,
     )
     object_id = models.CharField(_("object id"), max_length=255, blank=True, default="")
     key = models.CharField(_("key"), max_length=255, blank=True, default="")
@@ -218,9 +228,12 @@ class ProcessedRequest(models.Model):
         verbose_name_plural = _("processed requests")
         indexes = [
             models.Index(fields=["content_type", "object_id", "-version"], name="safeupdates_target_version"),
+            # The requests still to apply, per record: a job finds its record's pending requests here
+            # in version order without reading the record's whole history, enqueue_update() sees whether
+            # a job is likely queued, and the relay scans only what is pending.
             models.Index(
-                fields=["created_at"],
-                name="safeupdates_pending_created",
+                fields=["content_type", "object_id", "version"],
+                name="safeupdates_pending",
                 condition=models.Q(status="pending"),
             ),
         ]

@@ -10,12 +10,14 @@ from collections import Counter
 
 import django_rq
 import pytest
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.test import override_settings
+from rq import Queue
 from rq.suspension import suspend
 
-from safeupdates import enqueue_update
+from safeupdates import enqueue_update, jobs
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
@@ -229,6 +231,54 @@ class TestApplyInProcess:
         assert queue().count == 0
         assert relay_pending(0) == 1
         assert queue().count == 1
+
+    def test_queue_name_is_registered_once_and_by_the_relay(self, redis, monkeypatch):
+        """RQ adds the queue to its set of queues on every enqueue, in a round trip of its own;
+        enqueue_update does it once per process, and every relay pass does it again."""
+
+        def registered() -> bool:
+            return "default" in [q.name for q in Queue.all(connection=redis)]
+
+        def sadd_calls() -> int:
+            return int(redis.info("commandstats").get("cmdstat_sadd", {}).get("calls", 0))
+
+        monkeypatch.setattr(jobs, "_registered", set())
+        enqueue_update(ProfileFactory(), active=True)
+        assert registered()
+        redis.flushdb()  # Redis lost its data, the set of queues with it
+        before = sadd_calls()
+        enqueue_update(ProfileFactory(), active=True)
+        assert sadd_calls() == before  # no second round trip
+        assert queue().count == 1 and not registered()
+        relay_pending(0)
+        assert registered()
+
+    def test_a_burst_costs_one_small_round_trip_per_toggle(self, redis):
+        """The first toggle enqueues the record's job (RQ's unique script); the next ones see other
+        requests of the record pending, ask for the job's status (HGET), find it queued, and stop."""
+
+        def calls() -> dict[str, int]:
+            stats = redis.info("commandstats")
+            return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "hget")}
+
+        profile = ProfileFactory()
+        enqueue_update(profile, active=True)
+        before = calls()
+        for value in (False, True, False):
+            enqueue_update(profile, active=value)
+        after = calls()
+        assert (after["evalsha"] - before["evalsha"], after["hget"] - before["hget"]) == (0, 3)
+        assert queue().count == 1
+        enqueue_update(ProfileFactory(), active=True)  # another record: no pending requests, no status asked
+        assert (calls()["evalsha"] - after["evalsha"], calls()["hget"] - after["hget"]) == (1, 0)
+
+    def test_job_hash_without_a_status_gets_a_job_of_its_own(self, redis):
+        profile = ProfileFactory()
+        job_id = jobs._job_id(ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
+        redis.hset(f"rq:job:{job_id}", "origin", "default")  # exists, so not unique, but has no status
+        request = enqueue_update(profile, active=True)
+        [job] = queue().jobs
+        assert job.id != job_id and job.args == (str(request.request_id),)
 
     def test_relay_command(self, redis):
         profile = ProfileFactory()

@@ -467,3 +467,24 @@ def test_async_update_if_newer():
     assert result.outcome == Outcome.APPLIED
     profile.refresh_from_db()
     assert profile.active is True
+
+
+class ReadsFromAReplica:
+    """A router that sends reads to a replica this test suite does not have: a read would fail."""
+
+    def db_for_read(self, model, **hints):
+        return "replica"
+
+    def db_for_write(self, model, **hints):
+        return "default"
+
+
+@pytest.mark.django_db
+@override_settings(DATABASE_ROUTERS=[f"{__name__}.ReadsFromAReplica"])
+def test_writes_and_locks_go_to_the_routers_database_for_writes():
+    profile = Profile.objects.using("default").create(name="routed")
+    first, second = next_version(), next_version()
+    assert Profile.objects.update_if_newer(profile.pk, version=first, active=True).applied
+    assert Profile.objects.update_if_newer(profile.pk, version=second, request_id=uuid.uuid4(), newsletter=True).applied
+    with Profile.objects.with_lock(profile.pk) as locked:
+        assert locked.active and locked.newsletter
