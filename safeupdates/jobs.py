@@ -210,17 +210,16 @@ def deliver(
     queue = get_queue(queue_name)
     job_id = _job_id(content_type_id, object_id)
     status = _job_status(queue, job_id) if likely_queued else None
-    options = _job_options(content_type_id, object_id)
     args = (str(request_id),)
     if status is None:
-        job = queue.create_job(apply_update, args=args, job_id=job_id, **options)
+        job = queue.create_job(apply_update, args=args, job_id=job_id, **_job_options(content_type_id, object_id))
         try:
             return _enqueue_unique(queue, job, force=force)
         except DuplicateJobError:
             status = _job_status(queue, job_id)
     if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
         return None
-    return queue.enqueue_call(apply_update, args=args, **options)
+    return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id))
 
 
 def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
