@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
@@ -56,11 +57,17 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("target"))
     def target_link(self, obj: ProcessedRequest) -> str:
-        if obj.content_type is None:
+        if obj.content_type_id is None:
             return obj.key  # a keyed task: no row
-        label = f"{obj.content_type.app_label}.{obj.content_type.model} {obj.object_id}"
         try:
-            url = reverse(f"admin:{obj.content_type.app_label}_{obj.content_type.model}_change", args=[obj.object_id])
+            content_type = obj.content_type
+        except ContentType.DoesNotExist:
+            content_type = None
+        if content_type is None:  # the log has no foreign key: its content type was deleted
+            return f"content type {obj.content_type_id} (deleted) {obj.object_id}"
+        label = f"{content_type.app_label}.{content_type.model} {obj.object_id}"
+        try:
+            url = reverse(f"admin:{content_type.app_label}_{content_type.model}_change", args=[obj.object_id])
         except NoReverseMatch:
             return label
         return format_html('<a href="{}">{}</a>', url, label)

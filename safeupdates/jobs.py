@@ -253,16 +253,20 @@ def _enqueue_unique(queue: Queue, job: Job, *, force: bool) -> Job:
     RQ runs its unique enqueue as one Lua script (check the id, save the job, push it) at once, but first
     adds the queue's name to its set of queues in a separate round trip, on every enqueue. That name
     only needs adding once: here it goes onto a pipeline that runs the first time this process delivers
-    on the queue, and on every relay pass (``force``), which puts it back after Redis lost its data.
+    on the queue, and on every relay delivery (``force``), which puts it back after Redis lost its data.
     An ``enqueue_update()`` then costs one Redis round trip, a plain ``queue.enqueue()`` two.
     """
     key = (id(queue.connection), queue.key)
     with queue.connection.pipeline() as registration:
-        enqueued = queue.enqueue_job(job, pipeline=registration, unique=True)
-        if force or key not in _registered:
-            registration.execute()
-            _registered.add(key)
-    return enqueued
+        try:
+            return queue.enqueue_job(job, pipeline=registration, unique=True)
+        finally:
+            # RQ 3.0 runs the script outside the pipeline and leaves only that SADD on it. Should a
+            # release queue anything else there, the pipeline runs: slower, never a job left unsent.
+            queued = [args[0] for args, _options in registration.command_stack]
+            if force or key not in _registered or queued != ["SADD"]:
+                registration.execute()
+                _registered.add(key)
 
 
 def apply_update(request_id: str) -> str:
@@ -306,10 +310,15 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
     )
     if not batch:
         return {}
-    content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
-    model = content_type.model_class()
+    try:
+        content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
+    except ContentType.DoesNotExist:
+        # The log has no foreign key on content types (see ProcessedRequest.content_type).
+        content_type = None
+    model = None if content_type is None else content_type.model_class()
     if model is None:
-        return _finish(log, rejected={r.pk: f"model {content_type} no longer exists" for r in batch})
+        missing = f"content type {batch[0].content_type_id}" if content_type is None else f"model {content_type}"
+        return _finish(log, rejected={r.pk: f"{missing} no longer exists" for r in batch})
 
     rejected: dict[int, str] = {}
     try:

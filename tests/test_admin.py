@@ -52,3 +52,12 @@ def test_target_without_admin_is_plain_text(admin_client):
     request = ProcessedRequest(content_type=ContentType.objects.get_for_model(Document), object_id="7")
     assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(request) == "testapp.document 7"
     assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(ProcessedRequest(key="k")) == "k"
+
+
+def test_request_whose_content_type_was_deleted(admin_client, recorded):
+    _profile, request = recorded
+    ProcessedRequest.objects.filter(pk=request.pk).update(content_type_id=987654)
+    changelist = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
+    assert changelist.status_code == 200 and b"content type 987654 (deleted)" in changelist.content
+    change = admin_client.get(reverse("admin:safeupdates_processedrequest_change", args=[request.pk]))
+    assert change.status_code == 200 and b"content type 987654 (deleted)" in change.content

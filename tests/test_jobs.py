@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import uuid
@@ -104,6 +105,19 @@ class TestEnqueueValidation:
         assert job.args == (str(request.request_id),)  # ids only, never the changes
         assert job.timeout == 60
 
+    def test_the_pending_insert_writes_every_column_as_the_model_would(self, redis, postgres_only):
+        """enqueue_update's INSERT lists its columns by hand: a column it leaves out must have a default
+        in the database, and the values it writes must be the model's defaults."""
+        columns = re.search(r"AS new \(([^)]*)\)", jobs._insert_pending_sql("postgresql")).group(1)
+        listed = {name.strip().strip('"') for name in columns.split(",")}
+        for field in ProcessedRequest._meta.concrete_fields:
+            assert field.column in listed or field.primary_key or field.null or field.has_db_default(), field.name
+        request = enqueue_update(ProfileFactory(), active=True)
+        request.refresh_from_db()
+        blank = ProcessedRequest()
+        for name in ("kind", "key", "status", "error", "attempts", "processed_at"):
+            assert getattr(request, name) == getattr(blank, name), name
+
     def test_same_request_id_returns_the_recorded_request(self, redis):
         profile = ProfileFactory()
         rid = uuid.uuid4()
@@ -169,6 +183,7 @@ class TestApplyInProcess:
             ({"object_id": "abc"}, "invalid primary key"),
             ({"version": None}, "has no version"),
             ("model", "no longer exists"),
+            ({"content_type_id": 987654}, "content type 987654 no longer exists"),
         ],
     )
     def test_corrupt_rows_are_rejected(self, redis, corrupt, error):
