@@ -225,7 +225,7 @@ def deliver(
 def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
     """The status of job ``job_id`` (one HGET), or None if there is no such job (or it has no status)."""
     try:
-        return Job(job_id, connection=queue.connection).get_status()
+        return queue.job_class(job_id, connection=queue.connection).get_status()
     except InvalidJobOperation:
         return None
 
