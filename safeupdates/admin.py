@@ -96,6 +96,8 @@ class BatchAdmin(ReadOnlyAdmin):
         "created_at",
         "finished_at",
         "reduced_at",
+        "reduce_attempts",
+        "reduce_error",
     ]
     fields = readonly_fields  # type: ignore[assignment]
 

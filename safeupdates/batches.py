@@ -156,14 +156,37 @@ def run_batch_item(request_id: str) -> str:
 
 
 def run_batch_reduce(batch_id: str) -> str:
-    """RQ job: run the batch's ``then(batch_id)`` once; later deliveries do nothing."""
+    """RQ job: run the batch's ``then(batch_id)`` once; later deliveries do nothing.
+
+    If ``then`` raises, what it wrote is rolled back, the failure is counted in ``reduce_attempts`` and
+    the exception propagates (RQ keeps the job as failed); the relay delivers the reduce again until
+    ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed, and the batch becomes ``reduce_failed``.
+    """
     using = router.db_for_write(Batch)
+    failure: Exception | None = None
     with transaction.atomic(using=using):
         batch = Batch.objects.using(using).select_for_update().get(batch_id=batch_id)
         if batch.reduced_at is not None or batch.status != BatchStatus.DONE or not batch.then:
             return "nothing to do"
-        resolve(batch.then)(str(batch.batch_id))
-        Batch.objects.using(using).filter(pk=batch.pk).update(reduced_at=Now())
+        try:
+            # A savepoint: what the reduce wrote is undone, the count of its failure is kept.
+            with transaction.atomic(using=using):
+                resolve(batch.then)(str(batch.batch_id))
+        except Exception as exc:
+            failure = exc
+            attempts = batch.reduce_attempts + 1
+            gave_up = attempts >= conf.reduce_attempts()
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            logger.warning("safeupdates: batch %s reduce failed (attempt %d): %s", batch_id, attempts, error)
+            Batch.objects.using(using).filter(pk=batch.pk).update(
+                reduce_attempts=attempts,
+                reduce_error=error,
+                status=BatchStatus.REDUCE_FAILED if gave_up else BatchStatus.DONE,
+            )
+        else:
+            Batch.objects.using(using).filter(pk=batch.pk).update(reduced_at=Now())
+    if failure is not None:
+        raise failure  # after the commit: RQ keeps the job as failed; the relay runs it again, or gave up
     return "reduced"
 
 

@@ -17,6 +17,7 @@ DEFAULT_JOB_TIMEOUT = 60
 DEFAULT_RETRY: dict[str, Any] = {"max": 3, "interval": [1, 5, 15]}
 DEFAULT_RELAY_AFTER = 30
 DEFAULT_RETENTION = 30
+DEFAULT_REDUCE_ATTEMPTS = 5
 
 
 def _get(name: str, default: Any) -> Any:
@@ -52,6 +53,11 @@ def relay_after() -> int:
 def retention() -> int:
     """Days that terminal requests are kept by ``safeupdates_purge`` when no ``--older-than`` is given."""
     return int(_get("RETENTION", DEFAULT_RETENTION))
+
+
+def reduce_attempts() -> int:
+    """How many times a batch's reduce may fail before the batch is ``reduce_failed`` (default 5)."""
+    return int(_get("REDUCE_ATTEMPTS", DEFAULT_REDUCE_ATTEMPTS))
 
 
 def fast_queue() -> str:

@@ -264,6 +264,7 @@ class BatchStatus(models.TextChoices):
 
     RUNNING = "running", _("running")
     DONE = "done", _("done")
+    REDUCE_FAILED = "reduce_failed", _("reduce failed")
 
 
 class Batch(models.Model):
@@ -271,7 +272,9 @@ class Batch(models.Model):
 
     ``succeeded`` and ``failed`` are counted in PostgreSQL, each item once, in the transaction that
     records the item's outcome; the transaction that counts the last item marks the batch ``done`` and
-    enqueues the reduce. ``reduced_at`` is set when the reduce has run, exactly once.
+    enqueues the reduce. ``reduced_at`` is set when the reduce has run, exactly once. A reduce that
+    raises is counted in ``reduce_attempts`` and run again by the relay, until
+    ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed: the batch is then ``reduce_failed``.
     """
 
     Status = BatchStatus
@@ -288,6 +291,8 @@ class Batch(models.Model):
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     reduced_at = models.DateTimeField(_("reduced at"), null=True, blank=True)
+    reduce_attempts = models.PositiveIntegerField(_("failed reduce attempts"), default=0)
+    reduce_error = models.TextField(_("last reduce error"), blank=True, default="")
 
     class Meta:
         verbose_name = _("batch")

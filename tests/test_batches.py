@@ -7,6 +7,7 @@ import random
 import django_rq
 import pytest
 from django.db import transaction
+from django.test import override_settings
 
 from safeupdates import fan_out
 from safeupdates.batches import relay_batches, run_batch_item, run_batch_reduce
@@ -14,7 +15,7 @@ from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import relay_pending
 from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
-from tests.testapp.batch_jobs import add_score, record_reduce
+from tests.testapp.batch_jobs import add_score, failing_reduce, record_reduce
 from tests.testapp.models import Profile, ReduceRun
 from tests.workers import wait_until
 
@@ -144,3 +145,22 @@ def test_admin_shows_progress(admin_client, db):
     fan_out(add_score, [{"pk": 1, "points": 1}] * 2)
     page = admin_client.get(reverse("admin:safeupdates_batch_changelist")).content.decode()
     assert '<progress value="0" max="100">' in page
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_REDUCE_ATTEMPTS=3)
+def test_a_failing_reduce_is_relayed_until_its_attempts_are_spent(redis):
+    batch = fan_out(add_score, [], then=failing_reduce)  # no items: done at once, its reduce enqueued
+    queue = django_rq.get_queue("default")
+    for attempt in (1, 2, 3):
+        queue.empty()
+        with pytest.raises(RuntimeError, match="report service"):
+            run_batch_reduce(str(batch.batch_id))
+        batch.refresh_from_db()
+        assert (batch.reduce_attempts, batch.reduced_at) == (attempt, None)
+        assert batch.reduce_error == "RuntimeError: the report service is down"
+        assert not ReduceRun.objects.exists()  # what the failed reduce wrote was rolled back
+        assert batch.status == ("done" if attempt < 3 else "reduce_failed")
+        assert relay_batches(0) == (1 if attempt < 3 else 0)  # the relay delivers it again, then gives up
+    assert queue.count == 0
+    assert run_batch_reduce(str(batch.batch_id)) == "nothing to do"

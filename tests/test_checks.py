@@ -93,11 +93,18 @@ def test_e004_unsupported_database():
 
 
 @override_settings(
-    SAFEUPDATES_RETRY={"max": 2, "interval": -1}, SAFEUPDATES_JOB_TIMEOUT="soon", SAFEUPDATES_RELAY_AFTER=-5
+    SAFEUPDATES_RETRY={"max": 2, "interval": -1},
+    SAFEUPDATES_JOB_TIMEOUT="soon",
+    SAFEUPDATES_RELAY_AFTER=-5,
+    SAFEUPDATES_REDUCE_ATTEMPTS=None,
 )
 def test_e005_invalid_settings():
     messages = check_settings()
-    assert [m.id for m in messages] == ["safeupdates.E005"] * 3
+    assert [m.id for m in messages] == ["safeupdates.E005"] * 4
     assert messages[0].msg == "SAFEUPDATES_JOB_TIMEOUT is invalid: invalid literal for int() with base 10: 'soon'"
     assert messages[1].msg == "SAFEUPDATES_RELAY_AFTER must not be negative."
-    assert messages[2].msg == "SAFEUPDATES_RETRY is invalid: interval: negative numbers are not allowed"
+    assert messages[2].msg == (
+        "SAFEUPDATES_REDUCE_ATTEMPTS is invalid: int() argument must be a string, a bytes-like object "
+        "or a real number, not 'NoneType'"
+    )
+    assert messages[3].msg == "SAFEUPDATES_RETRY is invalid: interval: negative numbers are not allowed"

@@ -17,3 +17,9 @@ def add_score(item: dict[str, int]) -> None:
 def record_reduce(batch_id: str) -> None:
     """Record one run of the reduce."""
     ReduceRun.objects.create(batch_id=batch_id)
+
+
+def failing_reduce(batch_id: str) -> None:
+    """A reduce that writes, then raises: its write must be rolled back, its failure counted."""
+    ReduceRun.objects.create(batch_id=batch_id)
+    raise RuntimeError("the report service is down")
