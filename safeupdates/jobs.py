@@ -24,7 +24,7 @@ from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
 from django.db.utils import DataError, IntegrityError
 from rq import Queue, Retry, get_current_job
-from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
+from rq.exceptions import DuplicateJobError, InvalidJobOperation
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 
 from safeupdates import conf, db
@@ -204,7 +204,6 @@ def deliver(
     has started it may have read the pending requests already, so a job of our own is enqueued.
     ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
     first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
-    A record's job that failed for good is requeued, so that its id is shared again.
     ``force=True`` (the relay) also checks that a job RQ calls queued is really in the queue: one taken
     off the queue by a worker that was then killed would otherwise be waited for forever.
     """
@@ -218,27 +217,9 @@ def deliver(
             return _enqueue_unique(queue, job, force=force)
         except DuplicateJobError:
             status = _job_status(queue, job_id)
-    if status == JobStatus.FAILED and _requeue_failed(queue, job_id):
-        return None
     if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
         return None
     return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id))
-
-
-def _requeue_failed(queue: Queue, job_id: str) -> bool:
-    """Requeue the record's job that failed for good (RQ's own requeue); False if it cannot be.
-
-    Its id would otherwise stay taken for the failed job's ``failure_ttl``, and every request of the
-    record would need a job of its own. Requeued, it applies every pending request of the record, ours
-    included (it was committed before), and the record's requests share one job again. Of concurrent
-    deliveries, one requeues it (RQ removes it from the failed registry atomically) and the others fail
-    here and get a job of their own.
-    """
-    try:
-        queue.failed_job_registry.requeue(job_id)
-    except (InvalidJobOperation, NoSuchJobError):
-        return False
-    return True
 
 
 def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
