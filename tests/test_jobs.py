@@ -446,6 +446,10 @@ class TestWithWorkers:
         assert "OperationalError" in request.error
         profile.refresh_from_db()
         assert profile.active is False
+        # The failed job keeps the record's job id (RQ's failed registry): the next request of the record
+        # gets a job of its own, and no relay is needed.
+        second = enqueue_update(profile, newsletter=True)
+        assert wait_until(lambda: ProcessedRequest.objects.get(pk=second.pk).status == "applied", 30)
 
 
 def _waiting_on_lock() -> bool:
