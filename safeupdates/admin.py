@@ -98,6 +98,7 @@ class BatchAdmin(ReadOnlyAdmin):
         "reduced_at",
         "reduce_attempts",
         "reduce_error",
+        "reduce_failed_at",
     ]
     fields = readonly_fields  # type: ignore[assignment]
 

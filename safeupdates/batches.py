@@ -158,9 +158,11 @@ def run_batch_item(request_id: str) -> str:
 def run_batch_reduce(batch_id: str) -> str:
     """RQ job: run the batch's ``then(batch_id)`` once; later deliveries do nothing.
 
-    If ``then`` raises, what it wrote is rolled back, the failure is counted in ``reduce_attempts`` and
-    the exception propagates (RQ keeps the job as failed); the relay delivers the reduce again until
-    ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed, and the batch becomes ``reduce_failed``.
+    If ``then`` raises, what it wrote in the database is rolled back, the failure is counted in
+    ``reduce_attempts`` and the exception propagates (RQ keeps the job as failed); the relay delivers
+    the reduce again, at most once every ``SAFEUPDATES_RELAY_AFTER`` seconds (earlier deliveries return
+    "too soon"), until ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed, and the batch becomes
+    ``reduce_failed``. Side effects outside the database repeat with each attempt.
     """
     using = router.db_for_write(Batch)
     failure: Exception | None = None
@@ -168,6 +170,10 @@ def run_batch_reduce(batch_id: str) -> str:
         batch = Batch.objects.using(using).select_for_update().get(batch_id=batch_id)
         if batch.reduced_at is not None or batch.status != BatchStatus.DONE or not batch.then:
             return "nothing to do"
+        if batch.reduce_failed_at is not None and _failed_recently(batch, using):
+            # Copies of the reduce may have piled up in the queue: a short outage must not use up every
+            # attempt at once. Attempts are at least SAFEUPDATES_RELAY_AFTER apart; the relay comes back.
+            return "too soon"
         try:
             # A savepoint: what the reduce wrote is undone, the count of its failure is kept.
             with transaction.atomic(using=using):
@@ -181,6 +187,7 @@ def run_batch_reduce(batch_id: str) -> str:
             Batch.objects.using(using).filter(pk=batch.pk).update(
                 reduce_attempts=attempts,
                 reduce_error=error,
+                reduce_failed_at=Now(),
                 status=BatchStatus.REDUCE_FAILED if gave_up else BatchStatus.DONE,
             )
         else:
@@ -188,6 +195,12 @@ def run_batch_reduce(batch_id: str) -> str:
     if failure is not None:
         raise failure  # after the commit: RQ keeps the job as failed; the relay runs it again, or gave up
     return "reduced"
+
+
+def _failed_recently(batch: Batch, using: str) -> bool:
+    """Whether the batch's reduce failed less than ``SAFEUPDATES_RELAY_AFTER`` seconds ago (database clock)."""
+    recent = Batch.objects.using(using).filter(pk=batch.pk, reduce_failed_at__gt=db.older_than(conf.relay_after()))
+    return recent.exists()
 
 
 def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None = None) -> int:
@@ -210,6 +223,7 @@ def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None
         Batch.objects.using(using)
         .filter(status=BatchStatus.DONE, reduced_at__isnull=True, finished_at__lte=cutoff)
         .exclude(then="")
+        .exclude(reduce_failed_at__gt=db.older_than(conf.relay_after()))  # not again before its time
     )
     for batch in due:
         count += 1

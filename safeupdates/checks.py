@@ -123,6 +123,8 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             continue
         if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
             messages.append(Error(f"{name} must not be negative.", id="safeupdates.E005"))
+        elif name == "SAFEUPDATES_REDUCE_ATTEMPTS" and value < 1:
+            messages.append(Error(f"{name} must be at least 1 (the first run counts).", id="safeupdates.E005"))
     return messages
 
 

@@ -273,8 +273,9 @@ class Batch(models.Model):
     ``succeeded`` and ``failed`` are counted in PostgreSQL, each item once, in the transaction that
     records the item's outcome; the transaction that counts the last item marks the batch ``done`` and
     enqueues the reduce. ``reduced_at`` is set when the reduce has run, exactly once. A reduce that
-    raises is counted in ``reduce_attempts`` and run again by the relay, until
-    ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed: the batch is then ``reduce_failed``.
+    raises is counted in ``reduce_attempts`` and run again by the relay, at most once every
+    ``SAFEUPDATES_RELAY_AFTER`` seconds, until ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed: the
+    batch is then ``reduce_failed``.
     """
 
     Status = BatchStatus
@@ -293,6 +294,7 @@ class Batch(models.Model):
     reduced_at = models.DateTimeField(_("reduced at"), null=True, blank=True)
     reduce_attempts = models.PositiveIntegerField(_("failed reduce attempts"), default=0)
     reduce_error = models.TextField(_("last reduce error"), blank=True, default="")
+    reduce_failed_at = models.DateTimeField(_("last reduce failure"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("batch")

@@ -164,3 +164,16 @@ def test_a_failing_reduce_is_relayed_until_its_attempts_are_spent(redis):
         assert relay_batches(0) == (1 if attempt < 3 else 0)  # the relay delivers it again, then gives up
     assert queue.count == 0
     assert run_batch_reduce(str(batch.batch_id)) == "nothing to do"
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_REDUCE_ATTEMPTS=3, SAFEUPDATES_RELAY_AFTER=3600)
+def test_failed_reduce_attempts_are_spaced_out(redis):
+    batch = fan_out(add_score, [], then=failing_reduce)
+    with pytest.raises(RuntimeError):
+        run_batch_reduce(str(batch.batch_id))
+    # Copies of the reduce that piled up in the queue run at once: they must not use up the attempts.
+    assert [run_batch_reduce(str(batch.batch_id)) for _ in range(3)] == ["too soon"] * 3
+    batch.refresh_from_db()
+    assert (batch.reduce_attempts, batch.status) == (1, "done")
+    assert relay_batches(0) == 0  # not due again before SAFEUPDATES_RELAY_AFTER has passed

@@ -108,3 +108,10 @@ def test_e005_invalid_settings():
         "or a real number, not 'NoneType'"
     )
     assert messages[3].msg == "SAFEUPDATES_RETRY is invalid: interval: negative numbers are not allowed"
+
+
+@override_settings(SAFEUPDATES_REDUCE_ATTEMPTS=0)
+def test_e005_reduce_attempts_below_one():
+    assert [m.msg for m in check_settings()] == [
+        "SAFEUPDATES_REDUCE_ATTEMPTS must be at least 1 (the first run counts)."
+    ]
