@@ -112,8 +112,11 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]
         with connection.cursor() as cursor:
             yield cursor
         return
+    # What connection.cursor() does, with our cursor class: health check, connect, thread check, wrap.
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
-    with connection._prepare_cursor(cursor_class(connection.connection)) as cursor:  # type: ignore[attr-defined]
+    connection.validate_thread_sharing()
+    with connection.make_cursor(cursor_class(connection.connection)) as cursor:
         yield cursor
 
 
