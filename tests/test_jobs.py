@@ -249,7 +249,7 @@ class TestApplyInProcess:
 
     def test_queue_name_is_registered_once_and_by_the_relay(self, redis, monkeypatch):
         """RQ adds the queue to its set of queues on every enqueue, in a round trip of its own;
-        enqueue_update does it once per process, and every relay pass does it again."""
+        enqueue_update does it once per process, and every relay delivery does it again."""
 
         def registered() -> bool:
             return "default" in [q.name for q in Queue.all(connection=redis)]
