@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import router, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from rq import Retry, get_current_job
 from rq.job import Job
@@ -170,7 +170,8 @@ def run_batch_reduce(batch_id: str) -> str:
         batch = Batch.objects.using(using).select_for_update().get(batch_id=batch_id)
         if batch.reduced_at is not None or batch.status != BatchStatus.DONE or not batch.then:
             return "nothing to do"
-        if batch.reduce_failed_at is not None and _failed_recently(batch, using):
+        recent = Batch.objects.using(using).filter(_failed_recently(), pk=batch.pk)
+        if batch.reduce_failed_at is not None and recent.exists():
             # Copies of the reduce may have piled up in the queue: a short outage must not use up every
             # attempt at once. Attempts are at least SAFEUPDATES_RELAY_AFTER apart; the relay comes back.
             return "too soon"
@@ -197,10 +198,9 @@ def run_batch_reduce(batch_id: str) -> str:
     return "reduced"
 
 
-def _failed_recently(batch: Batch, using: str) -> bool:
-    """Whether the batch's reduce failed less than ``SAFEUPDATES_RELAY_AFTER`` seconds ago (database clock)."""
-    recent = Batch.objects.using(using).filter(pk=batch.pk, reduce_failed_at__gt=db.older_than(conf.relay_after()))
-    return recent.exists()
+def _failed_recently() -> Q:
+    """Batches whose reduce failed less than ``SAFEUPDATES_RELAY_AFTER`` seconds ago (database clock)."""
+    return Q(reduce_failed_at__gt=db.older_than(conf.relay_after()))
 
 
 def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None = None) -> int:
@@ -223,7 +223,7 @@ def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None
         Batch.objects.using(using)
         .filter(status=BatchStatus.DONE, reduced_at__isnull=True, finished_at__lte=cutoff)
         .exclude(then="")
-        .exclude(reduce_failed_at__gt=db.older_than(conf.relay_after()))  # not again before its time
+        .exclude(_failed_recently())  # not again before its time
     )
     for batch in due:
         count += 1
