@@ -41,3 +41,52 @@ class ReduceRun(models.Model):
 
     def __str__(self) -> str:
         return self.batch_id
+
+
+class ActiveOnlyProfile(Profile):
+    """A proxy that lets queued jobs change ``active`` only (narrower than its concrete model)."""
+
+    safe_update_fields = ("active",)
+
+    class Meta:
+        proxy = True
+
+
+class Gadget(SafeUpdateModel):
+    """Fields of several types, for the tests of values an update must refuse or accept."""
+
+    label = models.CharField(max_length=40, default="")
+    count = models.IntegerField(default=0)
+    ratio = models.FloatField(default=0.0)
+    # null=True without blank=True: None is a valid value for the database, and must be accepted.
+    nickname = models.CharField(max_length=20, null=True)  # noqa: DJ001 - None must be a valid value here
+    seen_at = models.DateTimeField(null=True, blank=True)
+
+    safe_update_fields = ("label", "count", "ratio", "nickname", "seen_at")
+
+
+class Tag(SafeUpdateModel):
+    """A character primary key, which may be longer than the request log's ``object_id``."""
+
+    code = models.CharField(primary_key=True, max_length=300)
+    label = models.CharField(max_length=40, default="")
+
+    safe_update_fields = ("label",)
+
+
+class Place(SafeUpdateModel):
+    """Parent of a multi-table inheritance pair."""
+
+    name = models.CharField(max_length=40, default="")
+    open = models.BooleanField(default=False)
+
+    safe_update_fields = ("name", "open")
+
+
+class Restaurant(Place):
+    """Child of a multi-table inheritance pair: fields in two tables, one row each."""
+
+    serves_pizza = models.BooleanField(default=False)
+    seats = models.IntegerField(default=0)
+
+    safe_update_fields = ("name", "open", "serves_pizza", "seats")
