@@ -10,4 +10,10 @@ class SafeUpdatesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from safeupdates import checks  # noqa: F401  (registers the system checks)
+        from safeupdates.versions import raise_floor
+
+        # After every migrate: the source may have been dropped and created again at 1.
+        post_migrate.connect(raise_floor, sender=self, dispatch_uid="safeupdates.raise_floor")

@@ -19,9 +19,18 @@ from django.db import connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import column, concrete_field, guarded_update
-from safeupdates.models import BASE_VERSION_KEY, LockVersionMixin
+from safeupdates.guard import (
+    BASE_VERSION_KEY,
+    column,
+    concrete_field,
+    spans_tables,
+    stored_version,
+    versions_model,
+    write_if_newer,
+)
+from safeupdates.models import LockVersionMixin
 from safeupdates.validation import clean_changes, clean_pk, clean_version
+from safeupdates.versions import SEQUENCE_NAME, ensure_issued
 
 __all__ = ["DEFAULT_BATCH_SIZE", "BulkResult", "bulk_update_if_newer"]
 
@@ -85,6 +94,10 @@ def bulk_update_if_newer(
         return BulkResult()
     # The queryset's explicit database (using()), else the router's database for writes.
     using = getattr(queryset, "_db", None) or router.db_for_write(model)
+    try:
+        ensure_issued(max(version for row in rows.values() for version, _i, _v in row.winners.values()), using)
+    except InvalidUpdate as exc:
+        raise InvalidUpdate(f"{exc} Nothing was written.") from exc
     connection = connections[using]
     size = batch_size or DEFAULT_BATCH_SIZE
     # Rows in primary key order: a stable lock order across batches and across concurrent callers.
@@ -94,7 +107,7 @@ def bulk_update_if_newer(
     with transaction.atomic(using=using):
         for start in range(0, len(ordered), size):
             batch = ordered[start : start + size]
-            if connection.vendor == "postgresql":
+            if connection.vendor == "postgresql" and not spans_tables(model):
                 outcome = _write_postgresql(model, batch, connection)
             else:
                 outcome = _write_per_row(model, batch, connection)
@@ -142,14 +155,6 @@ def _merge(model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[
             if current is None or current[0] < version:
                 row.winners[name] = (version, index, value)
     return rows
-
-
-def _stored_version(versions: Mapping[str, Any], name: str) -> int:
-    """The version of field ``name``'s last write in a ``field_versions`` map (as the guard reads it)."""
-    for key in (name, BASE_VERSION_KEY):
-        if versions.get(key) is not None:
-            return int(versions[key])
-    return 0
 
 
 def _write_postgresql(
@@ -202,7 +207,7 @@ def _postgresql_sql(model: type[models.Model], fields: tuple[str, ...]) -> str:
     """
     connection = _postgresql_connection()
     qn = connection.ops.quote_name
-    table = qn(model._meta.db_table)
+    table = qn(versions_model(model)._meta.db_table)
     pk = qn(column(model, "pk"))
     fv = qn(column(model, "field_versions"))
     lock = qn(column(model, "lock_version"))
@@ -220,9 +225,8 @@ def _postgresql_sql(model: type[models.Model], fields: tuple[str, ...]) -> str:
         sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
     pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
     sets.append(f"{fv} = t.{fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
-    # GREATEST ignores NULLs: the highest version actually written, as update_if_newer would leave it.
-    written = ", ".join(f"CASE WHEN l.{a}_ok THEN l.{a}_version END" for _name, a in aliases)
-    sets.append(f"{lock} = GREATEST(t.{lock}, {written})")
+    # A change token, as in update_if_newer: a fresh version for every row that is written.
+    sets.append(f"{lock} = nextval('{SEQUENCE_NAME}')")
     any_ok = " OR ".join(f"l.{a}_ok" for _name, a in aliases)
     flags = ", ".join(f"l.{a}_ok" for _name, a in aliases)
     return (
@@ -238,10 +242,11 @@ def _postgresql_sql(model: type[models.Model], fields: tuple[str, ...]) -> str:
 def _write_per_row(
     model: type[models.Model], batch: Sequence[_Row], connection: BaseDatabaseWrapper
 ) -> dict[Any, tuple[str, ...]]:
-    """Portable fallback: read the batch's versions, then one guarded UPDATE per row that has news.
+    """Portable fallback, and the path of multi-table inheritance: read the batch's versions, then one
+    guarded write per row that has news.
 
     Runs inside the caller's transaction; on SQLite the first write locks the whole database, so the
-    versions read cannot change before the writes. Each UPDATE is guarded again anyway.
+    versions read cannot change before the writes. Each write is guarded again anyway.
     """
     stored: dict[Any, Any] = dict(
         model._default_manager.db_manager(connection.alias)
@@ -252,20 +257,12 @@ def _write_per_row(
     for row in batch:
         if row.pk not in stored:
             continue
-        versions = stored[row.pk] or {}
-        fields = tuple(name for name in sorted(row.winners) if _stored_version(versions, name) < row.winners[name][0])
-        outcome[row.pk] = fields
-        if not fields:
-            continue
-        # Only the fields that pass: the statement then writes exactly those, and lock_version
-        # becomes the highest of their versions.
-        statement = guarded_update(model, fields, connection)
-        values = [
-            (concrete_field(model, name).get_db_prep_save(row.winners[name][2], connection), row.winners[name][0])
-            for name in fields
-        ]
-        with connection.cursor() as cursor:
-            cursor.execute(statement.sql, statement.params(row.pk, values))
-            if cursor.rowcount == 0:  # pragma: no cover - the row changed under us (not on SQLite)
-                outcome[row.pk] = ()
+        # Only the fields that pass: the write then reports exactly those.
+        values = {
+            name: (value, version)
+            for name, (version, _index, value) in row.winners.items()
+            if stored_version(stored[row.pk], name) < version
+        }
+        written = write_if_newer(model, row.pk, values, connection) if values else None
+        outcome[row.pk] = tuple(sorted(written or ()))
     return outcome

@@ -24,8 +24,13 @@ from django.db.backends.utils import CursorWrapper
 
 from safeupdates import conf
 from safeupdates.exceptions import SafeUpdatesError
+from safeupdates.versions import SEQUENCE_NAME, next_version
 
 SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
+
+#: Key of ``field_versions`` that holds the version of the last full ``save()``: the version of every
+#: field that has no entry of its own.
+BASE_VERSION_KEY = "*"
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,20 @@ class GuardedUpdate:
         """Decode the ``field_versions`` returned by :attr:`sql_returning_versions`."""
         return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
 
-    def params(self, pk: Any, values: Sequence[tuple[Any, int]], synced_at: Any = None) -> list[Any]:
+    def params(
+        self, pk: Any, values: Sequence[tuple[Any, int]], synced_at: Any = None, *, lock_version: int | None = None
+    ) -> list[Any]:
+        """The parameters of :attr:`sql`. ``lock_version`` is the row's new change token where the
+        database has no sequence to take it from inside the statement (SQLite); PostgreSQL ignores it."""
         params: list[Any] = []
         for value, version in values:
             params += (version, value)
         for _value, version in values:
             params += (version, version)
-        params.append(max(version for _value, version in values))
+        if self.vendor != "postgresql":
+            if lock_version is None:
+                raise SafeUpdatesError("a guarded update on this database needs the row's new lock_version.")
+            params.append(lock_version)
         if self.timestamp:
             params.append(synced_at)
         params.append(pk)
@@ -91,6 +103,7 @@ class GuardedUpdate:
             changes_json,
             pk,
             pk,
+            request_id,
         ]
 
 
@@ -177,7 +190,9 @@ def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, time
     # Any connection of the vendor quotes and casts the same way.
     connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
     qn = connection.ops.quote_name
-    table = qn(model._meta.db_table)
+    # The table that holds the versions (a proxy's concrete table; callers send a child of multi-table
+    # inheritance, whose fields live in two tables, to write_if_newer's locked path instead).
+    table = qn(versions_model(model)._meta.db_table)
     fv = qn(column(model, "field_versions"))
     lock = qn(column(model, "lock_version"))
     pk_column = qn(column(model, "pk"))
@@ -192,7 +207,7 @@ def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, time
             return f"json_extract({fv}, '$.\"{name}\"')"
 
     def guard(name: str) -> str:
-        return f"COALESCE({stored(name)}, {stored('*')}, 0) < %s"
+        return f"COALESCE({stored(name)}, {stored(BASE_VERSION_KEY)}, 0) < %s"
 
     sets = []
     for name in fields:
@@ -206,14 +221,16 @@ def _build(model: type[models.Model], fields: tuple[str, ...], vendor: str, time
     if vendor == "postgresql":
         pairs = ", ".join(f"'{name}', CASE WHEN {guard(name)} THEN %s::bigint END" for name in fields)
         sets.append(f"{fv} = {fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
-        sets.append(f"{lock} = GREATEST({lock}, %s)")
+        # A change token: a fresh version on every write, even when only an older request won a field,
+        # so that no instance loaded before this write can save over it.
+        sets.append(f"{lock} = nextval('{SEQUENCE_NAME}')")
     else:
         # A JSON merge patch (json_patch), not json_set: a null in the patch removes a key, so a field
         # that does not pass and has no entry of its own gets none (json_set wrote a JSON null), and
         # one that has an entry keeps it.
         pairs = ", ".join(f"'{name}', CASE WHEN {guard(name)} THEN %s ELSE {stored(name)} END" for name in fields)
         sets.append(f"{fv} = json_patch({fv}, json_object({pairs}))")
-        sets.append(f"{lock} = MAX({lock}, %s)")
+        sets.append(f"{lock} = %s")  # a fresh version from the counter, taken before the statement
 
     where = f"{pk_column} = %s AND ({' OR '.join(guard(name) for name in fields)})"
     if timestamp:
@@ -243,6 +260,9 @@ def _recorded(update_sql: str, table: str, pk_column: str) -> str:
     from safeupdates.models import ProcessedRequest
 
     log = connection.ops.quote_name(ProcessedRequest._meta.db_table)
+    # No ON CONFLICT DO NOTHING: a concurrent call with the same request id passed the NOT EXISTS tests on
+    # the same snapshot, and may have written its row already. Its INSERT must fail, so that the whole
+    # statement (and with it that write) is undone; the caller then takes the claiming path.
     return (
         f"WITH upd AS ({update_sql} AND NOT EXISTS "
         f"(SELECT 1 FROM {log} WHERE request_id = %s) RETURNING 1), "
@@ -253,6 +273,117 @@ def _recorded(update_sql: str, table: str, pk_column: str) -> str:
         f"WHEN EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %s) THEN 'stale' ELSE 'rejected' END, "
         f"CASE WHEN EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %s) "
         f"THEN '' ELSE 'the target object does not exist' END, 1, '', now(), now() "
-        f"ON CONFLICT (request_id) DO NOTHING RETURNING status) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {log} WHERE request_id = %s) RETURNING status) "
         f"SELECT (SELECT status FROM ins)"
     )
+
+
+def versions_model(model: type[models.Model]) -> type[models.Model]:
+    """The concrete model whose table holds ``lock_version`` and ``field_versions``.
+
+    ``model`` itself, its concrete model for a proxy, and the parent that inherits the mixin for a child
+    of multi-table inheritance.
+    """
+    return cast("type[models.Model]", concrete_field(model, "lock_version").model._meta.concrete_model)
+
+
+def spans_tables(model: type[models.Model]) -> bool:
+    """True for a child of multi-table inheritance: its fields live in more than one table."""
+    return model._meta.concrete_model is not versions_model(model)
+
+
+def stored_version(versions: dict[str, Any] | None, name: str) -> int:
+    """The version of field ``name``'s last write in a ``field_versions`` map, as the guards read it.
+
+    A field's own entry, else ``"*"`` (the last full save), else 0. A JSON null (written on SQLite by
+    earlier releases) counts as no entry.
+    """
+    versions = versions or {}
+    for key in (name, BASE_VERSION_KEY):
+        if versions.get(key) is not None:
+            return int(versions[key])
+    return 0
+
+
+def write_if_newer(
+    model: type[models.Model],
+    pk: Any,
+    values: dict[str, tuple[Any, int]],
+    connection: BaseDatabaseWrapper,
+    *,
+    synced_at: Any = None,
+) -> dict[str, int] | None:
+    """Write ``values`` (``{field: (python value, version)}``) to row ``pk`` where each is newer.
+
+    Returns ``{field: version}`` of the fields written, or None if nothing was (every field held a
+    newer write, the timestamp was not newer, or there is no such row: ask the table which). Moves
+    ``lock_version`` to a fresh version whenever anything is written. One statement where the model's
+    fields live in one table; for a child of multi-table inheritance the rows are locked first, the
+    guards decided on the locked versions, then each table written. Run it in a transaction.
+    """
+    if spans_tables(model):
+        return _write_across_tables(model, pk, values, connection, synced_at=synced_at)
+    fields = tuple(sorted(values))
+    statement = guarded_update(model, fields, connection, timestamp=synced_at is not None)
+    params = [
+        (concrete_field(model, name).get_db_prep_save(values[name][0], connection), values[name][1]) for name in fields
+    ]
+    lock_version = None if connection.vendor == "postgresql" else next_version(connection.alias)
+    with statement_cursor(connection) as cursor:
+        cursor.execute(
+            statement.sql_returning_versions, statement.params(pk, params, synced_at, lock_version=lock_version)
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    stored = statement.load_versions(row[0])
+    # A field was written by us iff it now carries exactly our version: versions are unique.
+    return {name: version for name, (_value, version) in values.items() if stored.get(name) == version} or None
+
+
+def _write_across_tables(
+    model: type[models.Model],
+    pk: Any,
+    values: dict[str, tuple[Any, int]],
+    connection: BaseDatabaseWrapper,
+    *,
+    synced_at: Any = None,
+) -> dict[str, int] | None:
+    """:func:`write_if_newer` for a child of multi-table inheritance: lock, decide, then write each table.
+
+    The child's manager joins the parent table, so the row lock covers both tables and a missing child
+    row (a parent that is not of this model) is never written.
+    """
+    alias = connection.alias
+    names = ["field_versions", *(["last_synced_at"] if synced_at is not None else [])]
+    locked = model._base_manager.using(alias).select_for_update(no_key=True).filter(pk=pk).values_list(*names).first()
+    if locked is None:
+        return None
+    if synced_at is not None and locked[1] is not None and not locked[1] < synced_at:
+        return None
+    current = locked[0]
+    written = {name: version for name, (_value, version) in values.items() if stored_version(current, name) < version}
+    if not written:
+        return None
+    changes = {name: values[name][0] for name in written}
+    changes.update(field_versions={**(current or {}), **written}, lock_version=_next_version_expression(connection))
+    if synced_at is not None:
+        changes["last_synced_at"] = synced_at
+    # One UPDATE per table, each through the model that owns the table.
+    by_table: dict[type[models.Model], dict[str, Any]] = {}
+    for name, value in changes.items():
+        owner = concrete_field(model, name).model._meta.concrete_model
+        assert owner is not None
+        by_table.setdefault(owner, {})[name] = value
+    for table_model, columns in by_table.items():
+        table_model._base_manager.using(alias).filter(pk=pk).update(**columns)
+    return written
+
+
+def _next_version_expression(connection: BaseDatabaseWrapper) -> Any:
+    """A fresh version as a value of an ORM ``update()``: taken in the statement where the database can."""
+    if connection.vendor == "postgresql":
+        from django.db.models.expressions import RawSQL
+
+        return RawSQL(f"nextval('{SEQUENCE_NAME}')", [], output_field=models.BigIntegerField())
+    return next_version(connection.alias)

@@ -29,7 +29,7 @@ from rq.job import JOB_ID_PATTERN, Job, JobStatus
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import column, concrete_field, guarded_update, statement_cursor
+from safeupdates.guard import column, statement_cursor, write_if_newer
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import get_queue
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
@@ -380,22 +380,10 @@ def _winners(valid: list[tuple[ProcessedRequest, dict[str, Any]]]) -> dict[str, 
 def _write(
     model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str
 ) -> dict[str, int] | None:
-    """Run the guarded update; return ``{field: request pk}`` of what it wrote, or None if no row matched."""
-    connection = connections[using]
-    fields = tuple(sorted(winners))
-    statement = guarded_update(model, fields, connection)
-    values = [
-        (concrete_field(model, name).get_db_prep_save(winners[name][2], connection), winners[name][0])
-        for name in fields
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(statement.sql_returning_versions, statement.params(pk, values))
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    versions = statement.load_versions(row[0])
-    # A field was written by us iff it now carries exactly its winner's version: versions are unique.
-    return {name: winners[name][1] for name in fields if versions.get(name) == winners[name][0]}
+    """Run the guarded update; return ``{field: request pk}`` of what it wrote, or None if nothing was."""
+    values = {name: (value, version) for name, (version, _pk, value) in winners.items()}
+    written = write_if_newer(model, pk, values, connections[using])
+    return None if written is None else {name: winners[name][1] for name in written}
 
 
 def _finish(

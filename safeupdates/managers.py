@@ -10,21 +10,21 @@ import enum
 import json
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.contenttypes.models import ContentType
-from django.db import OperationalError, connections, models, transaction
+from django.db import IntegrityError, OperationalError, connections, models, transaction
 from django.db.models.functions import Now
 
 from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.guard import guarded_update, statement_cursor
+from safeupdates.guard import guarded_update, spans_tables, statement_cursor, write_if_newer
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id, clean_synced_at, clean_version
-from safeupdates.versions import next_version
+from safeupdates.versions import ensure_issued, next_version
 
 if TYPE_CHECKING:
     from safeupdates.bulk import BulkResult
@@ -121,32 +121,14 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         request_id: uuid.UUID | None = None,
     ) -> UpdateResult:
         connection = connections[self.db]
-        fields = tuple(sorted(cleaned))
-        statement = guarded_update(self.model, fields, connection, timestamp=synced_at is not None)
-        prepped = [
-            self.model._meta.get_field(name).get_db_prep_save(cleaned[name], connection)  # type: ignore[union-attr]
-            for name in fields
-        ]
-        if request_id is not None and version is not None and statement.recorded_sql is not None:
-            from safeupdates.models import ChangesEncoder
-
-            # PostgreSQL: record and apply in one prepared statement, one round trip.
-            with statement_cursor(connection) as cursor:
-                cursor.execute(
-                    statement.recorded_sql,
-                    statement.recorded_params(
-                        pk,
-                        [(value, version) for value in prepped],
-                        request_id=request_id,
-                        content_type_id=ContentType.objects.db_manager(self.db).get_for_model(self.model).pk,
-                        version=version,
-                        changes_json=json.dumps(cleaned, cls=ChangesEncoder),
-                    ),
-                )
-                status = cursor.fetchone()[0]
+        if version is not None:
+            ensure_issued(version, self.db)
+        if request_id is not None and version is not None and connection.vendor == "postgresql":
+            status = self._apply_recorded(pk, cleaned, version, request_id)
             if status is not None:
                 return UpdateResult(status == "applied", _OUTCOME_OF_STATUS[status], version)
-            # The request id is known: a duplicate, or a pending request from enqueue_update.
+            # The request id is known: a duplicate, or a pending request from enqueue_update; or a
+            # concurrent call claimed it first. The claiming path below tells which.
 
         with transaction.atomic(using=self.db):
             record = None if request_id is None else self._reserve_request(request_id, pk, cleaned)
@@ -155,9 +137,8 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             if synced_at is not None:
                 version = next_version(self.db)
             assert version is not None
-            with statement_cursor(connection) as cursor:
-                cursor.execute(statement.sql, statement.params(pk, [(v, version) for v in prepped], synced_at))
-                written = cursor.rowcount > 0
+            values = {name: (value, version) for name, value in cleaned.items()}
+            written = write_if_newer(self.model, pk, values, connection, synced_at=synced_at) is not None
             if written:
                 outcome = Outcome.APPLIED
             elif self.model._default_manager.db_manager(self.db).filter(pk=pk).exists():
@@ -167,6 +148,46 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             if record is not None:
                 self._record(record, version, outcome)
         return UpdateResult(written, outcome, version)
+
+    def _apply_recorded(self, pk: Any, cleaned: dict[str, Any], version: int, request_id: uuid.UUID) -> str | None:
+        """Record and apply in one prepared statement, one round trip (PostgreSQL, one table).
+
+        Returns the recorded status, or None if the request id is known (or was claimed concurrently:
+        the statement then failed on the unique request id and wrote nothing).
+        """
+        from safeupdates.models import ChangesEncoder, ProcessedRequest
+
+        connection = connections[self.db]
+        if spans_tables(self.model):
+            return None
+        fields = tuple(sorted(cleaned))
+        statement = guarded_update(self.model, fields, connection)
+        assert statement.recorded_sql is not None
+        params = statement.recorded_params(
+            pk,
+            [
+                (self.model._meta.get_field(name).get_db_prep_save(cleaned[name], connection), version)  # type: ignore[union-attr]
+                for name in fields
+            ],
+            request_id=request_id,
+            content_type_id=ContentType.objects.db_manager(self.db).get_for_model(self.model).pk,
+            version=version,
+            changes_json=json.dumps(cleaned, cls=ChangesEncoder),
+        )
+        # In the caller's transaction a failed statement needs a savepoint to roll back to; in
+        # autocommit the statement is its own transaction.
+        savepoint = transaction.atomic(using=self.db) if connection.in_atomic_block else nullcontext()
+        try:
+            with savepoint, statement_cursor(connection) as cursor:
+                cursor.execute(statement.recorded_sql, params)
+                status: str | None = cursor.fetchone()[0]
+        except IntegrityError as exc:
+            # Only the log's unique request id means "claimed concurrently"; a constraint of the
+            # target table is the caller's error.
+            if getattr(getattr(exc.__cause__, "diag", None), "table_name", None) != ProcessedRequest._meta.db_table:
+                raise
+            return None
+        return status
 
     def _reserve_request(self, request_id: uuid.UUID, pk: Any, cleaned: dict[str, Any]) -> ProcessedRequest:
         """Insert the request's log row if it is new, then lock it: a concurrent duplicate waits here."""

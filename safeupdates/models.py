@@ -8,18 +8,22 @@ the request log: outbox for the job path, idempotency record, and audit trail in
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, models, transaction
+from django.db import connections, models, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.exceptions import StaleObjectError
+from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from safeupdates.guard import BASE_VERSION_KEY, stored_version, versions_model
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.versions import next_version
 
@@ -37,9 +41,13 @@ __all__ = [
     "VersionCounter",
 ]
 
-#: Key of ``field_versions`` that holds the version of the last full ``save()``: the version of every
-#: field that has no entry of its own.
-BASE_VERSION_KEY = "*"
+
+class _Save(NamedTuple):
+    """What a running ``save()`` tells ``_do_update``."""
+
+    expected: tuple[int | None, ...]  # lock_versions the row may carry for the UPDATE to match, in order
+    version: int  # the row's new lock_version
+    names: tuple[str, ...] | None  # the fields written with update_fields (None: a full save)
 
 
 class LockVersionMixin(models.Model):
@@ -48,56 +56,99 @@ class LockVersionMixin(models.Model):
     ``save()`` writes only if the row still carries the ``lock_version`` this instance was loaded with,
     else raises :class:`~safeupdates.exceptions.StaleObjectError` and leaves the instance as it was. A
     successful save takes a fresh version from :func:`safeupdates.versions.next_version`, so a direct
-    edit supersedes every request allocated before it. ``field_versions`` maps field names to the
-    version of their last write; ``"*"`` holds the version of the last full save.
+    edit supersedes every request allocated before it. ``lock_version`` is a change token: every write
+    through safeupdates moves it. ``field_versions`` maps field names to the version of their last
+    write; ``"*"`` holds the version of the last full save. ``delete()`` is checked the same way.
     """
 
     lock_version = models.BigIntegerField(_("lock version"), default=0, editable=False)
     field_versions = models.JSONField(_("field versions"), default=dict, editable=False)
 
-    # Set only while save() runs: the version the row must still carry for the UPDATE to match.
-    _safeupdates_expected: int | None = None
+    # Set only while save() runs.
+    _safeupdates_save: _Save | None = None
+    # The versions this instance loaded or saved since its saves were last known committed: the row
+    # carries one of them if the transactions of later saves rolled back. Versions are unique, so a row
+    # carrying one was last written (or loaded) by this instance, and saving over it loses nothing.
+    _safeupdates_uncommitted: tuple[int, ...] = ()
 
     class Meta:
         abstract = True
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        using = kwargs.get("using") or self._state.db or "default"
+        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        deferred = self.get_deferred_fields()
+        if "lock_version" in deferred:
+            raise InvalidUpdate(
+                f"{self._meta.label} pk={self.pk!r} was loaded without lock_version (.only()/.defer()), so "
+                "its save cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
+            )
         update_fields: Iterable[str] | None = kwargs.get("update_fields")
-        if update_fields is not None:
-            update_fields = list(update_fields)
-            if not update_fields:
-                return  # Django's own contract: an empty update_fields saves nothing
-        loaded_version, loaded_field_versions = self.lock_version, self.field_versions
-        new_version = next_version(using)
-        if update_fields is None:
-            self.field_versions = {BASE_VERSION_KEY: new_version}
-        else:
-            names = [
-                self._meta.get_field(name).name
-                for name in update_fields
-                if name not in ("lock_version", "field_versions")
+        if update_fields is None and deferred and not kwargs.get("force_insert") and using == self._state.db:
+            # What Model.save() does with deferred fields: write only the loaded ones, so that fields
+            # never loaded are not marked as written either.
+            update_fields = [
+                f.attname
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.attname not in deferred and not f.generated
             ]
-            self.field_versions = {**(loaded_field_versions or {}), **dict.fromkeys(names, new_version)}
+        names: tuple[str, ...] | None = None
+        if update_fields is not None:
+            requested = {self._meta.get_field(name).name for name in update_fields}
+            if not requested:
+                return  # Django's own contract: an empty update_fields saves nothing
+            names = tuple(sorted(requested - {"lock_version", "field_versions"}))
             kwargs["update_fields"] = {*names, "lock_version", "field_versions"}
+        loaded_version = self.lock_version
+        loaded_versions = self.__dict__.get("field_versions", _DEFERRED)
+        new_version = next_version(using)
+        if names is None:
+            self.field_versions = {BASE_VERSION_KEY: new_version}
+        elif loaded_versions is not _DEFERRED:
+            # The row's entries are merged in the statement; this copy only mirrors the result.
+            self.field_versions = {**(loaded_versions or {}), **dict.fromkeys(names, new_version)}
+        expected = (loaded_version, *(v for v in self._safeupdates_uncommitted if v != loaded_version))
         self.lock_version = new_version
-        self._safeupdates_expected = loaded_version
+        self._safeupdates_save = _Save(expected, new_version, names)
+        connection = connections[using]
         try:
-            if connections[using].in_atomic_block:
+            if connection.in_atomic_block:
                 # A savepoint, so that a StaleObjectError leaves the caller's transaction usable.
                 with transaction.atomic(using=using):
                     super().save(*args, **kwargs)
             else:
                 super().save(*args, **kwargs)
         except BaseException:
-            self.lock_version, self.field_versions = loaded_version, loaded_field_versions
+            self.lock_version = loaded_version
+            if loaded_versions is _DEFERRED:
+                self.__dict__.pop("field_versions", None)
+            else:
+                self.field_versions = loaded_versions
             raise
         finally:
-            self._safeupdates_expected = None
+            self._safeupdates_save = None
+        self._track_commit(connection, loaded_version, new_version)
 
     save.alters_data = True  # type: ignore[attr-defined]
 
-    def _do_update(  # type: ignore[override]
+    def _track_commit(self, connection: BaseDatabaseWrapper, loaded_version: int | None, new_version: int) -> None:
+        """Remember what the row carries if the save's transaction rolls back, until it commits.
+
+        Django has no rollback hook: the version a rolled-back save set stays on the instance, and its
+        next save would raise a false StaleObjectError. So that save also accepts the version before.
+        """
+        if not connection.in_atomic_block:
+            self._safeupdates_uncommitted = ()
+            return
+        if loaded_version is not None and loaded_version not in self._safeupdates_uncommitted:
+            self._safeupdates_uncommitted += (loaded_version,)
+
+        def committed() -> None:
+            if self.lock_version == new_version:
+                self._safeupdates_uncommitted = ()
+
+        transaction.on_commit(committed, using=connection.alias)
+
+    def _do_update(
         self,
         base_qs: models.QuerySet[Any],
         using: str | None,
@@ -105,29 +156,89 @@ class LockVersionMixin(models.Model):
         values: Any,
         update_fields: Iterable[str] | None,
         forced_update: bool,
-    ) -> bool:
-        expected = self._safeupdates_expected
-        if expected is None:
-            # Not called from save(): fixture loading (save_base(raw=True)) is not checked.
-            return bool(super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update))
-        if base_qs.filter(pk=pk_val, lock_version=expected)._update(values) > 0:  # type: ignore[attr-defined]
-            return True
-        if base_qs.filter(pk=pk_val).exists():
+        *returning: Any,
+    ) -> Any:
+        # ``returning``: Django 6.0 added ``returning_fields`` and returns rows instead of a bool; it is
+        # passed through untouched, so the same override serves 5.2 and 6.x.
+        save = self._safeupdates_save
+        if save is None or base_qs.model is not versions_model(type(self)):
+            # Not called from save() (fixture loading, save_base(raw=True), is not checked), or the
+            # child table of multi-table inheritance: the parent's table, saved first, was checked.
+            return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+        if save.names is not None:
+            values = [
+                (
+                    field,
+                    model,
+                    _merged_versions(using or "default", field, save) if field.name == "field_versions" else value,
+                )
+                for field, model, value in values
+            ]
+        loaded, *earlier = save.expected
+        rows = base_qs.filter(pk=pk_val)
+        updated = rows.filter(lock_version=loaded)._update(values, *returning)  # type: ignore[attr-defined]
+        if not updated and earlier:
+            # A save of this instance whose transaction rolled back left it a version the row never got.
+            updated = rows.filter(lock_version__in=earlier)._update(values, *returning)  # type: ignore[attr-defined]
+        if updated:
+            return updated if returning else True
+        if rows.exists():
             raise StaleObjectError(
                 f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
-                f"(lock_version {expected}); reload it with refresh_from_db() and apply your change again."
+                f"(lock_version {save.expected[0]}); reload it with refresh_from_db() and apply your change again."
             )
         # The row is gone: let Django fall back to an INSERT (or raise, under force_update).
-        return False
+        return [] if returning else False
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+        """Delete the row if it still carries this instance's ``lock_version``, else raise
+        :class:`~safeupdates.exceptions.StaleObjectError` and delete nothing."""
+        if self.pk is None:
+            return super().delete(using=using, keep_parents=keep_parents)  # Django's own error
+        if "lock_version" in self.get_deferred_fields():
+            raise InvalidUpdate(
+                f"{self._meta.label} pk={self.pk!r} was loaded without lock_version (.only()/.defer()), so "
+                "its delete cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
+            )
+        using = using or router.db_for_write(type(self), instance=self)
+        rows = versions_model(type(self))._base_manager.using(using).filter(pk=self.pk)
+        expected = [v for v in (self.lock_version, *self._safeupdates_uncommitted) if v is not None]
+        with transaction.atomic(using=using):
+            # The checked UPDATE writes nothing new but locks the row, so it cannot change before the DELETE.
+            locked = rows.filter(lock_version__in=expected).update(lock_version=models.F("lock_version"))
+            if not locked and rows.exists():
+                raise StaleObjectError(
+                    f"{self._meta.label} pk={self.pk!r} was changed after it was loaded "
+                    f"(lock_version {self.lock_version}); reload it and decide again before deleting it."
+                )
+            return super().delete(using=using, keep_parents=keep_parents)
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        if "lock_version" in self.__dict__:
+            self._safeupdates_uncommitted = ()
 
     def field_version(self, name: str) -> int:
         """Return the version of the last write of field ``name`` as loaded on this instance."""
-        versions = self.field_versions or {}
-        # A JSON null (written on SQLite by earlier releases) means "no entry of its own".
-        for key in (name, BASE_VERSION_KEY):
-            if versions.get(key) is not None:
-                return int(versions[key])
-        return 0
+        return stored_version(self.field_versions, name)
+
+
+_DEFERRED = object()
+
+
+def _merged_versions(using: str, field: models.Field[Any, Any], save: _Save) -> RawSQL:
+    """``field_versions`` of a save with update_fields: the row's map with the saved fields' versions set.
+
+    Merged in the statement, never written from the instance's copy, which may miss an entry.
+    """
+    connection = connections[using]
+    column = connection.ops.quote_name(field.column)
+    patch = json.dumps(dict.fromkeys(save.names or (), save.version))
+    if connection.vendor == "postgresql":
+        return RawSQL(f"COALESCE({column}, '{{}}'::jsonb) || %s::jsonb", [patch], output_field=field)
+    return RawSQL(f"json_patch(COALESCE({column}, '{{}}'), %s)", [patch], output_field=field)
 
 
 class SyncedAtMixin(models.Model):

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from safeupdates import conf
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.versions import MAX_VERSION
 
 #: Fields that only safeupdates itself writes.
 MANAGED_FIELDS = frozenset({"lock_version", "field_versions", "last_synced_at"})
@@ -82,11 +83,15 @@ def clean_changes(
 
 
 def clean_version(version: Any) -> int:
-    """Return ``version`` if it is a positive integer (not a bool)."""
-    if isinstance(version, bool) or not isinstance(version, int) or version <= 0:
+    """Return ``version`` if it is a positive integer (not a bool) that fits a ``BigIntegerField``.
+
+    Whether the version source has handed it out yet is checked where the database is at hand
+    (:func:`safeupdates.versions.ensure_issued`).
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 < version <= MAX_VERSION:
         raise InvalidUpdate(
-            f"version must be a positive integer, got {version!r}; allocate one with "
-            "safeupdates.versions.next_version()."
+            f"version must be a positive integer of at most {MAX_VERSION}, got {version!r}; allocate one "
+            "with safeupdates.versions.next_version()."
         )
     return int(version)
 

@@ -4,17 +4,32 @@ On PostgreSQL it is the sequence ``safeupdates_version_seq`` created by the app'
 is atomic across every process and machine sharing the database, is never rolled back, and does not
 depend on any table's contents, so purging old requests cannot make it go back. Elsewhere a one-row
 counter table is incremented inside a transaction; the database's write lock makes that atomic.
+
+The source never hands out a version below one already stored: after every ``migrate`` (which may have
+dropped and created the sequence again) :func:`raise_floor` moves it above the highest version in the
+request log and in every ``LockVersionMixin`` table.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connections, transaction
 from django.db.models import F
 
-__all__ = ["SEQUENCE_NAME", "next_version"]
+from safeupdates.exceptions import InvalidUpdate
+
+__all__ = ["MAX_VERSION", "SEQUENCE_NAME", "ensure_issued", "last_issued", "next_version", "raise_floor"]
 
 SEQUENCE_NAME = "safeupdates_version_seq"
+#: The largest version a ``BigIntegerField`` holds.
+MAX_VERSION = 2**63 - 1
 _NEXTVAL_SQL = f"SELECT nextval('{SEQUENCE_NAME}')"
+_LAST_VALUE_SQL = f"SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {SEQUENCE_NAME}"
+
+# Per PostgreSQL database: the highest version this process knows the sequence handed out (a cache for
+# ensure_issued). Not kept for the counter table, whose increments roll back with their transaction.
+_issued: dict[str, int] = {}
 
 
 def next_version(using: str = "default") -> int:
@@ -23,8 +38,42 @@ def next_version(using: str = "default") -> int:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(_NEXTVAL_SQL)
-            return int(cursor.fetchone()[0])
+            version = int(cursor.fetchone()[0])
+        # A sequence never goes back, so what it handed out stays handed out: worth remembering.
+        _issued[using] = max(_issued.get(using, 0), version)
+        return version
     return _next_from_counter(using)
+
+
+def last_issued(using: str = "default") -> int:
+    """The highest version the source has handed out so far (0 if none)."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_LAST_VALUE_SQL)
+            return int(cursor.fetchone()[0])
+    from safeupdates.models import VersionCounter
+
+    value = VersionCounter.objects.using(using).filter(pk=1).values_list("value", flat=True).first()
+    return int(value or 0)
+
+
+def ensure_issued(version: int, using: str = "default") -> None:
+    """Raise :class:`InvalidUpdate` unless ``version`` was handed out by the source already.
+
+    A version from the future would win every field it writes until the source catches up with it,
+    freezing them. On PostgreSQL it costs a query only for a version newer than any this process has seen.
+    """
+    if version <= _issued.get(using, 0):
+        return
+    current = last_issued(using)
+    if connections[using].vendor == "postgresql":
+        _issued[using] = max(_issued.get(using, 0), current)
+    if version > current:
+        raise InvalidUpdate(
+            f"version {version} has not been handed out by the version source yet (last: {current}); "
+            "allocate versions with safeupdates.versions.next_version(), never make them up."
+        )
 
 
 def _next_from_counter(using: str) -> int:
@@ -33,6 +82,66 @@ def _next_from_counter(using: str) -> int:
     counters = VersionCounter.objects.using(using)
     with transaction.atomic(using=using):
         if not counters.filter(pk=1).update(value=F("value") + 1):
-            # The row is created by the migration; a test-suite flush can remove it.
-            counters.create(pk=1, value=1)
+            # The row is created by the migration; a test-suite flush can remove it. Start again above
+            # every version stored, never at 1.
+            counters.create(pk=1, value=_stored_floor(using) + 1)
         return int(counters.values_list("value", flat=True).get(pk=1))
+
+
+def _stored_floor(using: str) -> int:
+    """The highest version stored in the request log or in any ``LockVersionMixin`` table (0 if none)."""
+    from django.apps import apps
+    from django.db.models import Max
+
+    from safeupdates.models import LockVersionMixin, ProcessedRequest
+
+    connection = connections[using]
+    tables = set(connection.introspection.table_names())
+    highest = 0
+    for model in apps.get_models():
+        if model._meta.proxy or model._meta.db_table not in tables:
+            continue
+        if model is ProcessedRequest:
+            name = "version"
+        elif issubclass(model, LockVersionMixin) and model._meta.get_field("lock_version").model is model:
+            name = "lock_version"
+        else:
+            continue
+        # lock_version is at least every version written to its row, so it stands for field_versions too.
+        value = model._base_manager.using(using).aggregate(top=Max(name))["top"]
+        highest = max(highest, int(value or 0))
+    return highest
+
+
+def raise_floor(using: str = "default", **kwargs: Any) -> None:
+    """Move the source above every version stored (a ``post_migrate`` receiver).
+
+    ``migrate safeupdates zero`` drops the sequence (or the counter table) while the rows of the models
+    that use the app keep their versions; without this, the source would start again at 1 and every
+    later request to an existing row would silently be stale.
+    """
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT to_regclass(%s)", [SEQUENCE_NAME])
+            if cursor.fetchone()[0] is None:
+                return  # migrated to zero: no source to move
+        floor = _stored_floor(using)
+        if floor:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT setval('{SEQUENCE_NAME}', GREATEST(%s, (SELECT last_value FROM {SEQUENCE_NAME})))",
+                    [floor],
+                )
+        return
+    from safeupdates.models import VersionCounter
+
+    if VersionCounter._meta.db_table not in connection.introspection.table_names():
+        return
+    floor = _stored_floor(using)
+    with transaction.atomic(using=using):
+        counters = VersionCounter.objects.using(using)
+        if not counters.filter(pk=1).exists():
+            counters.create(pk=1, value=floor)
+        else:
+            counters.filter(pk=1, value__lt=floor).update(value=floor)

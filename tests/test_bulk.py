@@ -29,11 +29,13 @@ DEFAULTS = {"active": False, "newsletter": False, "dark_mode": False, "score": 0
 
 
 def state(pk: Any) -> dict[str, Any]:
-    """The row's fields, ``lock_version`` and ``field_versions`` (JSON nulls dropped: they mean "no entry")."""
+    """The row's fields and ``field_versions`` (JSON nulls dropped: they mean "no entry"), and whether
+    ``lock_version`` lies above every version written (it is a fresh change token after any write)."""
     row = Profile.objects.filter(pk=pk).values(*FIELDS, "lock_version", "field_versions").first()
     if row is None:
         return {}
     row["field_versions"] = {k: v for k, v in row["field_versions"].items() if v is not None}
+    row["lock_version"] = row["lock_version"] > max(row["field_versions"].values(), default=0)
     return row
 
 
@@ -65,7 +67,7 @@ def test_applied_stale_and_missing_are_counted_per_update(profile: Profile) -> N
     profile.refresh_from_db()
     assert (profile.active, profile.score, profile.newsletter) == (True, 3, False)
     assert profile.field_versions == {"*": old, "active": v1, "score": v1}
-    assert profile.lock_version == v1
+    assert profile.lock_version > v1
 
 
 def test_updates_of_one_row_merge_per_field_by_version(profile: Profile) -> None:
@@ -81,7 +83,7 @@ def test_updates_of_one_row_merge_per_field_by_version(profile: Profile) -> None
     profile.refresh_from_db()
     assert (profile.active, profile.newsletter) == (False, True)
     assert profile.field_versions == {"*": profile.field_versions["*"], "active": v3, "newsletter": v1}
-    assert profile.lock_version == v3
+    assert profile.lock_version > v3
 
 
 def test_an_older_update_of_another_field_is_not_dropped(profile: Profile) -> None:
@@ -91,7 +93,8 @@ def test_an_older_update_of_another_field_is_not_dropped(profile: Profile) -> No
     result = Profile.objects.bulk_update_if_newer([(profile.pk, old, {"active": True})])
     assert result == BulkResult(applied=1)
     profile.refresh_from_db()
-    assert (profile.active, profile.newsletter, profile.lock_version) == (True, True, new)
+    assert (profile.active, profile.newsletter) == (True, True)
+    assert profile.lock_version > new
 
 
 def test_running_a_batch_again_changes_nothing_and_reports_stale(profile: Profile) -> None:
@@ -175,7 +178,8 @@ def test_works_on_any_lock_version_model() -> None:
     result = bulk_update_if_newer(Document.objects.all(), [(doc.pk, version, {"title": "b", "body": "text"})])
     assert result == BulkResult(applied=1)
     doc.refresh_from_db()
-    assert (doc.title, doc.body, doc.lock_version, doc.field_versions["title"]) == ("b", "text", version, version)
+    assert (doc.title, doc.body, doc.field_versions["title"]) == ("b", "text", version)
+    assert doc.lock_version > version
 
 
 def test_a_model_without_versions_is_refused() -> None:
@@ -303,6 +307,8 @@ def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 @given(scenario=scenarios())
 def test_bulk_in_any_order_and_chunking_equals_sequential_update_if_newer(writer: str, scenario: Any) -> None:
     initial, updates, cuts, batch_size = scenario
+    while next_version() < 80:  # the scenario's versions must have been handed out by the source
+        pass
     profiles = Profile.objects.bulk_create([Profile(name="init") for _ in initial])
     pks = [p.pk for p in profiles] + [max(p.pk for p in profiles) + 10_000]  # the last one is missing
     snapshots = {}
@@ -376,4 +382,4 @@ def test_concurrent_overlapping_batches_neither_deadlock_nor_lose_a_field(postgr
     assert sum(r.total for r in results) == 4 * len(updates)
     assert sum(r.missing for r in results) == 0
     for profile in Profile.objects.all():
-        assert profile.lock_version == max(v for pk, v, _c in updates if pk == profile.pk)
+        assert profile.lock_version > max(v for pk, v, _c in updates if pk == profile.pk)

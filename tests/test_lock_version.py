@@ -146,6 +146,12 @@ class TestDelete:
         assert Document.objects.filter(pk=document.pk).exists()
         assert stale.pk == document.pk  # the instance is left as it was
 
+    def test_a_delete_without_lock_version_is_refused(self):
+        document = DocumentFactory()
+        with pytest.raises(InvalidUpdate, match="lock_version"):
+            Document.objects.only("title").get(pk=document.pk).delete()
+        assert Document.objects.filter(pk=document.pk).exists()
+
     def test_a_current_delete_deletes(self):
         document = DocumentFactory()
         pk = document.pk

@@ -40,7 +40,7 @@ class TestVersionMode:
         assert result == UpdateResult(applied=True, outcome=Outcome.APPLIED, version=version)
         profile.refresh_from_db()
         assert profile.active is True
-        assert profile.lock_version == version
+        assert profile.lock_version > version  # a change token: fresh, above every version written
         assert profile.field_version("active") == version
 
     def test_older_write_is_a_silent_no_op(self):
@@ -70,7 +70,7 @@ class TestVersionMode:
         assert result.outcome == Outcome.APPLIED
         profile.refresh_from_db()
         assert (profile.active, profile.newsletter) == (True, True)
-        assert profile.lock_version == newer  # max(lock_version, older)
+        assert profile.lock_version > newer  # the older request's write moved the change token too
 
     def test_mixed_fields_write_only_the_newer_ones(self):
         profile = ProfileFactory()
@@ -109,7 +109,7 @@ class TestTimestampMode:
         assert result.applied and result.version and result.version > base
         profile.refresh_from_db()
         assert profile.last_synced_at == t1
-        assert profile.lock_version == result.version
+        assert profile.lock_version > result.version
         assert profile.active is True
 
     def test_older_timestamp_is_stale(self):
@@ -344,7 +344,7 @@ def test_any_order_and_duplication_ends_as_version_order(requests, data):
         expected[field] = value
     profile.refresh_from_db()
     assert {field: getattr(profile, field) for field in FIELDS} == expected
-    assert profile.lock_version == max(v for v, *_ in numbered)
+    assert profile.lock_version > max(v for v, *_ in numbered)
     if use_ids:
         statuses = dict(ProcessedRequest.objects.filter(object_id=str(profile.pk)).values_list("request_id", "status"))
         assert len(statuses) == len(numbered)
@@ -488,3 +488,119 @@ def test_writes_and_locks_go_to_the_routers_database_for_writes():
     assert Profile.objects.update_if_newer(profile.pk, version=second, request_id=uuid.uuid4(), newsletter=True).applied
     with Profile.objects.with_lock(profile.pk) as locked:
         assert locked.active and locked.newsletter
+
+
+def waiting_on_locks(count: int) -> bool:
+    """True once ``count`` other backends wait for a lock (the statements a test lined up)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        return cursor.fetchone()[0] >= count
+
+
+@pytest.mark.django_db(transaction=True)
+class TestClaimBeforeWrite:
+    """Two concurrent calls with one request id: the request is claimed before any row is written."""
+
+    def race(self, calls):
+        """Run ``calls`` at once, each blocked on a row lock until all are lined up; return their results."""
+        from tests.workers import wait_until
+
+        results: list = []
+        errors: list = []
+
+        def runner(call):
+            def run():
+                try:
+                    results.append(call())
+                except Exception as exc:
+                    errors.append(exc)
+
+            return run
+
+        pks = sorted({pk for pk, _call in calls})
+        locks = [RowLock(Profile, pk).start() for pk in pks]
+        threads = [t for _pk, call in calls for t in start_threads(runner(call), 1)]
+        try:
+            assert wait_until(lambda: waiting_on_locks(len(calls)), timeout=10)
+        finally:
+            for lock in locks:
+                lock.release()
+            for thread in threads:
+                thread.join()
+        return results, errors
+
+    def test_one_request_id_on_two_objects_writes_one(self, postgres_only):
+        first, second = ProfileFactory(), ProfileFactory()
+        rid, version = uuid.uuid4(), next_version()
+        results, errors = self.race(
+            [
+                (pk, lambda pk=pk: Profile.objects.update_if_newer(pk, version=version, request_id=rid, active=True))
+                for pk in (first.pk, second.pk)
+            ]
+        )
+        assert [type(e) for e in errors] == [InvalidUpdate], errors
+        assert [r.outcome for r in results] == [Outcome.APPLIED]
+        actives = sorted(Profile.objects.filter(pk__in=[first.pk, second.pk]).values_list("active", flat=True))
+        assert actives == [False, True]
+        record = ProcessedRequest.objects.get(request_id=rid)
+        assert Profile.objects.get(pk=record.object_id).active is True
+
+    def test_one_request_id_with_other_changes_writes_one(self, postgres_only):
+        profile = ProfileFactory()
+        rid, version = uuid.uuid4(), next_version()
+        results, errors = self.race(
+            [
+                (
+                    profile.pk,
+                    lambda: Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True),
+                ),
+                (
+                    profile.pk,
+                    lambda: Profile.objects.update_if_newer(
+                        profile.pk, version=version, request_id=rid, newsletter=True
+                    ),
+                ),
+            ]
+        )
+        assert not errors
+        assert sorted(r.outcome for r in results) == [Outcome.APPLIED, Outcome.DUPLICATE]
+        row = Profile.objects.get(pk=profile.pk)
+        recorded = ProcessedRequest.objects.get(request_id=rid).changes
+        assert (row.active, row.newsletter) == (recorded.get("active", False), recorded.get("newsletter", False))
+        assert row.active != row.newsletter  # exactly one of the two calls wrote
+
+
+@pytest.mark.django_db
+class TestVersionsBeyondTheSource:
+    @pytest.mark.parametrize("ahead", [1, 2**40])
+    def test_a_version_not_handed_out_yet_is_refused(self, ahead):
+        profile = ProfileFactory()
+        before = snapshot(profile)
+        with pytest.raises(InvalidUpdate, match="not been handed out"):
+            Profile.objects.update_if_newer(profile.pk, version=next_version() + ahead, active=True)
+        with pytest.raises(InvalidUpdate, match="not been handed out"):
+            Profile.objects.bulk_update_if_newer([(profile.pk, next_version() + ahead, {"active": True})])
+        assert snapshot(profile) == before
+
+    @pytest.mark.parametrize("version", [2**62, 2**63, 2**64])
+    def test_huge_versions_are_refused_without_a_database_error(self, version):
+        profile = ProfileFactory()
+        before = snapshot(profile)
+        with pytest.raises(InvalidUpdate):
+            Profile.objects.update_if_newer(profile.pk, version=version, request_id=uuid.uuid4(), active=True)
+        with pytest.raises(InvalidUpdate):
+            Profile.objects.bulk_update_if_newer([(profile.pk, version, {"active": True})])
+        assert snapshot(profile) == before
+
+    def test_a_version_handed_out_by_another_process_is_accepted(self):
+        profile = ProfileFactory()
+        with connections["default"].cursor() as cursor:  # as another process would: not through next_version()
+            cursor.execute(
+                "SELECT nextval('safeupdates_version_seq')"
+                if connection.vendor == "postgresql"
+                else "UPDATE safeupdates_versioncounter SET value = value + 1 RETURNING value"
+            )
+            version = cursor.fetchone()[0]
+        assert Profile.objects.update_if_newer(profile.pk, version=version, active=True).applied

@@ -20,9 +20,14 @@ def test_strictly_increasing():
 def test_counter_fallback_is_strictly_increasing_and_recreates_its_row():
     first = _next_from_counter("default")
     assert _next_from_counter("default") == first + 1
+    from tests.factories import ProfileFactory
+
+    profile = ProfileFactory()
     VersionCounter.objects.all().delete()
-    assert _next_from_counter("default") == 1
-    assert _next_from_counter("default") == 2
+    # A lost counter row starts again above every version stored in a row, never at 1.
+    again = _next_from_counter("default")
+    assert again > profile.lock_version
+    assert _next_from_counter("default") == again + 1
 
 
 @pytest.mark.django_db

@@ -1,0 +1,153 @@
+"""Property: no sequence of saves, guarded writes, rolled-back saves and deletes loses a write.
+
+A reference model runs beside the database. A save succeeds iff the row is as the instance last saw it
+(loaded it, or wrote it itself before its later saves were rolled back); a guarded write wins a field
+iff its version is newer than the field's; a stale save or delete raises and changes nothing. After
+every step the row must equal the model, so any write that was silently undone shows up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import DatabaseError, transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from safeupdates.exceptions import StaleObjectError
+from safeupdates.versions import next_version
+from tests.testapp.models import Profile
+
+FIELDS = ("active", "name", "score")
+VALUES = {"active": st.booleans(), "name": st.sampled_from(["a", "b", "c"]), "score": st.integers(0, 3)}
+INSTANCES = 3
+
+
+class Rollback(Exception):
+    """Raised inside atomic() to roll a save back."""
+
+
+@dataclass
+class Row:
+    """What the database should hold."""
+
+    exists: bool
+    values: dict[str, object]
+    versions: dict[str, int]  # each field's version
+    state: int  # which write produced this state (unique per write)
+
+
+@dataclass
+class Seen:
+    """What an instance may save over: the states it loaded or wrote itself."""
+
+    states: set[int] = field(default_factory=set)
+
+
+def step():
+    instance = st.integers(0, INSTANCES - 1)
+    name = st.sampled_from(FIELDS)
+    change = name.flatmap(lambda n: st.tuples(st.just(n), VALUES[n]))
+    return st.one_of(
+        st.tuples(st.just("load"), instance),
+        st.tuples(st.just("save"), instance, change, st.booleans()),
+        st.tuples(st.just("rolled_back_save"), instance, change, st.booleans()),
+        st.tuples(st.just("allocate")),
+        st.tuples(st.just("guarded"), change, st.integers(0, 7)),
+        st.tuples(st.just("delete"), instance),
+    )
+
+
+@pytest.mark.django_db
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(step(), min_size=1, max_size=25))
+def test_no_sequence_of_writes_loses_one(steps):
+    profile = Profile.objects.create(name="a")
+    pk = profile.pk
+    states = itertools.count(1)
+    row = Row(True, {"active": False, "name": "a", "score": 0}, dict.fromkeys(FIELDS, profile.lock_version), 0)
+    instances = [Profile.objects.get(pk=pk) for _ in range(INSTANCES)]
+    seen = [Seen({0}) for _ in range(INSTANCES)]
+    pool: list[int] = []
+
+    def write(i, name, value, partial):
+        instance = instances[i]
+        setattr(instance, name, value)
+        if partial:
+            instance.save(update_fields=[name])
+        else:
+            instance.save()
+
+    for op, *args in steps:
+        if op == "load":
+            (i,) = args
+            if not row.exists:
+                continue
+            instances[i] = Profile.objects.get(pk=pk)
+            seen[i] = Seen({row.state})
+        elif op in ("save", "rolled_back_save"):
+            i, (name, value), partial = args
+            if instances[i].pk is None:
+                continue  # deleted through this instance
+            may_write = row.exists and row.state in seen[i].states
+            if op == "rolled_back_save":
+                with pytest.raises(Rollback), transaction.atomic():
+                    with contextlib.suppress(StaleObjectError, DatabaseError):
+                        write(i, name, value, partial)
+                    raise Rollback
+                continue  # the row is unchanged; the instance keeps what it saw
+            if may_write:
+                write(i, name, value, partial)
+                new = next(states)
+                written = [name] if partial else list(FIELDS)
+                for n in written:
+                    row.values[n] = getattr(instances[i], n)
+                    row.versions[n] = instances[i].lock_version
+                row.state = new
+                seen[i].states.add(new)
+            elif row.exists:
+                with pytest.raises(StaleObjectError):
+                    write(i, name, value, partial)
+            elif partial:
+                with pytest.raises(DatabaseError):  # Django: update_fields on a missing row
+                    write(i, name, value, partial)
+            else:
+                write(i, name, value, partial)  # Django inserts a deleted row again
+                row.exists, row.state = True, next(states)
+                row.values = {n: getattr(instances[i], n) for n in FIELDS}
+                row.versions = dict.fromkeys(FIELDS, instances[i].lock_version)
+                seen[i].states.add(row.state)
+        elif op == "allocate":
+            pool.append(next_version())
+        elif op == "guarded":
+            (name, value), index = args
+            if not pool:
+                continue
+            version = pool[index % len(pool)]
+            result = Profile.objects.update_if_newer(pk, version=version, **{name: value})
+            if not row.exists:
+                assert result.outcome == "missing"
+            elif version > row.versions[name]:
+                assert result.outcome == "applied"
+                row.values[name], row.versions[name], row.state = value, version, next(states)
+            else:
+                assert result.outcome == "stale"
+        elif op == "delete":
+            (i,) = args
+            if instances[i].pk is None or not row.exists:
+                continue
+            if row.state in seen[i].states:
+                instances[i].delete()
+                row.exists = False
+            else:
+                with pytest.raises(StaleObjectError):
+                    instances[i].delete()
+
+        stored = Profile.objects.filter(pk=pk).first()
+        assert (stored is not None) == row.exists, (op, args)
+        if stored is not None:
+            assert {n: getattr(stored, n) for n in FIELDS} == row.values, (op, args)
+            assert {n: stored.field_version(n) for n in FIELDS} == row.versions, (op, args)
