@@ -21,9 +21,11 @@ from typing import Any, cast
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models.expressions import RawSQL
 
 from safeupdates import conf
 from safeupdates.exceptions import SafeUpdatesError
+from safeupdates.internals import prepared_cursor_class
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
 SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
@@ -118,7 +120,7 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]
     sees every statement. ``SAFEUPDATES_PREPARED_STATEMENTS = False`` turns this off, for poolers
     without prepared statement support (PgBouncer before 1.21 in transaction mode).
     """
-    cursor_class = _prepared_cursor_class() if connection.vendor == "postgresql" else None
+    cursor_class = prepared_cursor_class() if connection.vendor == "postgresql" else None
     # While queries are logged (DEBUG, assertNumQueries), Django's own cursor: the log then shows
     # every statement with its values, which a prepared statement's log entry would not.
     if cursor_class is None or connection.queries_logged or not conf.prepared_statements():
@@ -131,29 +133,6 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]
     connection.validate_thread_sharing()
     with connection.make_cursor(cursor_class(connection.connection)) as cursor:
         yield cursor
-
-
-_NEVER = 2**62
-
-
-@lru_cache(maxsize=1)
-def _prepared_cursor_class() -> type[Any] | None:
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    if not is_psycopg3:
-        return None
-    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-
-    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            if self.connection.prepare_threshold is None:
-                # Django disables psycopg's prepared statements (None), which also ignores an explicit
-                # prepare=True. A threshold never reached keeps automatic preparing off for every
-                # other query and lets this cursor prepare its own.
-                self.connection.prepare_threshold = _NEVER
-            return super().execute(query, params, prepare=True, **kwargs)
-
-    return PreparedCursor
 
 
 def guarded_update(
@@ -383,7 +362,41 @@ def _write_across_tables(
 def _next_version_expression(connection: BaseDatabaseWrapper) -> Any:
     """A fresh version as a value of an ORM ``update()``: taken in the statement where the database can."""
     if connection.vendor == "postgresql":
-        from django.db.models.expressions import RawSQL
-
         return RawSQL(f"nextval('{SEQUENCE_NAME}')", [], output_field=models.BigIntegerField())
     return next_version(connection.alias)
+
+
+def saved_versions(
+    connection: BaseDatabaseWrapper, field: models.Field[Any, Any], names: Sequence[str] | None, version: int | None
+) -> tuple[Any, Any]:
+    """The values of ``lock_version`` and ``field_versions`` in the UPDATE of a ``save()``.
+
+    ``names`` are the fields of ``update_fields`` (None: a full save, every field under ``"*"``); their
+    entries are merged into the row's map in the statement, never written from the instance's copy.
+    ``version`` None (PostgreSQL) takes the versions from the sequence inside the statement, so a save
+    is one round trip: the fields' version from one ``nextval`` (an InitPlan, evaluated once), the new
+    ``lock_version`` from another. Neither is taken unless the row matches.
+    """
+    column = connection.ops.quote_name(field.column)
+    if version is not None:
+        if names is None:
+            return version, {BASE_VERSION_KEY: version}
+        patch = json.dumps(dict.fromkeys(names, version))
+        if connection.vendor == "postgresql":
+            merged = RawSQL(f"COALESCE({column}, '{{}}'::jsonb) || %s::jsonb", [patch], output_field=field)
+        else:
+            merged = RawSQL(f"json_patch(COALESCE({column}, '{{}}'), %s)", [patch], output_field=field)
+        return version, merged
+    lock = RawSQL(f"nextval('{SEQUENCE_NAME}')", [], output_field=models.BigIntegerField())
+    if names is None:
+        return lock, RawSQL(
+            f"jsonb_build_object(%s, nextval('{SEQUENCE_NAME}'))", [BASE_VERSION_KEY], output_field=field
+        )
+    pairs = ", ".join(["%s, n.v"] * len(names))
+    merged = RawSQL(
+        f"COALESCE({column}, '{{}}'::jsonb) || "
+        f"(SELECT jsonb_build_object({pairs}) FROM (SELECT nextval('{SEQUENCE_NAME}') AS v) AS n)",
+        list(names),
+        output_field=field,
+    )
+    return lock, merged

@@ -8,7 +8,6 @@ the request log: outbox for the job path, idempotency record, and audit trail in
 from __future__ import annotations
 
 import datetime
-import json
 import uuid
 from collections.abc import Iterable
 from typing import Any, ClassVar, NamedTuple
@@ -18,12 +17,12 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
-from safeupdates.guard import BASE_VERSION_KEY, stored_version, versions_model
+from safeupdates.guard import BASE_VERSION_KEY, concrete_field, saved_versions, stored_version, versions_model
+from safeupdates.internals import UPDATE_RETURNS_ROWS, update_returning
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.versions import next_version
 
@@ -46,7 +45,7 @@ class _Save(NamedTuple):
     """What a running ``save()`` tells ``_do_update``."""
 
     expected: tuple[int | None, ...]  # lock_versions the row may carry for the UPDATE to match, in order
-    version: int  # the row's new lock_version
+    version: int | None  # the version taken before the statement (None: taken inside it, PostgreSQL)
     names: tuple[str, ...] | None  # the fields written with update_fields (None: a full save)
 
 
@@ -100,16 +99,17 @@ class LockVersionMixin(models.Model):
             kwargs["update_fields"] = {*names, "lock_version", "field_versions"}
         loaded_version = self.lock_version
         loaded_versions = self.__dict__.get("field_versions", _DEFERRED)
-        new_version = next_version(using)
-        if names is None:
-            self.field_versions = {BASE_VERSION_KEY: new_version}
-        elif loaded_versions is not _DEFERRED:
-            # The row's entries are merged in the statement; this copy only mirrors the result.
-            self.field_versions = {**(loaded_versions or {}), **dict.fromkeys(names, new_version)}
-        expected = (loaded_version, *(v for v in self._safeupdates_uncommitted if v != loaded_version))
-        self.lock_version = new_version
-        self._safeupdates_save = _Save(expected, new_version, names)
         connection = connections[using]
+        # On PostgreSQL an UPDATE takes its versions from the sequence inside the statement: one round
+        # trip, as a plain save. An INSERT (and SQLite) takes it first.
+        inserting = self._state.adding or kwargs.get("force_insert")
+        version = None if connection.vendor == "postgresql" and not inserting else next_version(using)
+        if version is not None:
+            self.lock_version = version
+            if names is None:
+                self.field_versions = {BASE_VERSION_KEY: version}
+        expected = (loaded_version, *(v for v in self._safeupdates_uncommitted if v != loaded_version))
+        self._safeupdates_save = _Save(expected, version, names)
         try:
             if connection.in_atomic_block:
                 # A savepoint, so that a StaleObjectError leaves the caller's transaction usable.
@@ -126,7 +126,7 @@ class LockVersionMixin(models.Model):
             raise
         finally:
             self._safeupdates_save = None
-        self._track_commit(connection, loaded_version, new_version)
+        self._track_commit(connection, loaded_version, self.lock_version)
 
     save.alters_data = True  # type: ignore[attr-defined]
 
@@ -165,30 +165,37 @@ class LockVersionMixin(models.Model):
             # Not called from save() (fixture loading, save_base(raw=True), is not checked), or the
             # child table of multi-table inheritance: the parent's table, saved first, was checked.
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
-        if save.names is not None:
-            values = [
-                (
-                    field,
-                    model,
-                    _merged_versions(using or "default", field, save) if field.name == "field_versions" else value,
-                )
-                for field, model, value in values
-            ]
+        lock_field, versions_field = (concrete_field(type(self), name) for name in ("lock_version", "field_versions"))
+        lock_value, versions_value = saved_versions(
+            connections[using or "default"], versions_field, save.names, save.version
+        )
+        values = [
+            (field, model, {lock_field: lock_value, versions_field: versions_value}.get(field, value))
+            for field, model, value in values
+        ]
+        # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
+        asked: list[Any] = list(returning[0]) if returning and returning[0] else []
+        fields = [*asked, lock_field, versions_field]
         loaded, *earlier = save.expected
         rows = base_qs.filter(pk=pk_val)
-        updated = rows.filter(lock_version=loaded)._update(values, *returning)  # type: ignore[attr-defined]
+        updated = update_returning(rows.filter(lock_version=loaded), values, fields)
         if not updated and earlier:
             # A save of this instance whose transaction rolled back left it a version the row never got.
-            updated = rows.filter(lock_version__in=earlier)._update(values, *returning)  # type: ignore[attr-defined]
+            updated = update_returning(rows.filter(lock_version__in=earlier), values, fields)
         if updated:
-            return updated if returning else True
+            *returned, self.lock_version, self.field_versions = updated[0]
+            return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
         if rows.exists():
             raise StaleObjectError(
                 f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
-                f"(lock_version {save.expected[0]}); reload it with refresh_from_db() and apply your change again."
+                f"(lock_version {loaded}); reload it with refresh_from_db() and apply your change again."
             )
-        # The row is gone: let Django fall back to an INSERT (or raise, under force_update).
-        return [] if returning else False
+        # The row is gone: Django falls back to an INSERT (or raises, under force_update or
+        # update_fields), which takes a version first.
+        if save.version is None:
+            self.lock_version = version = next_version(using or "default")
+            self.field_versions = {BASE_VERSION_KEY: version}
+        return [] if UPDATE_RETURNS_ROWS else False
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the row if it still carries this instance's ``lock_version``, else raise
@@ -226,19 +233,6 @@ class LockVersionMixin(models.Model):
 
 
 _DEFERRED = object()
-
-
-def _merged_versions(using: str, field: models.Field[Any, Any], save: _Save) -> RawSQL:
-    """``field_versions`` of a save with update_fields: the row's map with the saved fields' versions set.
-
-    Merged in the statement, never written from the instance's copy, which may miss an entry.
-    """
-    connection = connections[using]
-    column = connection.ops.quote_name(field.column)
-    patch = json.dumps(dict.fromkeys(save.names or (), save.version))
-    if connection.vendor == "postgresql":
-        return RawSQL(f"COALESCE({column}, '{{}}'::jsonb) || %s::jsonb", [patch], output_field=field)
-    return RawSQL(f"json_patch(COALESCE({column}, '{{}}'), %s)", [patch], output_field=field)
 
 
 class SyncedAtMixin(models.Model):

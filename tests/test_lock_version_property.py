@@ -68,7 +68,7 @@ def test_no_sequence_of_writes_loses_one(steps):
     profile = Profile.objects.create(name="a")
     pk = profile.pk
     states = itertools.count(1)
-    row = Row(True, {"active": False, "name": "a", "score": 0}, dict.fromkeys(FIELDS, profile.lock_version), 0)
+    row = Row(True, {"active": False, "name": "a", "score": 0}, {n: profile.field_version(n) for n in FIELDS}, 0)
     instances = [Profile.objects.get(pk=pk) for _ in range(INSTANCES)]
     seen = [Seen({0}) for _ in range(INSTANCES)]
     pool: list[int] = []
@@ -105,7 +105,7 @@ def test_no_sequence_of_writes_loses_one(steps):
                 written = [name] if partial else list(FIELDS)
                 for n in written:
                     row.values[n] = getattr(instances[i], n)
-                    row.versions[n] = instances[i].lock_version
+                    row.versions[n] = instances[i].field_version(n)
                 row.state = new
                 seen[i].states.add(new)
             elif row.exists:
@@ -118,7 +118,7 @@ def test_no_sequence_of_writes_loses_one(steps):
                 write(i, name, value, partial)  # Django inserts a deleted row again
                 row.exists, row.state = True, next(states)
                 row.values = {n: getattr(instances[i], n) for n in FIELDS}
-                row.versions = dict.fromkeys(FIELDS, instances[i].lock_version)
+                row.versions = {n: instances[i].field_version(n) for n in FIELDS}
                 seen[i].states.add(row.state)
         elif op == "allocate":
             pool.append(next_version())

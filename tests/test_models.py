@@ -31,8 +31,11 @@ def test_save_bumps_lock_version_strictly():
         profile.save()
         versions.append(profile.lock_version)
     assert versions == sorted(set(versions))
+    field_version = profile.field_version("name")
     profile.refresh_from_db()
     assert profile.lock_version == versions[-1]
+    assert profile.field_version("name") == field_version  # the saved fields' version, fresh too
+    assert field_version > versions[-2]
 
 
 def test_stale_save_raises_and_restores_the_instance():
@@ -60,7 +63,10 @@ def test_update_fields_save_is_checked_and_bumps_only_those_fields():
     profile.active = True
     profile.save(update_fields=["active"])
     assert profile.lock_version > base
-    assert profile.field_versions == {BASE_VERSION_KEY: base, "active": profile.lock_version}
+    assert profile.field_versions.keys() == {BASE_VERSION_KEY, "active"}
+    assert profile.field_versions[BASE_VERSION_KEY] == base < profile.field_versions["active"]
+    # The instance holds what the row holds: the statement returned it.
+    assert Profile.objects.get(pk=profile.pk).field_versions == profile.field_versions
     other.newsletter = True
     with pytest.raises(StaleObjectError):
         other.save(update_fields=["newsletter"])

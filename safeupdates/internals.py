@@ -1,0 +1,83 @@
+"""The one place that touches private Django and psycopg internals, for every supported version.
+
+Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
+
+- ``Model._do_update`` gained ``returning_fields`` in 6.0 and returns the returned rows instead of a
+  bool. ``LockVersionMixin`` passes the argument through untouched (:data:`UPDATE_RETURNS_ROWS` says
+  which result to give back) and runs its checked UPDATE with :func:`update_returning`, which works
+  on every version.
+- The guarded statements run as server-side prepared statements through Django's
+  ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
+
+Nothing else in the package imports a private name from Django or psycopg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import django
+from django.db import models
+from django.db.models import sql
+
+__all__ = ["UPDATE_RETURNS_ROWS", "prepared_cursor_class", "update_returning"]
+
+#: Django 6.0+: ``Model._do_update`` returns the updated rows' returned values, not a bool.
+UPDATE_RETURNS_ROWS = django.VERSION >= (6, 0)
+
+
+def update_returning(
+    queryset: models.QuerySet[Any], values: Sequence[tuple[Any, Any, Any]], fields: Sequence[models.Field[Any, Any]]
+) -> list[tuple[Any, ...]]:
+    """``queryset._update(values)`` with ``RETURNING fields``: one round trip, the written values back.
+
+    ``values`` are ``(field, model, value)`` triples as ``Model._do_update`` receives them; values may
+    be expressions. Returns one tuple per updated row, converted as the ORM would (``from_db_value``).
+    PostgreSQL and SQLite (3.35+) both return rows from an UPDATE.
+    """
+    query: Any = queryset.query.chain(sql.UpdateQuery)
+    query.add_update_fields(values)
+    query.annotations = {}
+    compiler = query.get_compiler(queryset.db)
+    statement, params = compiler.as_sql()
+    connection = compiler.connection
+    qn = connection.ops.quote_name
+    statement = f"{statement} RETURNING {', '.join(qn(field.column) for field in fields)}"
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows: list[Any] = cursor.fetchall()
+    table = query.get_meta().db_table
+    converters = compiler.get_converters([field.get_col(table) for field in fields])
+    if converters:
+        rows = list(compiler.apply_converters(rows, converters))
+    return [tuple(row) for row in rows]
+
+
+#: psycopg's prepare threshold that is never reached: automatic preparing stays off.
+_NEVER = 2**62
+
+
+@lru_cache(maxsize=1)
+def prepared_cursor_class() -> type[Any] | None:
+    """A cursor class that binds on the server and prepares every statement it runs (psycopg 3).
+
+    Django turns psycopg's prepared statements off (``prepare_threshold = None``, for PgBouncer in
+    transaction mode), which also ignores an explicit ``prepare=True``. A threshold never reached keeps
+    automatic preparing off for every other query and lets this cursor prepare its own. None with
+    psycopg 2.
+    """
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return None
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if self.connection.prepare_threshold is None:
+                self.connection.prepare_threshold = _NEVER
+            return super().execute(query, params, prepare=True, **kwargs)
+
+    return PreparedCursor
