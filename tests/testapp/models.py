@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from safeupdates.models import LockVersionMixin, SafeUpdateModel
@@ -90,3 +92,27 @@ class Restaurant(Place):
     seats = models.IntegerField(default=0)
 
     safe_update_fields = ("name", "open", "serves_pizza", "seats")
+
+
+class CountsUpdates(models.Model):
+    """Another library's mixin that overrides ``_do_update`` (as django-prometheus's does), placed
+    before ``LockVersionMixin`` in the bases: its override wraps ours."""
+
+    updates_seen = 0
+
+    class Meta:
+        abstract = True
+
+    def _do_update(self, *args: Any, **kwargs: Any) -> Any:
+        type(self).updates_seen += 1
+        return super()._do_update(*args, **kwargs)  # type: ignore[misc]
+
+
+class Invoice(CountsUpdates, LockVersionMixin):
+    """A generated column that Django 6 refreshes after ``save()`` from the UPDATE's RETURNING."""
+
+    net = models.IntegerField(default=0)
+    gross = models.GeneratedField(expression=models.F("net") * 2, output_field=models.IntegerField(), db_persist=True)
+
+    def __str__(self) -> str:
+        return f"invoice {self.pk}"

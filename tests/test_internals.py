@@ -1,0 +1,73 @@
+"""The seam over Django's internals: the same behaviour on Django 5.2 and 6.x (``safeupdates.internals``)."""
+
+from __future__ import annotations
+
+import django
+import pytest
+from django.db import DatabaseError
+from django.db.models import F
+
+from safeupdates.exceptions import StaleObjectError
+from safeupdates.internals import UPDATE_RETURNS_ROWS, update_returning
+from tests.testapp.models import Invoice, Profile
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_seam_knows_the_django_version():
+    assert UPDATE_RETURNS_ROWS is (django.VERSION >= (6, 0))
+
+
+def test_update_returning_returns_converted_values():
+    profile = Profile.objects.create(name="a")
+    fields = [Profile._meta.get_field(name) for name in ("name", "field_versions")]
+    rows = update_returning(Profile.objects.filter(pk=profile.pk), [(fields[0], None, "b")], fields)
+    assert rows == [("b", profile.field_versions)]  # JSON decoded, as the ORM would
+    assert update_returning(Profile.objects.filter(pk=-1), [(fields[0], None, "c")], fields) == []
+
+
+def test_a_generated_field_is_refreshed_after_save_where_django_does():
+    invoice = Invoice.objects.create(net=5)
+    invoice.refresh_from_db()
+    invoice.net = 10
+    invoice.save()
+    if UPDATE_RETURNS_ROWS:
+        assert invoice.gross == 20  # Django 6: returned by the checked UPDATE itself
+    invoice.refresh_from_db()
+    assert invoice.gross == 20
+
+
+def test_an_expression_assigned_before_save_is_applied_and_checked():
+    invoice = Invoice.objects.create(net=5)
+    stale = Invoice.objects.get(pk=invoice.pk)
+    invoice.net = F("net") + 1
+    invoice.save()
+    if UPDATE_RETURNS_ROWS:
+        assert invoice.net == 6
+    assert Invoice.objects.get(pk=invoice.pk).net == 6
+    stale.net = F("net") + 100
+    with pytest.raises(StaleObjectError):
+        stale.save()
+    assert Invoice.objects.get(pk=invoice.pk).net == 6
+
+
+def test_another_mixins_do_update_wraps_ours():
+    invoice = Invoice.objects.create(net=1)
+    before = Invoice.updates_seen
+    invoice.net = 2
+    invoice.save()
+    assert Invoice.updates_seen == before + 1
+    stale = Invoice.objects.get(pk=invoice.pk)
+    invoice.save()
+    with pytest.raises(StaleObjectError):
+        stale.save()
+    assert Invoice.updates_seen == before + 3
+
+
+def test_update_fields_on_a_missing_row_raises_djangos_error():
+    profile = Profile.objects.create(name="a")
+    Profile.objects.filter(pk=profile.pk).delete()
+    profile.name = "b"
+    expected = getattr(Profile, "NotUpdated", DatabaseError)  # Model.NotUpdated is new in Django 6.0
+    with pytest.raises(expected, match="did not affect any rows"):
+        profile.save(update_fields=["name"])
