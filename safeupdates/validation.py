@@ -242,3 +242,22 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     if python is None:
         raise InvalidUpdate(f"{label}: a primary key is required.")
     return python
+
+
+def clean_object_id(model: type[models.Model], pk: Any) -> str:
+    """Return the request log's ``object_id`` of row ``pk`` (the cleaned key as text).
+
+    A key whose text is longer than the log's ``object_id`` column is refused: truncated, it would name
+    another row (or, on PostgreSQL, fail the INSERT).
+    """
+    from safeupdates.models import ProcessedRequest  # models imports this module, through the manager
+
+    object_id = str(clean_pk(model, pk))
+    limit = ProcessedRequest._meta.get_field("object_id").max_length
+    if limit is not None and len(object_id) > limit:
+        raise InvalidUpdate(
+            f"{model._meta.label}: primary key {object_id[:10] + '...'!r} has {len(object_id)} characters, and the "
+            f"request log's object_id holds at most {limit}: requests of this row cannot be recorded. Update "
+            "it without request_id (update_if_newer()), or give the model a shorter primary key."
+        )
+    return object_id

@@ -23,7 +23,7 @@ from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
-from safeupdates.validation import clean_changes, clean_pk
+from safeupdates.validation import clean_changes, clean_object_id, clean_pk
 from safeupdates.versions import next_version
 from tests.testapp.models import Gadget, Profile, Tag
 
@@ -138,6 +138,28 @@ def test_a_nul_character_in_a_char_primary_key_is_refused(update):
     tag = Tag.objects.create(code="a", label="x")
     with refused("NUL", tag):
         update(Tag, "a\x00", label="y")
+
+
+def test_clean_object_id_refuses_a_primary_key_longer_than_the_request_log_column():
+    assert clean_object_id(Tag, "t" * 255) == "t" * 255
+    assert clean_object_id(Profile, "12") == "12"
+    assert clean_object_id(Profile, 12.0) == "12"
+    with pytest.raises(InvalidUpdate, match=r"testapp.Tag: primary key 't{10}\.\.\.' has 300 characters"):
+        clean_object_id(Tag, "t" * 300)
+    with pytest.raises(InvalidUpdate, match="not a whole number"):
+        clean_object_id(Profile, 1.5)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs managers.py (update_if_newer(request_id=)) and jobs.py (enqueue_update) to call "
+    "validation.clean_object_id(); owned by the lead and the jobs engineer",
+)
+@pytest.mark.parametrize("entry_point", ["update_if_newer(request_id=)", "enqueue_update"])
+def test_a_primary_key_too_long_for_the_request_log_is_refused(redis, entry_point):
+    tag = Tag.objects.create(code="t" * 300, label="x")
+    with refused("has 300 characters", tag):
+        ENTRY_POINTS[entry_point](Tag, tag.pk, label="y")
 
 
 # ---------------------------------------------------------------------------------------------------------
