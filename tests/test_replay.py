@@ -71,6 +71,7 @@ def test_verify_finds_a_write_that_bypassed_the_app(redis):
     assert exit_info.value.code == 1
     assert f"testapp.Profile pk={drifted.pk} active: stored False, request log says True" in out.getvalue()
     assert f"pk={clean.pk}" not in out.getvalue()
+    assert "ActiveOnlyProfile" not in out.getvalue()  # a proxy's rows are its concrete model's
     assert "drift found in 1 field(s)" in err.getvalue()
 
 

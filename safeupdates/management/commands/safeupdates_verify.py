@@ -27,7 +27,8 @@ class Command(BaseCommand):
             except (LookupError, ValueError) as exc:
                 raise CommandError(f"{exc} Give models as app_label.Model.") from exc
         else:
-            chosen = [m for m in apps.get_models() if issubclass(m, LockVersionMixin)]
+            # A proxy's rows are its concrete model's: checked (and reported) once, there.
+            chosen = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
         not_versioned = [m._meta.label for m in chosen if not issubclass(m, LockVersionMixin)]
         if not_versioned:
             raise CommandError(f"not a LockVersionMixin model: {', '.join(not_versioned)}.")
