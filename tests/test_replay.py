@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import uuid
 from io import StringIO
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from django.db import connections
+from django.test import override_settings
 
 from safeupdates import aenqueue_update, enqueue_update, replay
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import Profile
+from tests.testapp.models import Gadget, Profile
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,3 +129,52 @@ def test_aenqueue_update(redis):
 def test_document_without_requests_has_nothing_to_replay():
     document = DocumentFactory()
     assert replay(document) == {}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Verify compares values as the database stores them: what it made of a request is not drift.
+
+
+def write_seen_at(gadget: Gadget, value: datetime.datetime, path: str) -> None:
+    if path == "enqueue_update":
+        apply_update(str(enqueue_update(gadget, seen_at=value).request_id))
+    else:
+        Gadget.objects.update_if_newer(gadget.pk, version=next_version(), request_id=uuid.uuid4(), seen_at=value)
+    assert ProcessedRequest.objects.filter(status="applied").count() == 1
+
+
+def verify_output() -> str:
+    out = StringIO()
+    call_command("safeupdates_verify", "testapp.Gadget", stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("path", ["enqueue_update", "update_if_newer"])
+def test_verify_after_a_naive_datetime_the_database_moved(redis, path):
+    """USE_TZ=False: PostgreSQL reads a naive datetime in the session's time zone, so a local time in the
+    spring-forward gap (02:30 on 8 March 2026 in New York) is stored as 03:30. Not drift."""
+    with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
+        gadget = Gadget.objects.create()
+        write_seen_at(gadget, datetime.datetime(2026, 3, 8, 2, 30), path)
+        assert "no drift" in verify_output()
+        # A write that bypassed safeupdates is still found.
+        Gadget.objects.filter(pk=gadget.pk).update(seen_at=datetime.datetime(2026, 3, 8, 5, 0))
+        with pytest.raises(SystemExit):
+            verify_output()
+
+
+@pytest.mark.filterwarnings("ignore:DateTimeField Gadget.seen_at received a naive datetime:RuntimeWarning")
+def test_verify_after_a_naive_datetime_under_use_tz(redis):
+    """USE_TZ=True: Django stores a naive datetime as aware (in TIME_ZONE) and the log keeps it naive."""
+    gadget = Gadget.objects.create()
+    write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456), "enqueue_update")
+    assert "no drift" in verify_output()
+
+
+def test_verify_after_an_aware_datetime_without_use_tz(redis, postgres_only):
+    """USE_TZ=False: PostgreSQL stores an aware datetime in the session's time zone (SQLite refuses it)."""
+    with override_settings(USE_TZ=False):
+        gadget = Gadget.objects.create()
+        offset = datetime.timezone(datetime.timedelta(hours=2))
+        write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=offset), "update_if_newer")
+        assert "no drift" in verify_output()
