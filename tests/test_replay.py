@@ -178,3 +178,35 @@ def test_verify_after_an_aware_datetime_without_use_tz(redis, postgres_only):
         offset = datetime.timezone(datetime.timedelta(hours=2))
         write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=offset), "update_if_newer")
         assert "no drift" in verify_output()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Purge arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--older-than", "nan"], "--older-than must be a number of days from 0 to 365000, not nan."),
+        (["--older-than", "inf"], "--older-than must be a number of days from 0 to 365000, not inf."),
+        (["--older-than", "1e400"], "--older-than must be a number of days from 0 to 365000, not inf."),
+        (["--older-than=-inf"], "--older-than must be a number of days from 0 to 365000, not -inf."),
+        (["--older-than", "-1"], "--older-than must be a number of days from 0 to 365000, not -1."),
+        (["--older-than", "1e9"], "--older-than must be a number of days from 0 to 365000, not 1e+09."),
+        (["--older-than", "0", "--batch-size", "0"], "--batch-size must be at least 1, not 0."),
+        (["--older-than", "0", "--batch-size", "-3"], "--batch-size must be at least 1, not -3."),
+    ],
+)
+def test_purge_refuses_impossible_arguments(redis, args, message):
+    enqueue_update(ProfileFactory(), active=True)
+    apply_all()
+    with pytest.raises(CommandError) as excinfo:
+        call_command("safeupdates_purge", *args)
+    assert str(excinfo.value) == message
+    assert ProcessedRequest.objects.count() == 1
+
+
+@pytest.mark.parametrize("retention", [float("nan"), -2, "soon"])
+def test_purge_refuses_an_impossible_retention_setting(retention):
+    with override_settings(SAFEUPDATES_RETENTION=retention), pytest.raises(CommandError, match="SAFEUPDATES_RETENTION"):
+        call_command("safeupdates_purge")
