@@ -160,6 +160,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         "SAFEUPDATES_JOB_TIMEOUT": conf.job_timeout,
         "SAFEUPDATES_RELAY_AFTER": conf.relay_after,
         "SAFEUPDATES_RETENTION": conf.retention,
+        "SAFEUPDATES_TASK_RETENTION": conf.task_retention,
         "SAFEUPDATES_REDUCE_ATTEMPTS": conf.reduce_attempts,
         "SAFEUPDATES_RETRY": _read_retry,
     }

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from django.core.checks import Error, Warning
 from django.db import models
 from django.test import override_settings
@@ -178,3 +179,24 @@ def test_e006_follows_the_signatures():
         "synced_at": ("update_if_newer",),
         "version": ("update_if_newer",),
     }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "SAFEUPDATES_TASK_RETENTION must not be negative."),
+        ("a year", "SAFEUPDATES_TASK_RETENTION is invalid: invalid literal for int() with base 10: 'a year'"),
+        (float("nan"), "SAFEUPDATES_TASK_RETENTION is invalid: cannot convert float NaN to integer"),
+    ],
+)
+def test_e005_task_retention(value, message):
+    with override_settings(SAFEUPDATES_TASK_RETENTION=value):
+        assert [m.msg for m in check_settings()] == [message]
+
+
+def test_task_retention_default_keeps_tasks_forever():
+    from safeupdates import conf
+
+    assert conf.task_retention() is None
+    with override_settings(SAFEUPDATES_TASK_RETENTION=90):
+        assert conf.task_retention() == 90

@@ -7,17 +7,21 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.test import override_settings
 from rq import Worker
 from rq.job import JobStatus
 
-from safeupdates import enqueue, idempotent
+from safeupdates import enqueue, enqueue_update, idempotent
 from safeupdates.controls import InvalidControl
 from safeupdates.exceptions import LockUnavailable
 from safeupdates.idempotency import SKIPPED, task_request_id
+from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from tests.test_controls import child_pids, crash_worker
@@ -169,6 +173,46 @@ def test_the_task_is_visible_in_the_admin(admin_client, redis):
     response = admin_client.get("/admin/safeupdates/processedrequest/", {"q": "charge:C"})
     assert response.status_code == 200
     assert "charge:C" in response.content.decode()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Retention: a purged task row would let the side effect run again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge_keeps_completed_tasks_unless_task_retention_is_set(redis):
+    Profile.objects.create(name="R")
+    assert jobs.charge("R") == "charged R"
+    enqueue_update(Profile.objects.get(name="R"), active=True)  # an update request, purged as before
+    apply_update(str(ProcessedRequest.objects.get(kind=RequestKind.UPDATE).request_id))
+
+    out = StringIO()
+    call_command("safeupdates_purge", "--older-than", "0", stdout=out)
+    assert "deleted 1 request(s)" in out.getvalue()
+    assert "SAFEUPDATES_TASK_RETENTION" in out.getvalue()
+    assert list(ProcessedRequest.objects.values_list("kind", "key")) == [(RequestKind.TASK, "charge:R")]
+    assert jobs.charge("R") is SKIPPED, "the refund ran again after a purge"
+    assert charges(redis, "R") == 1
+
+    with override_settings(SAFEUPDATES_TASK_RETENTION=1):
+        call_command("safeupdates_purge", "--older-than", "0", stdout=out)
+        assert ProcessedRequest.objects.filter(kind=RequestKind.TASK).count() == 1  # not a day old
+    with override_settings(SAFEUPDATES_TASK_RETENTION=0):
+        call_command("safeupdates_purge", "--older-than", "0", "--dry-run", stdout=out)
+        assert "would delete 0 request(s) older than 0 day(s) and 1 task(s)" in out.getvalue()
+        call_command("safeupdates_purge", "--older-than", "30", stdout=out)
+        assert "deleted 0 request(s) older than 30 day(s) and 1 task(s) completed more than 0 day(s) ago" in (
+            out.getvalue()
+        )
+    assert not ProcessedRequest.objects.exists()
+    # What the setting means: after its retention, a task's key is forgotten.
+    assert jobs.charge("R") == "charged R"
+
+
+def test_purge_help_documents_task_retention():
+    from safeupdates.management.commands.safeupdates_purge import Command
+
+    assert "SAFEUPDATES_TASK_RETENTION" in Command.help
 
 
 # ---------------------------------------------------------------------------------------------------------
