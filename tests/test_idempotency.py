@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import threading
+import uuid
 from collections.abc import Callable
 from io import StringIO
 from typing import Any
@@ -19,11 +20,12 @@ from rq.job import JobStatus
 
 from safeupdates import enqueue, enqueue_update, idempotent
 from safeupdates.controls import InvalidControl
-from safeupdates.exceptions import LockUnavailable
-from safeupdates.idempotency import SKIPPED, task_request_id
+from safeupdates.exceptions import InvalidUpdate, LockUnavailable
+from safeupdates.idempotency import SKIPPED, TASK_NAMESPACE, task_log_key
 from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.versions import next_version
 from tests.test_controls import child_pids, crash_worker
 from tests.testapp import jobs
 from tests.testapp.jobs import redis_now
@@ -75,7 +77,7 @@ def test_key_from_a_template_or_a_callable():
         pass
 
     assert send.key_for(7) == "mail:7:welcome"
-    assert task_request_id("charge:A-1") == task_request_id("charge:A-1") != task_request_id("charge:A-2")
+    assert task_log_key("charge:A-1") == "charge:A-1"
 
 
 @pytest.mark.parametrize(
@@ -124,7 +126,7 @@ def test_runs_once_then_skips_and_records_the_task(redis):
     assert (charges(redis, "A"), score("A")) == (1, 1)
 
     record = ProcessedRequest.objects.get()
-    assert record.request_id == task_request_id("charge:A")
+    assert record.request_id.version == 4  # random: no client can compute it in advance
     assert (record.kind, record.key, record.content_type_id, record.version) == (
         RequestKind.TASK,
         "charge:A",
@@ -157,13 +159,90 @@ def test_a_failed_body_is_rolled_back_recorded_and_may_run_again():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_long_keys_are_stored_truncated_but_identified_in_full():
+def test_long_keys_are_stored_with_a_digest_never_truncated_into_a_collision():
     @idempotent(key=lambda suffix: "k" * 300 + suffix)
     def task(suffix: str) -> str:
         return suffix
 
     assert (task("1"), task("2"), task("1")) == ("1", "2", SKIPPED)
-    assert sorted(len(key) for key in ProcessedRequest.objects.values_list("key", flat=True)) == [255, 255]
+    assert set(ProcessedRequest.objects.values_list("key", flat=True)) == {
+        "k" * 210 + "...uuid5:" + str(uuid.uuid5(TASK_NAMESPACE, "k" * 300 + suffix)) for suffix in "12"
+    }
+    assert len(task_log_key("k" * 300)) == 255
+    assert task_log_key("k" * 255) == "k" * 255
+
+
+@pytest.mark.django_db(transaction=True)
+def test_task_rows_of_before_migration_0006_are_still_found():
+    """Rows written when a task was its request id ``uuid5(TASK_NAMESPACE, key)``, with the key truncated."""
+    from importlib import import_module
+
+    from django.apps import apps
+    from django.db import connection as default_connection
+
+    migration = import_module("safeupdates.migrations.0006_task_key_namespace")
+    short, long = "legacy:short", "legacy:" + "x" * 400
+    exactly = "e" * 255
+    for key in (short, long, exactly):
+        ProcessedRequest.objects.create(
+            kind=RequestKind.TASK,
+            key=key[:255],
+            request_id=uuid.uuid5(TASK_NAMESPACE, key),
+            status=RequestStatus.APPLIED,
+        )
+    with default_connection.schema_editor() as schema_editor:
+        migration.rewrite_truncated_task_keys(apps, schema_editor)
+
+    ran = []
+
+    @idempotent(key=lambda key: key)
+    def task(key: str) -> None:
+        ran.append(key)
+
+    assert [task(key) for key in (short, long, exactly)] == [SKIPPED] * 3
+    assert ran == []
+    assert ProcessedRequest.objects.count() == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Namespaces: no client request id can collide with or squat a task's key
+
+
+def squatting_ids(key: str) -> list[uuid.UUID]:
+    """Request ids a client could compute for ``key``: today's uuid5 of the public namespace."""
+    return [uuid.uuid5(TASK_NAMESPACE, key)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["enqueue_update", "update_if_newer"])
+def test_a_client_request_id_cannot_squat_a_task_key(redis, path):
+    profile = Profile.objects.create(name="S")
+    for squat in squatting_ids("charge:S"):
+        if path == "enqueue_update":
+            enqueue_update(profile, request_id=squat, active=True)
+        else:
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=squat, active=True)
+    # The refund runs, exactly once, whatever requests clients recorded first.
+    assert jobs.charge("S") == "charged S"
+    assert jobs.charge("S") is SKIPPED
+    assert (charges(redis, "S"), score("S")) == (1, 1)
+    task = ProcessedRequest.objects.get(kind=RequestKind.TASK)
+    assert (task.key, task.status) == ("charge:S", RequestStatus.APPLIED)
+    assert task.request_id not in squatting_ids("charge:S")
+    assert ProcessedRequest.objects.filter(kind=RequestKind.UPDATE).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_request_id_reused_by_a_client_is_refused_and_harms_nothing(redis):
+    profile = Profile.objects.create(name="U")
+    jobs.charge("U")
+    task_id = ProcessedRequest.objects.get(kind=RequestKind.TASK).request_id
+    with pytest.raises(InvalidUpdate, match="already used for another object"):
+        enqueue_update(profile, request_id=task_id, active=True)
+    with pytest.raises(InvalidUpdate, match="already used for another object"):
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=task_id, active=True)
+    assert jobs.charge("U") is SKIPPED
+    assert charges(redis, "U") == 1
 
 
 @pytest.mark.django_db(transaction=True)
