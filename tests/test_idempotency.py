@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from io import StringIO
@@ -305,6 +306,31 @@ def test_eight_concurrent_threads_charge_once(postgres_only, redis):
     assert sorted(map(str, results)) == ["charged T"] + ["duplicate"] * 7
     assert (charges(redis, "T"), score("T")) == (1, 1)
     assert ProcessedRequest.objects.get(key="charge:T").attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_of_a_failed_task_run_its_body_once(postgres_only, redis):
+    """The row lock, not the first INSERT, makes concurrent calls wait: once a failed run committed the
+    key's row, no INSERT waits any more, and only ``SELECT ... FOR UPDATE`` keeps the retries apart."""
+    fail = True
+
+    @idempotent(key="retried-refund:{order}")
+    def refund(order: str) -> str:
+        redis.incr(f"refunds:{order}")
+        if fail:
+            raise ValueError("gateway down")
+        time.sleep(0.5)  # long enough for every other retry to reach the row while this one runs
+        return "refunded"
+
+    with pytest.raises(ValueError, match="gateway down"):
+        refund("R-1")
+    assert ProcessedRequest.objects.get(key="retried-refund:R-1").status == RequestStatus.FAILED
+    fail = False
+    results = in_threads(8, lambda: refund("R-1"))
+    assert sorted(map(str, results)) == ["duplicate"] * 7 + ["refunded"]
+    assert int(redis.get("refunds:R-1")) == 2, "the refund's body ran more than once after the failure"
+    record = ProcessedRequest.objects.get(key="retried-refund:R-1")
+    assert (record.status, record.attempts) == (RequestStatus.APPLIED, 2)
 
 
 @pytest.mark.django_db(transaction=True)
