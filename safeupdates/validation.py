@@ -43,7 +43,8 @@ def writable_field(model: type[models.Model], name: str) -> models.Field[Any, An
                     f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
                 )
             )
-            raise InvalidUpdate(f"{label} has no field {name!r}; fields that can be updated: {choices}.") from None
+            message = f"{label} has no field {_shown(name)}; fields that can be updated: {choices}."
+            raise InvalidUpdate(message) from None
     if not isinstance(found, models.Field) or not found.concrete or found.many_to_many or found.one_to_many:
         raise InvalidUpdate(f"{label}.{name} is not a concrete column and cannot be updated.")
     field: models.Field[Any, Any] = found
@@ -79,7 +80,7 @@ def clean_changes(
             )
         if field.name in cleaned:
             raise InvalidUpdate(f"{label}.{field.name} is given twice.")
-        cleaned[field.name] = _clean_value(field, value, f"{label}.{field.name}={value!r}")
+        cleaned[field.name] = _clean_value(field, value, f"{label}.{field.name}={_shown(value)}")
     return cleaned
 
 
@@ -100,10 +101,21 @@ def _clean_value(field: models.Field[Any, Any], value: Any, what: str) -> Any:
         field.validate(python, None)  # type: ignore[arg-type]
         field.run_validators(python)
     except ValidationError as exc:
-        raise InvalidUpdate(f"{what} is invalid: {' '.join(exc.messages)}") from exc
+        raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
     except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:  # some to_python() raise these
         raise InvalidUpdate(f"{what} is invalid: {exc}") from exc
     return python
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: a message never echoes a whole (huge) input."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"
+
+
+def _messages(exc: ValidationError) -> str:
+    """Django's messages of ``exc``, each cut short (some quote the whole value)."""
+    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in exc.messages)
 
 
 def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
@@ -215,7 +227,7 @@ def clean_request_id(request_id: Any) -> uuid.UUID:
     try:
         return uuid.UUID(str(request_id))
     except ValueError:
-        raise InvalidUpdate(f"request_id must be a UUID, got {request_id!r}.") from None
+        raise InvalidUpdate(f"request_id must be a UUID, got {_shown(request_id)}.") from None
 
 
 def clean_pk(model: type[models.Model], pk: Any) -> Any:
@@ -230,15 +242,15 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
         raise InvalidUpdate(f"{label}: a primary key is required.")
     field = model._meta.pk
     assert field is not None
-    what = f"{label}: primary key {pk!r}"
+    what = f"{label}: primary key {_shown(pk)}"
     _refuse_before_conversion(field, pk, what)
     try:
         python = field.to_python(pk)
         _refuse_after_conversion(field, python, what)
     except ValidationError as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {pk!r}: {' '.join(exc.messages)}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {_messages(exc)}") from exc
     except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {pk!r}: {exc}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {exc}") from exc
     if python is None:
         raise InvalidUpdate(f"{label}: a primary key is required.")
     return python

@@ -267,3 +267,16 @@ def test_clean_changes_keeps_good_values():
         "nickname": None,
     }
     assert math.isclose(clean_changes(Gadget, {"ratio": Decimal("0.25")})["ratio"], 0.25)
+
+
+def test_messages_never_echo_a_whole_huge_input(gadget):
+    from safeupdates.validation import clean_request_id
+
+    for call in [
+        lambda: clean_request_id("x" * 100_000),
+        lambda: clean_changes(Gadget, {"label": "y" * 100_000}),
+        lambda: clean_pk(Gadget, "9" * 100_000),
+    ]:
+        with pytest.raises(InvalidUpdate) as excinfo:
+            call()
+        assert len(str(excinfo.value)) < 300, str(excinfo.value)[:300]
