@@ -240,8 +240,9 @@ def test_a_nul_character_in_text_is_refused(update, gadget, profile):
 # None
 
 
-def test_none_is_accepted_for_a_nullable_field_and_written_as_null(gadget):
-    assert via_update(Gadget, gadget.pk, nickname=None).applied
+@pytest.mark.parametrize("path", ["update_if_newer", "update_if_newer(request_id=)", "bulk_update_if_newer"])
+def test_none_is_accepted_for_a_nullable_field_and_written_as_null(gadget, path):
+    ENTRY_POINTS[path](Gadget, gadget.pk, nickname=None)
     assert row(Gadget, gadget.pk)["nickname"] is None
 
 
