@@ -64,7 +64,8 @@ def clean_changes(
     the field's ``clean()``, and more is refused: an expression (``F()``, anything with
     ``resolve_expression``), a bool for a number column, a fraction for an integer column (never
     truncated; ``3.0`` is ``3``), an integer outside the column's portable range (PostgreSQL's, on
-    SQLite too), NaN and infinity, a NUL character in text. None is accepted for any ``null=True`` field.
+    SQLite too), NaN and infinity, a NUL character in text, a naive datetime under ``USE_TZ`` and an
+    aware one without it (the rule of ``synced_at``). None is accepted for any ``null=True`` field.
     """
     label = model._meta.label
     if not changes:
@@ -159,6 +160,16 @@ def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: s
                 f"{what} is out of range: a {target.get_internal_type()} column holds {bounds[0]} to "
                 f"{bounds[1]}; use a wider field (BigIntegerField) if the value is right."
             )
+    if isinstance(target, models.DateTimeField) and isinstance(python, datetime):
+        # The rule of synced_at: Django would make a naive value aware in TIME_ZONE (ambiguous around a
+        # clock change) with a warning; SQLite refuses an aware one without USE_TZ (a raw ValueError)
+        # and PostgreSQL stores it converted to the session's time zone.
+        if settings.USE_TZ and timezone.is_naive(python):
+            raise InvalidUpdate(
+                f"{what} is naive while USE_TZ=True; attach a timezone (for example datetime.now(timezone.utc))."
+            )
+        if not settings.USE_TZ and timezone.is_aware(python):
+            raise InvalidUpdate(f"{what} is aware while USE_TZ=False; pass a naive datetime (in TIME_ZONE).")
     if isinstance(python, float | Decimal) and not _is_finite(python):
         raise InvalidUpdate(
             f"{what} is not a finite number: NaN and infinity cannot be carried by the request log's JSON "

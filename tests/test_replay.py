@@ -163,20 +163,27 @@ def test_verify_after_a_naive_datetime_the_database_moved(redis, path):
             verify_output()
 
 
-@pytest.mark.filterwarnings("ignore:DateTimeField Gadget.seen_at received a naive datetime:RuntimeWarning")
-def test_verify_after_a_naive_datetime_under_use_tz(redis):
-    """USE_TZ=True: Django stores a naive datetime as aware (in TIME_ZONE) and the log keeps it naive."""
+def log_as_requested_before(gadget: Gadget, requested: str) -> None:
+    """Make the gadget's applied request say ``requested``, as releases before validation refused naive
+    datetimes under USE_TZ (and aware ones without it) logged it: such rows stay in the log."""
+    assert ProcessedRequest.objects.filter(object_id=str(gadget.pk)).update(changes={"seen_at": requested}) == 1
+
+
+def test_verify_after_a_naive_datetime_logged_under_use_tz(redis):
+    """USE_TZ=True: Django stored a naive datetime as aware (in TIME_ZONE) and the log kept it naive."""
     gadget = Gadget.objects.create()
-    write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456), "enqueue_update")
-    assert "no drift" in verify_output()
+    write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.UTC), "update_if_newer")
+    log_as_requested_before(gadget, "2026-01-02T03:04:05.123456")
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        assert "no drift" in verify_output()
 
 
-def test_verify_after_an_aware_datetime_without_use_tz(redis, postgres_only):
-    """USE_TZ=False: PostgreSQL stores an aware datetime in the session's time zone (SQLite refuses it)."""
+def test_verify_after_an_aware_datetime_logged_without_use_tz(redis, postgres_only):
+    """USE_TZ=False: PostgreSQL stored an aware datetime in the session's time zone (SQLite refused it)."""
     with override_settings(USE_TZ=False):
         gadget = Gadget.objects.create()
-        offset = datetime.timezone(datetime.timedelta(hours=2))
-        write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=offset), "update_if_newer")
+        write_seen_at(gadget, datetime.datetime(2026, 1, 2, 1, 4, 5, 123456), "update_if_newer")
+        log_as_requested_before(gadget, "2026-01-02T03:04:05.123456+02:00")
         assert "no drift" in verify_output()
 
 

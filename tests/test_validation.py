@@ -7,6 +7,7 @@ the row, the request log and the queue as they were.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ import pytest
 from django.db import models
 from django.db.models import F, Value
 from django.db.models.functions import Lower
+from django.test import override_settings
 
 from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
@@ -281,3 +283,30 @@ def test_messages_never_echo_a_whole_huge_input(gadget):
         with pytest.raises(InvalidUpdate) as excinfo:
             call()
         assert len(str(excinfo.value)) < 300, str(excinfo.value)[:300]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Datetimes: the time zone rule of synced_at, for values too
+
+
+def test_a_naive_datetime_is_refused_under_use_tz(update, gadget):
+    with refused(r"Gadget.seen_at=.* is naive while USE_TZ=True; attach a timezone", gadget):
+        update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4))
+    with refused(r"Gadget.seen_at='2026-01-02T03:04' is naive while USE_TZ=True", gadget):
+        update(Gadget, gadget.pk, seen_at="2026-01-02T03:04")
+
+
+def test_an_aware_datetime_is_refused_without_use_tz(update, gadget):
+    """SQLite raised a raw ValueError; PostgreSQL stored it converted to the session's time zone."""
+    with override_settings(USE_TZ=False), refused(r"Gadget.seen_at=.* is aware while USE_TZ=False", gadget):
+        update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.UTC))
+
+
+def test_datetimes_of_the_right_kind_are_accepted(gadget):
+    aware = datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    assert via_update(Gadget, gadget.pk, seen_at=aware).applied
+    assert row(Gadget, gadget.pk)["seen_at"] == aware
+    assert via_update(Gadget, gadget.pk, seen_at="2026-02-03T04:05:06Z").applied
+    with override_settings(USE_TZ=False):
+        assert via_update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4)).applied
+        assert row(Gadget, gadget.pk)["seen_at"] == datetime.datetime(2026, 1, 2, 3, 4)
