@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import models
+from django.db import DatabaseError, connections, models, transaction
+from django.db.models import Value
+from django.db.models.functions import Cast
 
 from safeupdates.guard import concrete_field
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
@@ -79,6 +81,35 @@ def find_drift(model: type[LockVersionMixin]) -> Iterator[Drift]:
     for start in range(0, len(pks), 500):
         for obj in model._default_manager.filter(pk__in=pks[start : start + 500]).order_by("pk"):
             for name, derived in replay(obj).items():
-                stored = getattr(obj, concrete_field(model, name).attname)
-                if stored != derived:
+                field = concrete_field(model, name)
+                stored = getattr(obj, field.attname)
+                if stored != derived and stored != _as_stored(obj, field, derived):
                     yield Drift(model._meta.label, obj.pk, name, stored, derived)
+
+
+def _as_stored(obj: models.Model, field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` as the database stores it in ``field``'s column and Django reads it back.
+
+    The request log keeps a value as it was requested; the column may hold something else that is no
+    drift: PostgreSQL reads a naive datetime in the session's time zone (a local time in a daylight
+    saving gap moves by an hour) and stores an aware one converted, Django makes a naive datetime aware
+    under ``USE_TZ``, a decimal is rounded to its places. The database itself says what it makes of the
+    value: PostgreSQL through a cast to the column's type; SQLite stores what Django adapted, unchanged.
+    """
+    using = obj._state.db or "default"
+    expression: Any = Value(value, output_field=field)
+    if connections[using].vendor == "postgresql":
+        expression = Cast(expression, output_field=field)
+    query = (
+        type(obj)
+        ._default_manager.using(using)
+        .filter(pk=obj.pk)
+        .annotate(_safeupdates_as_stored=expression)
+        .values_list("_safeupdates_as_stored", flat=True)
+    )
+    try:
+        # A savepoint: a value the database refuses must not break the caller's transaction.
+        with transaction.atomic(using=using):
+            return query.first()
+    except (DatabaseError, TypeError, ValueError):
+        return value  # the column cannot hold it: compare as logged (it differs from what is stored)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,9 +39,62 @@ def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     return []
 
 
+def reserved_change_names() -> dict[str, tuple[str, ...]]:
+    """Names that ``enqueue_update(**changes)`` / ``update_if_newer(**changes)`` take as their own
+    keyword arguments, never as changes: ``{name: (functions...)}``, read from their signatures."""
+    from safeupdates.jobs import enqueue_update
+    from safeupdates.managers import SafeUpdateQuerySetMixin
+
+    names: dict[str, tuple[str, ...]] = {}
+    for func in (enqueue_update, SafeUpdateQuerySetMixin.update_if_newer):
+        for parameter in inspect.signature(func).parameters.values():
+            # A positional-only parameter's name is free for **changes (update_if_newer's pk).
+            if parameter.name != "self" and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+                names[parameter.name] = (*names.get(parameter.name, ()), func.__name__)
+    return names
+
+
+def _check_reserved_names(model: type[Any]) -> list[CheckMessage]:
+    """E006 for a name of ``safe_update_fields``, W003 for another field of a model with the manager."""
+    from safeupdates.validation import MANAGED_FIELDS
+
+    reserved = reserved_change_names()
+    messages: list[CheckMessage] = []
+    listed = set(getattr(model, "safe_update_fields", ()))
+    for name in sorted(listed & reserved.keys()):
+        functions = " and ".join(f"{func}()" for func in reserved[name])
+        messages.append(
+            Error(
+                f"{model._meta.label}.safe_update_fields names {name!r}, which is also a keyword argument of "
+                f"{functions}: {name}=... would be taken as that argument, never as a change of the field.",
+                hint=f"Rename the field (db_column={name!r} keeps its column) and list the new name.",
+                obj=model,
+                id="safeupdates.E006",
+            )
+        )
+    if model._meta.proxy or not any(hasattr(manager, "update_if_newer") for manager in model._meta.managers):
+        return messages
+    for field in model._meta.concrete_fields:
+        name = field.name
+        if name in listed or field.primary_key or name in MANAGED_FIELDS:
+            continue
+        if "update_if_newer" in reserved.get(name, ()):
+            messages.append(
+                Warning(
+                    f"{model._meta.label}.{name} has the name of a keyword argument of update_if_newer(), which "
+                    "therefore cannot change it.",
+                    hint=f"Rename the field (db_column={name!r} keeps its column), or write it with save().",
+                    obj=model,
+                    id="safeupdates.W003",
+                )
+            )
+    return messages
+
+
 @register(Tags.models)
 def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W001: a ``SafeUpdateModel`` without ``safe_update_fields``; E003: a name there is not updatable."""
+    """W001: a ``SafeUpdateModel`` without ``safe_update_fields``; E003: a name there is not updatable;
+    E006 / W003: a field named like a keyword argument of ``enqueue_update()`` or ``update_if_newer()``."""
     from safeupdates.models import SafeUpdateModel
     from safeupdates.validation import writable_field
 
@@ -48,6 +102,7 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     configs = app_configs if app_configs is not None else apps.get_app_configs()
     for config in configs:
         for model in config.get_models():
+            messages += _check_reserved_names(model)
             if not issubclass(model, SafeUpdateModel):
                 continue
             names = getattr(model, "safe_update_fields", ())
@@ -105,6 +160,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         "SAFEUPDATES_JOB_TIMEOUT": conf.job_timeout,
         "SAFEUPDATES_RELAY_AFTER": conf.relay_after,
         "SAFEUPDATES_RETENTION": conf.retention,
+        "SAFEUPDATES_TASK_RETENTION": conf.task_retention,
         "SAFEUPDATES_REDUCE_ATTEMPTS": conf.reduce_attempts,
         "SAFEUPDATES_RETRY": _read_retry,
     }

@@ -55,6 +55,17 @@ def retention() -> int:
     return int(_get("RETENTION", DEFAULT_RETENTION))
 
 
+def task_retention() -> int | None:
+    """Days that ``safeupdates_purge`` keeps the rows of completed ``@idempotent`` tasks; None (the
+    default) keeps them forever.
+
+    A task's row is what makes its side effect run once: after its deletion the same key runs again (a
+    refund is paid twice). Set it only to the age after which no call of a task can come again.
+    """
+    value = _get("TASK_RETENTION", None)
+    return None if value is None else int(value)
+
+
 def reduce_attempts() -> int:
     """How many times a batch's reduce may fail before the batch is ``reduce_failed`` (default 5)."""
     return int(_get("REDUCE_ATTEMPTS", DEFAULT_REDUCE_ATTEMPTS))

@@ -6,6 +6,10 @@ missing and locked with ``SELECT ... FOR UPDATE``; the body runs while the lock 
 transaction that marks the row ``applied``. A concurrent duplicate waits on the lock, then sees
 ``applied`` and skips. A body that raises leaves the row ``failed`` (with the error), so a later call runs
 it again.
+
+A task's row is found by its key among tasks (unique where ``kind = 'task'``), never by its request id,
+which is random: request ids are chosen by clients (``enqueue_update(request_id=...)``), and no id a
+client sends can collide with or squat a task's key.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 
-__all__ = ["SKIPPED", "TASK_NAMESPACE", "idempotent", "task_request_id"]
+__all__ = ["SKIPPED", "TASK_NAMESPACE", "idempotent", "task_log_key"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -35,16 +39,27 @@ R = TypeVar("R")
 #: What a decorated function returns when the key has already completed and the body was skipped.
 SKIPPED = Outcome.DUPLICATE
 
-#: Namespace of the request ids of idempotent tasks: ``uuid5(TASK_NAMESPACE, key)``.
+#: Namespace of the digest of a key too long for the request log's ``key`` column (see
+#: :func:`task_log_key`). Task rows written before migration 0006 have ``uuid5(TASK_NAMESPACE, key)`` as
+#: their request id, which clients could compute: tasks are now found by key, never by request id.
 TASK_NAMESPACE = uuid.UUID("8c5e2a52-3f7e-5d1b-9a64-6f1d3c0b7e21")
 
 _KEY_LENGTH = 255
+_DIGEST_MARK = "...uuid5:"
 _ERROR_LENGTH = 2000
 
 
-def task_request_id(key: str) -> uuid.UUID:
-    """The ``request_id`` of the request-log row of idempotency key ``key``."""
-    return uuid.uuid5(TASK_NAMESPACE, key)
+def task_log_key(key: str) -> str:
+    """The ``key`` of the request-log row of idempotency key ``key``.
+
+    The key itself if it fits the column (255 characters); else its start, ``...uuid5:`` and the
+    ``uuid5`` of the whole key, 255 characters in all: two long keys never share a row, as they would if
+    truncated. (Migration 0006 gave rows of such keys written before it this form.)
+    """
+    if len(key) <= _KEY_LENGTH:
+        return key
+    digest = str(uuid.uuid5(TASK_NAMESPACE, key))
+    return f"{key[: _KEY_LENGTH - len(_DIGEST_MARK) - len(digest)]}{_DIGEST_MARK}{digest}"
 
 
 def idempotent(
@@ -127,7 +142,7 @@ def _run_once(
     job = get_current_job()
     seconds = timeout or (int(job.timeout) if job is not None and job.timeout and int(job.timeout) > 0 else None)
     seconds = seconds or conf.job_timeout()
-    request_id = task_request_id(task_key)
+    log_key = task_log_key(task_key)
     log = ProcessedRequest.objects.using(alias)
     failure: Exception | None = None
     result: R | Outcome
@@ -138,20 +153,24 @@ def _run_once(
         extra = {"idle_in_transaction_session_timeout": seconds * 1000} if owns_transaction else {}
         with local_lock_timeout(alias, seconds, **extra):
             try:
-                # ON CONFLICT DO NOTHING: a concurrent first call's uncommitted row makes this wait for it.
-                log.bulk_create(
-                    [
-                        ProcessedRequest(
-                            request_id=request_id,
-                            kind=RequestKind.TASK,
-                            key=task_key[:_KEY_LENGTH],
-                            changes={"function": f"{func.__module__}.{func.__qualname__}"},
-                            queue=job.origin if job is not None else "",
-                        )
-                    ],
-                    ignore_conflicts=True,
-                )
-                record = log.select_for_update().get(request_id=request_id)
+                record = None
+                while record is None:
+                    # ON CONFLICT DO NOTHING on the task's key (the request id is random and new): a
+                    # concurrent first call's uncommitted row makes this wait for it.
+                    log.bulk_create(
+                        [
+                            ProcessedRequest(
+                                kind=RequestKind.TASK,
+                                key=log_key,
+                                changes={"function": f"{func.__module__}.{func.__qualname__}"},
+                                queue=job.origin if job is not None else "",
+                            )
+                        ],
+                        ignore_conflicts=True,
+                    )
+                    # None only if a purge deleted the row in between: the next INSERT makes a pending
+                    # row, which no purge deletes.
+                    record = log.select_for_update().filter(kind=RequestKind.TASK, key=log_key).first()
             except OperationalError as exc:
                 if is_lock_unavailable(exc):
                     raise LockUnavailable(
@@ -159,8 +178,6 @@ def _run_once(
                         "it is retried by RQ if the job has retries, or call again later."
                     ) from exc
                 raise
-        if record.kind != RequestKind.TASK:
-            raise InvalidControl(f"request {request_id} of key {task_key!r} is not an idempotent task.")
         if record.status == RequestStatus.APPLIED:
             return SKIPPED
         try:

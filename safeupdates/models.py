@@ -342,6 +342,11 @@ class ProcessedRequest(models.Model):
                 condition=models.Q(status="pending"),
             ),
         ]
+        constraints = [
+            # An @idempotent task is its key among tasks, never a request id: no id a client sends can
+            # collide with or squat it (safeupdates.idempotency).
+            models.UniqueConstraint(fields=["key"], condition=models.Q(kind="task"), name="safeupdates_task_key"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.status} v{self.version}"

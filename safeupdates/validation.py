@@ -5,14 +5,17 @@ Everything here raises :class:`~safeupdates.exceptions.InvalidUpdate` before any
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.utils import timezone
 
 from safeupdates import conf
@@ -41,7 +44,8 @@ def writable_field(model: type[models.Model], name: str) -> models.Field[Any, An
                     f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
                 )
             )
-            raise InvalidUpdate(f"{label} has no field {name!r}; fields that can be updated: {choices}.") from None
+            message = f"{label} has no field {_shown(name)}; fields that can be updated: {choices}."
+            raise InvalidUpdate(message) from None
     if not isinstance(found, models.Field) or not found.concrete or found.many_to_many or found.one_to_many:
         raise InvalidUpdate(f"{label}.{name} is not a concrete column and cannot be updated.")
     field: models.Field[Any, Any] = found
@@ -57,7 +61,12 @@ def clean_changes(
 ) -> dict[str, Any]:
     """Validate ``changes`` against the model's fields; return ``{field name: python value}``.
 
-    ``allowed`` restricts the field names (the job path passes ``safe_update_fields``).
+    ``allowed`` restricts the field names (the job path passes ``safe_update_fields``). Values go through
+    the field's ``clean()``, and more is refused: an expression (``F()``, anything with
+    ``resolve_expression``), a bool for a number column, a fraction for an integer column (never
+    truncated; ``3.0`` is ``3``), an integer outside the column's portable range (PostgreSQL's, on
+    SQLite too), NaN and infinity, a NUL character in text, a naive datetime under ``USE_TZ`` and an
+    aware one without it (the rule of ``synced_at``). None is accepted for any ``null=True`` field.
     """
     label = model._meta.label
     if not changes:
@@ -73,13 +82,121 @@ def clean_changes(
             )
         if field.name in cleaned:
             raise InvalidUpdate(f"{label}.{field.name} is given twice.")
-        try:
-            cleaned[field.name] = field.clean(value, None)  # type: ignore[arg-type]
-        except ValidationError as exc:
-            raise InvalidUpdate(f"{label}.{field.name}={value!r} is invalid: {' '.join(exc.messages)}") from exc
-        except (TypeError, ValueError) as exc:  # some to_python() implementations raise these
-            raise InvalidUpdate(f"{label}.{field.name}={value!r} is invalid: {exc}") from exc
+        cleaned[field.name] = _clean_value(field, value, f"{label}.{field.name}={_shown(value)}")
     return cleaned
+
+
+def _clean_value(field: models.Field[Any, Any], value: Any, what: str) -> Any:
+    """Return ``value`` converted by ``field``, or raise InvalidUpdate naming ``what``.
+
+    Beyond ``field.clean()``: a value is refused when converting it would change it (a fraction for an
+    integer column is truncated by ``int()``, and by Django's own lookups), when the column cannot hold
+    it (out of range, NUL), when the request log's JSON cannot carry it (NaN, infinity), or when it is
+    an expression. None is accepted wherever the column is nullable (``null=True``), blank or not.
+    """
+    _refuse_before_conversion(field, value, what)
+    if value is None and field.null:
+        return None
+    try:
+        python = field.to_python(value)
+        _refuse_after_conversion(field, python, what)
+        field.validate(python, None)  # type: ignore[arg-type]
+        field.run_validators(python)
+    except ValidationError as exc:
+        raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+    except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:  # some to_python() raise these
+        raise InvalidUpdate(f"{what} is invalid: {exc}") from exc
+    return python
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: a message never echoes a whole (huge) input."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"
+
+
+def _messages(exc: ValidationError) -> str:
+    """Django's messages of ``exc``, each cut short (some quote the whole value)."""
+    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in exc.messages)
+
+
+def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
+    """The field whose column type ``field`` stores: the target field of a (chain of) relations."""
+    while field.is_relation and getattr(field, "target_field", None) is not None:
+        field = field.target_field  # type: ignore[attr-defined]
+    return field
+
+
+_NUMBER_FIELDS = (models.IntegerField, models.FloatField, models.DecimalField)
+
+
+def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: str) -> None:
+    if hasattr(value, "resolve_expression"):
+        raise InvalidUpdate(
+            f"{what} is an expression; an update writes values, with a version each: compute the value "
+            "first (or write expressions with QuerySet.update(), outside safeupdates)."
+        )
+    target = _value_field(field)
+    if isinstance(value, bool) and isinstance(target, _NUMBER_FIELDS):
+        raise InvalidUpdate(f"{what} is a bool, and the column holds numbers; pass a number (1 or 0, if you mean it).")
+    if isinstance(target, models.IntegerField) and isinstance(value, float | Decimal) and not _is_whole(value):
+        raise InvalidUpdate(
+            f"{what} is not a whole number, and the column holds integers: it would be truncated. "
+            "Pass an int (round it yourself if that is what you mean)."
+        )
+    if _has_nul(value):
+        raise InvalidUpdate(
+            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in text; remove it."
+        )
+
+
+def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: str) -> None:
+    target = _value_field(field)
+    if isinstance(target, models.IntegerField) and isinstance(python, int):
+        # Portable ranges, not the current database's: SQLite takes 2**31 in an IntegerField that
+        # PostgreSQL refuses, and a value must not be valid in development only.
+        bounds = BaseDatabaseOperations.integer_field_ranges.get(target.get_internal_type())
+        if bounds is not None and not bounds[0] <= python <= bounds[1]:
+            raise InvalidUpdate(
+                f"{what} is out of range: a {target.get_internal_type()} column holds {bounds[0]} to "
+                f"{bounds[1]}; use a wider field (BigIntegerField) if the value is right."
+            )
+    if isinstance(target, models.DateTimeField) and isinstance(python, datetime):
+        # The rule of synced_at: Django would make a naive value aware in TIME_ZONE (ambiguous around a
+        # clock change) with a warning; SQLite refuses an aware one without USE_TZ (a raw ValueError)
+        # and PostgreSQL stores it converted to the session's time zone.
+        if settings.USE_TZ and timezone.is_naive(python):
+            raise InvalidUpdate(
+                f"{what} is naive while USE_TZ=True; attach a timezone (for example datetime.now(timezone.utc))."
+            )
+        if not settings.USE_TZ and timezone.is_aware(python):
+            raise InvalidUpdate(f"{what} is aware while USE_TZ=False; pass a naive datetime (in TIME_ZONE).")
+    if isinstance(python, float | Decimal) and not _is_finite(python):
+        raise InvalidUpdate(
+            f"{what} is not a finite number: NaN and infinity cannot be carried by the request log's JSON "
+            "nor compared; pass a finite number (or None, for a nullable field)."
+        )
+
+
+def _is_finite(value: float | Decimal) -> bool:
+    return value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)
+
+
+def _is_whole(value: float | Decimal) -> bool:
+    if isinstance(value, Decimal):
+        return value.is_finite() and value == value.to_integral_value()
+    return value.is_integer()
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether ``value`` is, or (as JSON) contains, a string with a NUL character."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def clean_version(version: Any) -> int:
@@ -126,14 +243,49 @@ def clean_request_id(request_id: Any) -> uuid.UUID:
     try:
         return uuid.UUID(str(request_id))
     except ValueError:
-        raise InvalidUpdate(f"request_id must be a UUID, got {request_id!r}.") from None
+        raise InvalidUpdate(f"request_id must be a UUID, got {_shown(request_id)}.") from None
 
 
 def clean_pk(model: type[models.Model], pk: Any) -> Any:
-    """Return ``pk`` converted by the model's primary key field."""
+    """Return ``pk`` converted by the model's primary key field.
+
+    Refused, as values are (see :func:`clean_changes`): an expression, a bool or a fraction for an
+    integer key (``2.5`` would be truncated to ``2``, another row; ``2.0`` and ``"2"`` are ``2``), a key
+    out of the column's range, NaN and infinity, a NUL character.
+    """
+    label = model._meta.label
     if pk is None:
-        raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
+        raise InvalidUpdate(f"{label}: a primary key is required.")
+    field = model._meta.pk
+    assert field is not None
+    what = f"{label}: primary key {_shown(pk)}"
+    _refuse_before_conversion(field, pk, what)
     try:
-        return model._meta.pk.to_python(pk)  # type: ignore[union-attr]
+        python = field.to_python(pk)
+        _refuse_after_conversion(field, python, what)
     except ValidationError as exc:
-        raise InvalidUpdate(f"{model._meta.label}: invalid primary key {pk!r}: {' '.join(exc.messages)}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {_messages(exc)}") from exc
+    except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:
+        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {exc}") from exc
+    if python is None:
+        raise InvalidUpdate(f"{label}: a primary key is required.")
+    return python
+
+
+def clean_object_id(model: type[models.Model], pk: Any) -> str:
+    """Return the request log's ``object_id`` of row ``pk`` (the cleaned key as text).
+
+    A key whose text is longer than the log's ``object_id`` column is refused: truncated, it would name
+    another row (or, on PostgreSQL, fail the INSERT).
+    """
+    from safeupdates.models import ProcessedRequest  # models imports this module, through the manager
+
+    object_id = str(clean_pk(model, pk))
+    limit = ProcessedRequest._meta.get_field("object_id").max_length
+    if limit is not None and len(object_id) > limit:
+        raise InvalidUpdate(
+            f"{model._meta.label}: primary key {object_id[:10] + '...'!r} has {len(object_id)} characters, and the "
+            f"request log's object_id holds at most {limit}: requests of this row cannot be recorded. Update "
+            "it without request_id (update_if_newer()), or give the model a shorter primary key."
+        )
+    return object_id

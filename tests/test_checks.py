@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from django.core.checks import Error, Warning
 from django.db import models
 from django.test import override_settings
@@ -115,3 +116,87 @@ def test_e005_reduce_attempts_below_one():
     assert [m.msg for m in check_settings()] == [
         "SAFEUPDATES_REDUCE_ATTEMPTS must be at least 1 (the first run counts)."
     ]
+
+
+def test_e006_and_w003_fields_named_like_keyword_arguments():
+    with isolate_apps("tests.testapp") as apps:
+
+        class Clashing(SafeUpdateModel):
+            queue = models.CharField(max_length=10, default="")
+            version = models.IntegerField(default=0)
+            synced_at = models.DateTimeField(null=True)
+            title = models.CharField(max_length=10, default="")
+            safe_update_fields = ("queue", "version", "title")
+
+            class Meta:
+                app_label = "testapp"
+
+        class Plain(models.Model):
+            # Not updated through safeupdates: its names are nobody's business.
+            version = models.IntegerField(default=0)
+            queue = models.CharField(max_length=10, default="")
+
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return self.queue
+
+        messages = check_models(app_configs=[apps.get_app_config("testapp")])
+        assert messages == [
+            Error(
+                "testapp.Clashing.safe_update_fields names 'queue', which is also a keyword argument of "
+                "enqueue_update(): queue=... would be taken as that argument, never as a change of the field.",
+                hint="Rename the field (db_column='queue' keeps its column) and list the new name.",
+                obj=Clashing,
+                id="safeupdates.E006",
+            ),
+            Error(
+                "testapp.Clashing.safe_update_fields names 'version', which is also a keyword argument of "
+                "update_if_newer(): version=... would be taken as that argument, never as a change of the field.",
+                hint="Rename the field (db_column='version' keeps its column) and list the new name.",
+                obj=Clashing,
+                id="safeupdates.E006",
+            ),
+            Warning(
+                "testapp.Clashing.synced_at has the name of a keyword argument of update_if_newer(), which "
+                "therefore cannot change it.",
+                hint="Rename the field (db_column='synced_at' keeps its column), or write it with save().",
+                obj=Clashing,
+                id="safeupdates.W003",
+            ),
+        ]
+
+
+def test_e006_follows_the_signatures():
+    from safeupdates.checks import reserved_change_names
+
+    assert reserved_change_names() == {
+        "obj_or_model": ("enqueue_update",),
+        "pk": ("enqueue_update",),
+        "queue": ("enqueue_update",),
+        "request_id": ("enqueue_update", "update_if_newer"),
+        "synced_at": ("update_if_newer",),
+        "version": ("update_if_newer",),
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "SAFEUPDATES_TASK_RETENTION must not be negative."),
+        ("a year", "SAFEUPDATES_TASK_RETENTION is invalid: invalid literal for int() with base 10: 'a year'"),
+        (float("nan"), "SAFEUPDATES_TASK_RETENTION is invalid: cannot convert float NaN to integer"),
+    ],
+)
+def test_e005_task_retention(value, message):
+    with override_settings(SAFEUPDATES_TASK_RETENTION=value):
+        assert [m.msg for m in check_settings()] == [message]
+
+
+def test_task_retention_default_keeps_tasks_forever():
+    from safeupdates import conf
+
+    assert conf.task_retention() is None
+    with override_settings(SAFEUPDATES_TASK_RETENTION=90):
+        assert conf.task_retention() == 90

@@ -15,6 +15,9 @@ if not apps.is_installed("demo_project.toggles"):
 
 from django.test import Client
 from django.urls import reverse
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from demo_project.toggles.factories import ProfileFactory
 from demo_project.toggles.models import Profile
@@ -110,12 +113,20 @@ def test_toggle_accepts_the_usual_spellings_of_a_boolean(
     [
         ({"value": "true"}, "Missing 'field': say which toggle to change, one of: active, newsletter, dark_mode."),
         ({"field": "active"}, "Missing 'value': send true or false."),
-        ({"field": "active", "value": "maybe"}, "toggles.Profile.active='maybe' is invalid"),
-        ({"field": "colour", "value": "true"}, "toggles.Profile has no field 'colour'"),
-        ({"field": "user", "value": "1"}, "toggles.Profile.user is not in toggles.Profile.safe_update_fields"),
-        ({"field": "lock_version", "value": "9"}, "toggles.Profile.lock_version is managed by safeupdates"),
+        ({"field": "active", "value": "maybe"}, "'maybe' is not a toggle's value: send true or false."),
+        ({"field": "active", "value": "t"}, "'t' is not a toggle's value: send true or false."),
+        ({"field": "active", "value": "\x00"}, "is not a toggle's value: send true or false."),
+        ({"field": "colour", "value": "true"}, "'colour' is not a toggle; 'field' must be one of: active, newsletter,"),
+        ({"field": "user", "value": "1"}, "'user' is not a toggle"),
+        ({"field": "lock_version", "value": "9"}, "'lock_version' is not a toggle"),
         ({"field": "queue", "value": "true"}, "'queue' is not a toggle; 'field' must be one of: active,"),
         ({"field": "pk", "value": "true"}, "'pk' is not a toggle"),
+        # Keyword arguments of enqueue_update() itself: as **changes they collided with its parameters (500).
+        ({"field": "obj_or_model", "value": "true"}, "'obj_or_model' is not a toggle"),
+        ({"field": "request_id", "value": "true"}, "'request_id' is not a toggle"),
+        ({"field": "active", "value": "true", "request_id": "x" * 100_000}, "request_id must be a UUID, got 'xxxx"),
+        ({"field": "active", "value": "true", "request_id": "\x00"}, "request_id must be a UUID"),
+        ({"field": "active", "value": "true", "request_id": "1" * 33}, "request_id must be a UUID"),
     ],
 )
 def test_bad_input_is_a_400_with_a_clear_message(
@@ -124,6 +135,7 @@ def test_bad_input_is_a_400_with_a_clear_message(
     response = user_client.post(toggle_url(profile), data)
     assert response.status_code == 400
     assert message in response.json()["error"]
+    assert len(response.json()["error"]) < 300, "the error echoes the whole input"
     assert not ProcessedRequest.objects.exists()
 
 
@@ -193,3 +205,46 @@ def test_state_lists_the_latest_requests_and_pending_fields(user_client: Client,
     assert {r["status"] for r in state["requests"]} == {"pending"}
     # Nothing applied yet: every field still carries the version of the profile's creation.
     assert state["profile"]["versions"] == dict.fromkeys(Profile.safe_update_fields, profile.lock_version)
+
+
+def test_a_request_id_of_another_profile_or_of_a_task_is_a_400(user_client: Client, profile: Profile) -> None:
+    other = ProfileFactory()
+    used = "0b7e2c56-5d1f-4c55-9a43-0d6e1b7c7a02"
+    client = Client()
+    client.force_login(other.user)
+    assert client.post(toggle_url(other), {"field": "active", "value": "1", "request_id": used}).status_code == 202
+    response = user_client.post(toggle_url(profile), {"field": "active", "value": "1", "request_id": used})
+    assert response.status_code == 400
+    assert "already used for another object" in response.json()["error"]
+
+
+def test_an_out_of_range_profile_id_is_a_404(user_client: Client) -> None:
+    url = reverse("toggles:toggle", args=[2**70])
+    assert user_client.post(url, {"field": "active", "value": "1"}).status_code == 404
+
+
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=60)
+FIELDS = [*Profile.safe_update_fields, "obj_or_model", "pk", "queue", "request_id", "user", "lock_version", "id"]
+WORDS = ["true", "false", "on", "0", "yes", "No", " TRUE ", "t", "2", "None", ""]
+
+
+@hypothesis_settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    field=st.one_of(st.none(), st.sampled_from(FIELDS), TEXT),
+    value=st.one_of(st.none(), st.sampled_from(WORDS), TEXT),
+    request_id=st.one_of(st.none(), st.uuids().map(str), st.sampled_from(["", "0", "x" * 5000]), TEXT),
+    extra=st.dictionaries(TEXT, TEXT, max_size=3),
+)
+def test_whatever_is_posted_the_answer_is_never_a_500(
+    user_client: Client, profile: Profile, field: str | None, value: str | None, request_id: str | None, extra: dict
+) -> None:
+    named = {"field": field, "value": value, "request_id": request_id}
+    data = {**extra, **{name: text for name, text in named.items() if text is not None}}
+    recorded = ProcessedRequest.objects.count()
+    response = user_client.post(toggle_url(profile), data)
+    assert response.status_code in (202, 400), response.content
+    body = response.json()
+    assert set(body) == ({"request"} if response.status_code == 202 else {"error"})
+    assert ProcessedRequest.objects.count() - recorded == (1 if response.status_code == 202 else 0) or (
+        response.status_code == 202 and request_id  # a request id recorded before: the same request again
+    )

@@ -6,20 +6,27 @@ import contextlib
 import os
 import signal
 import threading
+import time
+import uuid
 from collections.abc import Callable
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.test import override_settings
 from rq import Worker
 from rq.job import JobStatus
 
-from safeupdates import enqueue, idempotent
+from safeupdates import enqueue, enqueue_update, idempotent
 from safeupdates.controls import InvalidControl
-from safeupdates.exceptions import LockUnavailable
-from safeupdates.idempotency import SKIPPED, task_request_id
+from safeupdates.exceptions import InvalidUpdate, LockUnavailable
+from safeupdates.idempotency import SKIPPED, TASK_NAMESPACE, task_log_key
+from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.versions import next_version
 from tests.test_controls import child_pids, crash_worker
 from tests.testapp import jobs
 from tests.testapp.jobs import redis_now
@@ -71,7 +78,7 @@ def test_key_from_a_template_or_a_callable():
         pass
 
     assert send.key_for(7) == "mail:7:welcome"
-    assert task_request_id("charge:A-1") == task_request_id("charge:A-1") != task_request_id("charge:A-2")
+    assert task_log_key("charge:A-1") == "charge:A-1"
 
 
 @pytest.mark.parametrize(
@@ -120,7 +127,7 @@ def test_runs_once_then_skips_and_records_the_task(redis):
     assert (charges(redis, "A"), score("A")) == (1, 1)
 
     record = ProcessedRequest.objects.get()
-    assert record.request_id == task_request_id("charge:A")
+    assert record.request_id.version == 4  # random: no client can compute it in advance
     assert (record.kind, record.key, record.content_type_id, record.version) == (
         RequestKind.TASK,
         "charge:A",
@@ -153,13 +160,90 @@ def test_a_failed_body_is_rolled_back_recorded_and_may_run_again():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_long_keys_are_stored_truncated_but_identified_in_full():
+def test_long_keys_are_stored_with_a_digest_never_truncated_into_a_collision():
     @idempotent(key=lambda suffix: "k" * 300 + suffix)
     def task(suffix: str) -> str:
         return suffix
 
     assert (task("1"), task("2"), task("1")) == ("1", "2", SKIPPED)
-    assert sorted(len(key) for key in ProcessedRequest.objects.values_list("key", flat=True)) == [255, 255]
+    assert set(ProcessedRequest.objects.values_list("key", flat=True)) == {
+        "k" * 210 + "...uuid5:" + str(uuid.uuid5(TASK_NAMESPACE, "k" * 300 + suffix)) for suffix in "12"
+    }
+    assert len(task_log_key("k" * 300)) == 255
+    assert task_log_key("k" * 255) == "k" * 255
+
+
+@pytest.mark.django_db(transaction=True)
+def test_task_rows_of_before_migration_0006_are_still_found():
+    """Rows written when a task was its request id ``uuid5(TASK_NAMESPACE, key)``, with the key truncated."""
+    from importlib import import_module
+
+    from django.apps import apps
+    from django.db import connection as default_connection
+
+    migration = import_module("safeupdates.migrations.0006_task_key_namespace")
+    short, long = "legacy:short", "legacy:" + "x" * 400
+    exactly = "e" * 255
+    for key in (short, long, exactly):
+        ProcessedRequest.objects.create(
+            kind=RequestKind.TASK,
+            key=key[:255],
+            request_id=uuid.uuid5(TASK_NAMESPACE, key),
+            status=RequestStatus.APPLIED,
+        )
+    with default_connection.schema_editor() as schema_editor:
+        migration.rewrite_truncated_task_keys(apps, schema_editor)
+
+    ran = []
+
+    @idempotent(key=lambda key: key)
+    def task(key: str) -> None:
+        ran.append(key)
+
+    assert [task(key) for key in (short, long, exactly)] == [SKIPPED] * 3
+    assert ran == []
+    assert ProcessedRequest.objects.count() == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Namespaces: no client request id can collide with or squat a task's key
+
+
+def squatting_ids(key: str) -> list[uuid.UUID]:
+    """Request ids a client could compute for ``key``: today's uuid5 of the public namespace."""
+    return [uuid.uuid5(TASK_NAMESPACE, key)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["enqueue_update", "update_if_newer"])
+def test_a_client_request_id_cannot_squat_a_task_key(redis, path):
+    profile = Profile.objects.create(name="S")
+    for squat in squatting_ids("charge:S"):
+        if path == "enqueue_update":
+            enqueue_update(profile, request_id=squat, active=True)
+        else:
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=squat, active=True)
+    # The refund runs, exactly once, whatever requests clients recorded first.
+    assert jobs.charge("S") == "charged S"
+    assert jobs.charge("S") is SKIPPED
+    assert (charges(redis, "S"), score("S")) == (1, 1)
+    task = ProcessedRequest.objects.get(kind=RequestKind.TASK)
+    assert (task.key, task.status) == ("charge:S", RequestStatus.APPLIED)
+    assert task.request_id not in squatting_ids("charge:S")
+    assert ProcessedRequest.objects.filter(kind=RequestKind.UPDATE).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_request_id_reused_by_a_client_is_refused_and_harms_nothing(redis):
+    profile = Profile.objects.create(name="U")
+    jobs.charge("U")
+    task_id = ProcessedRequest.objects.get(kind=RequestKind.TASK).request_id
+    with pytest.raises(InvalidUpdate, match="already used for another object"):
+        enqueue_update(profile, request_id=task_id, active=True)
+    with pytest.raises(InvalidUpdate, match="already used for another object"):
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=task_id, active=True)
+    assert jobs.charge("U") is SKIPPED
+    assert charges(redis, "U") == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -169,6 +253,46 @@ def test_the_task_is_visible_in_the_admin(admin_client, redis):
     response = admin_client.get("/admin/safeupdates/processedrequest/", {"q": "charge:C"})
     assert response.status_code == 200
     assert "charge:C" in response.content.decode()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Retention: a purged task row would let the side effect run again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge_keeps_completed_tasks_unless_task_retention_is_set(redis):
+    Profile.objects.create(name="R")
+    assert jobs.charge("R") == "charged R"
+    enqueue_update(Profile.objects.get(name="R"), active=True)  # an update request, purged as before
+    apply_update(str(ProcessedRequest.objects.get(kind=RequestKind.UPDATE).request_id))
+
+    out = StringIO()
+    call_command("safeupdates_purge", "--older-than", "0", stdout=out)
+    assert "deleted 1 request(s)" in out.getvalue()
+    assert "SAFEUPDATES_TASK_RETENTION" in out.getvalue()
+    assert list(ProcessedRequest.objects.values_list("kind", "key")) == [(RequestKind.TASK, "charge:R")]
+    assert jobs.charge("R") is SKIPPED, "the refund ran again after a purge"
+    assert charges(redis, "R") == 1
+
+    with override_settings(SAFEUPDATES_TASK_RETENTION=1):
+        call_command("safeupdates_purge", "--older-than", "0", stdout=out)
+        assert ProcessedRequest.objects.filter(kind=RequestKind.TASK).count() == 1  # not a day old
+    with override_settings(SAFEUPDATES_TASK_RETENTION=0):
+        call_command("safeupdates_purge", "--older-than", "0", "--dry-run", stdout=out)
+        assert "would delete 0 request(s) older than 0 day(s) and 1 task(s)" in out.getvalue()
+        call_command("safeupdates_purge", "--older-than", "30", stdout=out)
+        assert "deleted 0 request(s) older than 30 day(s) and 1 task(s) completed more than 0 day(s) ago" in (
+            out.getvalue()
+        )
+    assert not ProcessedRequest.objects.exists()
+    # What the setting means: after its retention, a task's key is forgotten.
+    assert jobs.charge("R") == "charged R"
+
+
+def test_purge_help_documents_task_retention():
+    from safeupdates.management.commands.safeupdates_purge import Command
+
+    assert "SAFEUPDATES_TASK_RETENTION" in Command.help
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -182,6 +306,31 @@ def test_eight_concurrent_threads_charge_once(postgres_only, redis):
     assert sorted(map(str, results)) == ["charged T"] + ["duplicate"] * 7
     assert (charges(redis, "T"), score("T")) == (1, 1)
     assert ProcessedRequest.objects.get(key="charge:T").attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_of_a_failed_task_run_its_body_once(postgres_only, redis):
+    """The row lock, not the first INSERT, makes concurrent calls wait: once a failed run committed the
+    key's row, no INSERT waits any more, and only ``SELECT ... FOR UPDATE`` keeps the retries apart."""
+    fail = True
+
+    @idempotent(key="retried-refund:{order}")
+    def refund(order: str) -> str:
+        redis.incr(f"refunds:{order}")
+        if fail:
+            raise ValueError("gateway down")
+        time.sleep(0.5)  # long enough for every other retry to reach the row while this one runs
+        return "refunded"
+
+    with pytest.raises(ValueError, match="gateway down"):
+        refund("R-1")
+    assert ProcessedRequest.objects.get(key="retried-refund:R-1").status == RequestStatus.FAILED
+    fail = False
+    results = in_threads(8, lambda: refund("R-1"))
+    assert sorted(map(str, results)) == ["duplicate"] * 7 + ["refunded"]
+    assert int(redis.get("refunds:R-1")) == 2, "the refund's body ran more than once after the failure"
+    record = ProcessedRequest.objects.get(key="retried-refund:R-1")
+    assert (record.status, record.attempts) == (RequestStatus.APPLIED, 2)
 
 
 @pytest.mark.django_db(transaction=True)

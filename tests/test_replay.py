@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import uuid
 from io import StringIO
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from django.db import connections
+from django.test import override_settings
 
 from safeupdates import aenqueue_update, enqueue_update, replay
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import Profile
+from tests.testapp.models import Gadget, Profile
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,6 +74,7 @@ def test_verify_finds_a_write_that_bypassed_the_app(redis):
     assert exit_info.value.code == 1
     assert f"testapp.Profile pk={drifted.pk} active: stored False, request log says True" in out.getvalue()
     assert f"pk={clean.pk}" not in out.getvalue()
+    assert "ActiveOnlyProfile" not in out.getvalue()  # a proxy's rows are its concrete model's
     assert "drift found in 1 field(s)" in err.getvalue()
 
 
@@ -125,3 +129,91 @@ def test_aenqueue_update(redis):
 def test_document_without_requests_has_nothing_to_replay():
     document = DocumentFactory()
     assert replay(document) == {}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Verify compares values as the database stores them: what it made of a request is not drift.
+
+
+def write_seen_at(gadget: Gadget, value: datetime.datetime, path: str) -> None:
+    if path == "enqueue_update":
+        apply_update(str(enqueue_update(gadget, seen_at=value).request_id))
+    else:
+        Gadget.objects.update_if_newer(gadget.pk, version=next_version(), request_id=uuid.uuid4(), seen_at=value)
+    assert ProcessedRequest.objects.filter(status="applied").count() == 1
+
+
+def verify_output() -> str:
+    out = StringIO()
+    call_command("safeupdates_verify", "testapp.Gadget", stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("path", ["enqueue_update", "update_if_newer"])
+def test_verify_after_a_naive_datetime_the_database_moved(redis, path):
+    """USE_TZ=False: PostgreSQL reads a naive datetime in the session's time zone, so a local time in the
+    spring-forward gap (02:30 on 8 March 2026 in New York) is stored as 03:30. Not drift."""
+    with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
+        gadget = Gadget.objects.create()
+        write_seen_at(gadget, datetime.datetime(2026, 3, 8, 2, 30), path)
+        assert "no drift" in verify_output()
+        # A write that bypassed safeupdates is still found.
+        Gadget.objects.filter(pk=gadget.pk).update(seen_at=datetime.datetime(2026, 3, 8, 5, 0))
+        with pytest.raises(SystemExit):
+            verify_output()
+
+
+def log_as_requested_before(gadget: Gadget, requested: str) -> None:
+    """Make the gadget's applied request say ``requested``, as releases before validation refused naive
+    datetimes under USE_TZ (and aware ones without it) logged it: such rows stay in the log."""
+    assert ProcessedRequest.objects.filter(object_id=str(gadget.pk)).update(changes={"seen_at": requested}) == 1
+
+
+def test_verify_after_a_naive_datetime_logged_under_use_tz(redis):
+    """USE_TZ=True: Django stored a naive datetime as aware (in TIME_ZONE) and the log kept it naive."""
+    gadget = Gadget.objects.create()
+    write_seen_at(gadget, datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.UTC), "update_if_newer")
+    log_as_requested_before(gadget, "2026-01-02T03:04:05.123456")
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        assert "no drift" in verify_output()
+
+
+def test_verify_after_an_aware_datetime_logged_without_use_tz(redis, postgres_only):
+    """USE_TZ=False: PostgreSQL stored an aware datetime in the session's time zone (SQLite refused it)."""
+    with override_settings(USE_TZ=False):
+        gadget = Gadget.objects.create()
+        write_seen_at(gadget, datetime.datetime(2026, 1, 2, 1, 4, 5, 123456), "update_if_newer")
+        log_as_requested_before(gadget, "2026-01-02T03:04:05.123456+02:00")
+        assert "no drift" in verify_output()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Purge arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--older-than", "nan"], "--older-than must be a number of days from 0 to 365000, not nan."),
+        (["--older-than", "inf"], "--older-than must be a number of days from 0 to 365000, not inf."),
+        (["--older-than", "1e400"], "--older-than must be a number of days from 0 to 365000, not inf."),
+        (["--older-than=-inf"], "--older-than must be a number of days from 0 to 365000, not -inf."),
+        (["--older-than", "-1"], "--older-than must be a number of days from 0 to 365000, not -1."),
+        (["--older-than", "1e9"], "--older-than must be a number of days from 0 to 365000, not 1e+09."),
+        (["--older-than", "0", "--batch-size", "0"], "--batch-size must be at least 1, not 0."),
+        (["--older-than", "0", "--batch-size", "-3"], "--batch-size must be at least 1, not -3."),
+    ],
+)
+def test_purge_refuses_impossible_arguments(redis, args, message):
+    enqueue_update(ProfileFactory(), active=True)
+    apply_all()
+    with pytest.raises(CommandError) as excinfo:
+        call_command("safeupdates_purge", *args)
+    assert str(excinfo.value) == message
+    assert ProcessedRequest.objects.count() == 1
+
+
+@pytest.mark.parametrize("retention", [float("nan"), -2, "soon"])
+def test_purge_refuses_an_impossible_retention_setting(retention):
+    with override_settings(SAFEUPDATES_RETENTION=retention), pytest.raises(CommandError, match="SAFEUPDATES_RETENTION"):
+        call_command("safeupdates_purge")

@@ -23,8 +23,6 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 LATEST = 12
 TRUE_WORDS = frozenset({"true", "on", "1", "yes"})
 FALSE_WORDS = frozenset({"false", "off", "0", "no"})
-# Keyword arguments of enqueue_update() itself: a "field" of that name must not reach it as one.
-_RESERVED = frozenset({"pk", "request_id", "queue"})
 FORBIDDEN = "This is not your profile: you can only see and change your own."
 
 
@@ -38,6 +36,11 @@ def _profile_of(request: HttpRequest, pk: int) -> Profile:
 
 def _error(message: str, status: int) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for an error message, cut short: an error never echoes a whole (huge) input."""
+    return repr(text if len(text) <= 40 else f"{text[:40]}...")
 
 
 @login_required
@@ -82,8 +85,8 @@ def toggle(request: HttpRequest, pk: int) -> JsonResponse:
     """Record one click: POST ``field`` (a toggle's name), ``value`` (``true`` or ``false``) and optionally
     ``request_id`` (a UUID naming the click, so that a retry is recorded once).
 
-    Answers 202 with the pending request; 400 with a message saying what is wrong with the input; 403
-    for another user's profile. The write itself happens later, in a worker.
+    Answers 202 with the pending request; 400 with a message saying what is wrong with the input,
+    whatever was posted; 403 for another user's profile. The write itself happens later, in a worker.
     """
     try:
         profile = _profile_of(request, pk)
@@ -94,15 +97,18 @@ def toggle(request: HttpRequest, pk: int) -> JsonResponse:
     raw = request.POST.get("value", "").strip()
     if not field:
         return _error(f"Missing 'field': say which toggle to change, one of: {names}.", 400)
-    if field in _RESERVED:
-        return _error(f"'{field}' is not a toggle; 'field' must be one of: {names}.", 400)
+    # Only a toggle's name reaches enqueue_update(**changes): any other name could be one of its own
+    # parameters (obj_or_model, pk, queue, request_id) and collide with it.
+    if field not in Profile.safe_update_fields:
+        return _error(f"{_shown(field)} is not a toggle; 'field' must be one of: {names}.", 400)
     if not raw:
         return _error("Missing 'value': send true or false.", 400)
-    # Anything else goes to safeupdates as is: its validation explains what is wrong with it.
-    value: Any = True if raw.lower() in TRUE_WORDS else False if raw.lower() in FALSE_WORDS else raw
+    if raw.lower() not in TRUE_WORDS | FALSE_WORDS:
+        return _error(f"{_shown(raw)} is not a toggle's value: send true or false.", 400)
+    changes: dict[str, Any] = {field: raw.lower() in TRUE_WORDS}
     request_id = request.POST.get("request_id", "").strip() or None
     try:
-        recorded = enqueue_update(profile, request_id=request_id, **{field: value})
+        recorded = enqueue_update(profile, request_id=request_id, **changes)
     except InvalidUpdate as exc:
         return _error(str(exc), 400)
     return JsonResponse({"request": _request_json(recorded)}, status=202)

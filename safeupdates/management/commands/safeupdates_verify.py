@@ -27,7 +27,7 @@ class Command(BaseCommand):
             except (LookupError, ValueError) as exc:
                 raise CommandError(f"{exc} Give models as app_label.Model.") from exc
         else:
-            # Proxies share their concrete model's rows: checking both would report each drift twice.
+            # A proxy's rows are its concrete model's: checked (and reported) once, there.
             chosen = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
         not_versioned = [m._meta.label for m in chosen if not issubclass(m, LockVersionMixin)]
         if not_versioned:

@@ -1,0 +1,312 @@
+"""Values an update must refuse before anything is written, and values it must accept.
+
+Every entry point validates through :mod:`safeupdates.validation`: ``update_if_newer``, ``enqueue_update``
+and ``bulk_update_if_newer`` are each tested with every bad value, and each refusal is checked to leave
+the row, the request log and the queue as they were.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+
+import django_rq
+import pytest
+from django.db import models
+from django.db.models import F, Value
+from django.db.models.functions import Lower
+from django.test import override_settings
+
+from safeupdates import enqueue_update
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.jobs import apply_update
+from safeupdates.models import ProcessedRequest
+from safeupdates.validation import clean_changes, clean_object_id, clean_pk
+from safeupdates.versions import next_version
+from tests.testapp.models import Gadget, Profile, Tag
+
+pytestmark = pytest.mark.django_db
+
+
+def row(model: type[models.Model], pk: Any) -> dict[str, Any]:
+    return model._default_manager.filter(pk=pk).values().get()
+
+
+@contextmanager
+def refused(match: str, *objs: models.Model) -> Iterator[None]:
+    """Expect ``InvalidUpdate`` matching ``match``; check that no row, log row or job was written."""
+    before = [row(type(obj), obj.pk) for obj in objs]
+    logged = ProcessedRequest.objects.count()
+    queue = django_rq.get_queue("default")
+    with pytest.raises(InvalidUpdate, match=match):
+        yield
+    assert [row(type(obj), obj.pk) for obj in objs] == before
+    assert ProcessedRequest.objects.count() == logged
+    assert queue.count == 0
+
+
+def via_update(model: type[models.Model], pk: Any, **changes: Any) -> Any:
+    return model._default_manager.update_if_newer(pk, version=next_version(), **changes)  # type: ignore[attr-defined]
+
+
+def via_recorded_update(model: type[models.Model], pk: Any, **changes: Any) -> Any:
+    return model._default_manager.update_if_newer(  # type: ignore[attr-defined]
+        pk, version=next_version(), request_id="5f0b7c43-7f0e-4d1e-9c39-6a1f3b1f2a11", **changes
+    )
+
+
+def via_enqueue(model: type[models.Model], pk: Any, **changes: Any) -> Any:
+    return enqueue_update(model, pk, **changes)
+
+
+def via_bulk(model: type[models.Model], pk: Any, **changes: Any) -> Any:
+    return model._default_manager.bulk_update_if_newer([(pk, next_version(), changes)])  # type: ignore[attr-defined]
+
+
+ENTRY_POINTS: dict[str, Callable[..., Any]] = {
+    "update_if_newer": via_update,
+    "update_if_newer(request_id=)": via_recorded_update,
+    "enqueue_update": via_enqueue,
+    "bulk_update_if_newer": via_bulk,
+}
+
+
+@pytest.fixture(params=list(ENTRY_POINTS))
+def update(request: pytest.FixtureRequest, redis: Any, django_capture_on_commit_callbacks: Any) -> Iterator[Any]:
+    """Each public entry point; a job enqueued on commit would land in the (checked) queue."""
+    with django_capture_on_commit_callbacks(execute=True):
+        yield ENTRY_POINTS[request.param]
+
+
+@pytest.fixture
+def gadget() -> Gadget:
+    return Gadget.objects.create(label="start", count=5, ratio=0.5, nickname="nick")
+
+
+@pytest.fixture
+def profile() -> Profile:
+    return Profile.objects.create(name="start", score=5)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Primary keys
+
+
+@pytest.mark.parametrize(
+    ("offset", "match"),
+    [
+        (0.9, r"primary key .* is not a whole number"),
+        (0.5, r"primary key .* is not a whole number"),
+        (Decimal("0.1"), r"primary key .* is not a whole number"),
+    ],
+)
+def test_a_fractional_primary_key_is_refused(update, profile, offset, match):
+    with refused(match, profile):
+        update(Profile, profile.pk + offset, active=True)
+
+
+@pytest.mark.parametrize(
+    ("pk", "match"),
+    [
+        (True, "primary key True is a bool"),
+        (float("nan"), "primary key nan is not a whole number"),
+        (float("inf"), "primary key inf is not a whole number"),
+        (Decimal("NaN"), r"primary key Decimal\('NaN'\) is not a whole number"),
+        (2**63, r"primary key 9223372036854775808 is out of range"),
+        (-(2**63) - 1, r"primary key -9223372036854775809 is out of range"),
+        (F("pk"), "primary key F\\(pk\\) is an expression"),
+        (Value(1), "primary key Value\\(1\\) is an expression"),
+    ],
+)
+def test_other_impossible_primary_keys_are_refused(update, profile, pk, match):
+    with refused(match, profile):
+        update(Profile, pk, active=True)
+
+
+def test_an_integral_float_primary_key_is_the_integer(profile):
+    # Converting 2.0 to 2 changes nothing, so it is accepted (a fraction is refused, never truncated).
+    assert clean_pk(Profile, float(profile.pk)) == profile.pk
+    assert clean_pk(Profile, Decimal(profile.pk)) == profile.pk
+    assert clean_pk(Profile, str(profile.pk)) == profile.pk  # URL and request-log object ids are text
+    assert via_update(Profile, float(profile.pk), score=7).applied
+    assert row(Profile, profile.pk)["score"] == 7
+
+
+def test_a_nul_character_in_a_char_primary_key_is_refused(update):
+    tag = Tag.objects.create(code="a", label="x")
+    with refused("NUL", tag):
+        update(Tag, "a\x00", label="y")
+
+
+def test_clean_object_id_refuses_a_primary_key_longer_than_the_request_log_column():
+    assert clean_object_id(Tag, "t" * 255) == "t" * 255
+    assert clean_object_id(Profile, "12") == "12"
+    assert clean_object_id(Profile, 12.0) == "12"
+    with pytest.raises(InvalidUpdate, match=r"testapp.Tag: primary key 't{10}\.\.\.' has 300 characters"):
+        clean_object_id(Tag, "t" * 300)
+    with pytest.raises(InvalidUpdate, match="not a whole number"):
+        clean_object_id(Profile, 1.5)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs managers.py (update_if_newer(request_id=)) and jobs.py (enqueue_update) to call "
+    "validation.clean_object_id(); owned by the lead and the jobs engineer",
+)
+@pytest.mark.parametrize("entry_point", ["update_if_newer(request_id=)", "enqueue_update"])
+def test_a_primary_key_too_long_for_the_request_log_is_refused(redis, entry_point):
+    tag = Tag.objects.create(code="t" * 300, label="x")
+    with refused("has 300 characters", tag):
+        ENTRY_POINTS[entry_point](Tag, tag.pk, label="y")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Integer fields
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (1.7, r"Gadget.count=1.7 is not a whole number"),
+        (-0.5, r"Gadget.count=-0.5 is not a whole number"),
+        (Decimal("2.5"), r"Gadget.count=Decimal\('2.5'\) is not a whole number"),
+        (True, r"Gadget.count=True is a bool"),
+        (float("inf"), r"Gadget.count=inf is not a whole number"),
+        (float("nan"), r"Gadget.count=nan is not a whole number"),
+        (2**31, r"Gadget.count=2147483648 is out of range"),
+        (-(2**31) - 1, r"Gadget.count=-2147483649 is out of range"),
+        (2**63, r"Gadget.count=9223372036854775808 is out of range"),
+        (-(2**63) - 1, r"Gadget.count=-9223372036854775809 is out of range"),
+        (2.0**70, r"is out of range"),
+    ],
+)
+def test_integer_field_values_that_would_be_changed_are_refused(update, gadget, value, match):
+    with refused(match, gadget):
+        update(Gadget, gadget.pk, count=value)
+
+
+def test_integer_field_bounds_and_whole_numbers_are_accepted(gadget):
+    for value, stored in [(2**31 - 1, 2**31 - 1), (-(2**31), -(2**31)), (3.0, 3), (Decimal("4"), 4), ("6", 6)]:
+        assert via_update(Gadget, gadget.pk, count=value).applied
+        assert row(Gadget, gadget.pk)["count"] == stored
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Floats
+
+
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), float("-inf"), Decimal("NaN"), Decimal("-Infinity"), "nan", "inf"]
+)
+def test_nan_and_infinity_are_refused_for_a_float_field(update, gadget, value):
+    with refused(r"Gadget.ratio=.* is not a finite number", gadget):
+        update(Gadget, gadget.pk, ratio=value)
+
+
+def test_a_bool_is_refused_for_a_float_field(update, gadget):
+    with refused(r"Gadget.ratio=False is a bool", gadget):
+        update(Gadget, gadget.pk, ratio=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Expressions and text
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"label": F("label")}, r"Gadget.label=F\(label\) is an expression"),
+        ({"count": F("count") + 1}, r"Gadget.count=.* is an expression"),
+        ({"label": Lower("label")}, r"Gadget.label=.* is an expression"),
+        ({"ratio": Value(1.5)}, r"Gadget.ratio=Value\(1.5\) is an expression"),
+        ({"nickname": F("label")}, r"Gadget.nickname=F\(label\) is an expression"),
+    ],
+)
+def test_expressions_are_refused_for_every_field(update, gadget, changes, match):
+    with refused(match, gadget):
+        update(Gadget, gadget.pk, **changes)
+
+
+def test_a_nul_character_in_text_is_refused(update, gadget, profile):
+    with refused(r"Gadget.label='a\\x00b' contains a NUL character", gadget):
+        update(Gadget, gadget.pk, label="a\x00b")
+    with refused(r"Profile.name='\\x00' contains a NUL character", profile):
+        update(Profile, profile.pk, name="\x00")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# None
+
+
+@pytest.mark.parametrize("path", ["update_if_newer", "update_if_newer(request_id=)", "bulk_update_if_newer"])
+def test_none_is_accepted_for_a_nullable_field_and_written_as_null(gadget, path):
+    ENTRY_POINTS[path](Gadget, gadget.pk, nickname=None)
+    assert row(Gadget, gadget.pk)["nickname"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_none_through_the_job_path_is_written_as_null(redis, gadget):
+    request = enqueue_update(gadget, nickname=None)
+    assert request.changes == {"nickname": None}
+    apply_update(str(request.request_id))
+    assert row(Gadget, gadget.pk)["nickname"] is None
+    assert ProcessedRequest.objects.get().status == "applied"
+
+
+def test_none_is_still_refused_where_the_column_is_not_null(update, gadget):
+    with refused(r"Gadget.label=None is invalid: This field cannot be null", gadget):
+        update(Gadget, gadget.pk, label=None)
+
+
+def test_clean_changes_keeps_good_values():
+    assert clean_changes(Gadget, {"label": "ok", "count": 2**31 - 1, "ratio": 1e308, "nickname": None}) == {
+        "label": "ok",
+        "count": 2**31 - 1,
+        "ratio": 1e308,
+        "nickname": None,
+    }
+    assert math.isclose(clean_changes(Gadget, {"ratio": Decimal("0.25")})["ratio"], 0.25)
+
+
+def test_messages_never_echo_a_whole_huge_input(gadget):
+    from safeupdates.validation import clean_request_id
+
+    for call in [
+        lambda: clean_request_id("x" * 100_000),
+        lambda: clean_changes(Gadget, {"label": "y" * 100_000}),
+        lambda: clean_pk(Gadget, "9" * 100_000),
+    ]:
+        with pytest.raises(InvalidUpdate) as excinfo:
+            call()
+        assert len(str(excinfo.value)) < 300, str(excinfo.value)[:300]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Datetimes: the time zone rule of synced_at, for values too
+
+
+def test_a_naive_datetime_is_refused_under_use_tz(update, gadget):
+    with refused(r"Gadget.seen_at=.* is naive while USE_TZ=True; attach a timezone", gadget):
+        update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4))
+    with refused(r"Gadget.seen_at='2026-01-02T03:04' is naive while USE_TZ=True", gadget):
+        update(Gadget, gadget.pk, seen_at="2026-01-02T03:04")
+
+
+def test_an_aware_datetime_is_refused_without_use_tz(update, gadget):
+    """SQLite raised a raw ValueError; PostgreSQL stored it converted to the session's time zone."""
+    with override_settings(USE_TZ=False), refused(r"Gadget.seen_at=.* is aware while USE_TZ=False", gadget):
+        update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.UTC))
+
+
+def test_datetimes_of_the_right_kind_are_accepted(gadget):
+    aware = datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    assert via_update(Gadget, gadget.pk, seen_at=aware).applied
+    assert row(Gadget, gadget.pk)["seen_at"] == aware
+    assert via_update(Gadget, gadget.pk, seen_at="2026-02-03T04:05:06Z").applied
+    with override_settings(USE_TZ=False):
+        assert via_update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4)).applied
+        assert row(Gadget, gadget.pk)["seen_at"] == datetime.datetime(2026, 1, 2, 3, 4)
