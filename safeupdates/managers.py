@@ -23,7 +23,14 @@ from django.db.models.functions import Now
 from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.guard import guarded_update, spans_tables, statement_cursor, write_if_newer
-from safeupdates.validation import clean_changes, clean_pk, clean_request_id, clean_synced_at, clean_version
+from safeupdates.validation import (
+    clean_changes,
+    clean_object_id,
+    clean_pk,
+    clean_request_id,
+    clean_synced_at,
+    clean_version,
+)
 from safeupdates.versions import ensure_issued, next_version
 
 if TYPE_CHECKING:
@@ -91,7 +98,10 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         self._for_write = True  # as QuerySet.update(): self.db is then the router's database for writes
         pk = clean_pk(self.model, pk)
         cleaned = clean_changes(self.model, changes)
-        rid = None if request_id is None else clean_request_id(request_id)
+        rid = None
+        if request_id is not None:
+            rid = clean_request_id(request_id)
+            clean_object_id(self.model, pk)  # the request is recorded under the key as text
         if version is not None:
             version = clean_version(version)
             return self._apply(pk, cleaned, version=version, request_id=rid)
