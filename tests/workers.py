@@ -121,8 +121,29 @@ def _kill_tree(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+class _Thread(threading.Thread):
+    """A thread that keeps what its target raised, and raises it again from :meth:`join`."""
+
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:  # re-raised by join(), in the test's thread
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None and not self.is_alive():
+            error, self.error = self.error, None
+            raise error
+
+
 def start_threads(target: Callable[[], object], count: int) -> list[threading.Thread]:
-    """Start ``count`` threads running ``target``; each closes its own database connections at the end."""
+    """Start ``count`` threads running ``target``; each closes its own database connections at the end.
+
+    Joining a thread raises again whatever ``target`` raised in it.
+    """
 
     def run() -> None:
         from django.db import connections
@@ -132,16 +153,24 @@ def start_threads(target: Callable[[], object], count: int) -> list[threading.Th
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=run) for _ in range(count)]
+    threads: list[threading.Thread] = [_Thread(target=run) for _ in range(count)]
     for thread in threads:
         thread.start()
     return threads
 
 
 def run_threads(target: Callable[[], object], count: int) -> None:
-    """Run ``target`` in ``count`` threads at once and wait for all of them."""
-    for thread in start_threads(target, count):
-        thread.join()
+    """Run ``target`` in ``count`` threads at once, wait for all of them, then raise the first error
+    any of them raised."""
+    threads = start_threads(target, count)
+    errors: list[BaseException] = []
+    for thread in threads:
+        try:
+            thread.join()
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 class RowLock:
