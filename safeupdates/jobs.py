@@ -22,7 +22,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
-from django.db.utils import DataError, IntegrityError
+from django.db.utils import IntegrityError, InterfaceError, OperationalError
 from rq import Queue, Retry, get_current_job
 from rq.exceptions import DuplicateJobError, InvalidJobOperation
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
@@ -35,7 +35,7 @@ from safeupdates.tasks import get_queue
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
-__all__ = ["aenqueue_update", "apply_update", "deliver", "enqueue_update", "relay_pending"]
+__all__ = ["aenqueue_update", "apply_update", "deliver", "enqueue_update", "is_transient", "relay_pending"]
 
 logger = logging.getLogger("safeupdates")
 
@@ -274,9 +274,11 @@ def apply_update(request_id: str) -> str:
 
     The requests are locked (``SKIP LOCKED``: a concurrent job takes the others), merged per field by
     version, written with one guarded statement, and marked ``applied`` or ``stale`` in the same
-    transaction, so running the job again changes nothing. Requests whose stored data is invalid are
-    ``rejected`` at once. Transient database errors propagate so that RQ retries the job; the request
-    is marked ``failed`` when the retries are spent. Returns a one-line summary.
+    transaction, so running the job again changes nothing. Requests whose stored data is invalid, or
+    whose value the database refuses (a constraint, a trigger: any error that is not
+    :func:`transient <is_transient>`), are ``rejected`` at once and the others applied. Transient database
+    errors propagate so that RQ retries the job; the request is marked ``failed`` when the retries are
+    spent. Returns a one-line summary.
     """
     rid = clean_request_id(request_id)
     using = router.db_for_write(ProcessedRequest)
@@ -290,7 +292,7 @@ def apply_update(request_id: str) -> str:
             if sum(done.values()) < BATCH_SIZE:
                 break
     except DatabaseError as exc:
-        # Transient (a lost connection, a lock timeout) or not: RQ retries it; the last try marks it failed.
+        # Transient (a lost connection, a lock timeout): RQ retries it; the last try marks it failed.
         _record_failed_attempt(rid, using, exc)
         raise
     return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "nothing pending"
@@ -342,14 +344,18 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
         with transaction.atomic(using=using):
             written = _write(model, pk, _winners(valid), using)
-    except (IntegrityError, DataError):
+    except DatabaseError as exc:
+        if is_transient(exc):
+            raise  # RQ retries the job; nothing here is the requests' fault
         # Find the culprit: apply the requests one by one, in version order, each in its own savepoint.
         applied: set[int] = set()
         for request, cleaned in valid:
             try:
                 with transaction.atomic(using=using):
                     one = _write(model, pk, _winners([(request, cleaned)]), using)
-            except (IntegrityError, DataError) as exc:
+            except DatabaseError as exc:
+                if is_transient(exc):
+                    raise
                 rejected[request.pk] = f"the database refused it: {type(exc).__name__}: {exc}"[:2000]
                 continue
             if one:
@@ -364,6 +370,44 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
     applied_pks = set(written.values())
     stale = [r.pk for r, _ in valid if r.pk not in applied_pks]
     return _finish(log, applied=list(applied_pks), stale=stale, rejected=rejected)
+
+
+# SQLSTATE classes and codes of errors that are not about the values written: the same statement may
+# succeed when it runs again, so RQ retries the job. Every other error with a SQLSTATE (a trigger's RAISE
+# EXCEPTION, P0001; a constraint, 23xxx; a bad value, 22xxx; a permission, 42501 ...) is the statement's
+# own and would fail again: the request that causes it is rejected.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset(
+    {
+        "08",  # connection exception
+        "40",  # transaction rollback: serialization failure 40001, deadlock 40P01, ...
+        "53",  # insufficient resources: disk full, out of memory, too many connections
+        "57",  # operator intervention: query canceled (statement_timeout) 57014, shutdown 57P01-57P03
+        "58",  # system error (an I/O error)
+        "XX",  # internal error: the server's fault, not the value's
+    }
+)
+_TRANSIENT_SQLSTATES = frozenset(
+    {
+        db.LOCK_NOT_AVAILABLE,  # 55P03: lock_timeout or NOWAIT
+        "55006",  # object in use
+        "25006",  # read-only transaction: a primary that became a standby in a failover
+        "25P03",  # idle_in_transaction_session_timeout
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if database error ``exc`` may not happen again when the job is retried.
+
+    PostgreSQL says so in the error's SQLSTATE (see above). An error without one comes from the client
+    library: a connection lost before the server answered (``OperationalError``, ``InterfaceError``) is
+    transient; on SQLite "database is locked" is an ``OperationalError`` too, and its refusals of a value
+    (a constraint, a trigger's ``RAISE(ABORT)``) are ``IntegrityError``.
+    """
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate in _TRANSIENT_SQLSTATES
+    return isinstance(exc, OperationalError | InterfaceError)
 
 
 def _winners(valid: list[tuple[ProcessedRequest, dict[str, Any]]]) -> dict[str, tuple[int, int, Any]]:

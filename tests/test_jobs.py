@@ -13,7 +13,7 @@ import django_rq
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.test import override_settings
 from rq import Queue
 from rq.suspension import suspend
@@ -128,6 +128,99 @@ class TestEnqueueValidation:
         with pytest.raises(InvalidUpdate, match="another object"):
             enqueue_update(ProfileFactory(), request_id=rid, active=True)
         assert ProcessedRequest.objects.count() == 1
+
+
+@pytest.fixture
+def refusing_trigger(postgres_only):
+    """A trigger on the Profile table that refuses ``name = 'forbidden'`` with a given SQLSTATE."""
+    table = Profile._meta.db_table
+    created: list[str] = []
+
+    def create(sqlstate: str = "P0001") -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                CREATE OR REPLACE FUNCTION safeupdates_test_refuse() RETURNS trigger AS $$
+                BEGIN
+                    IF NEW.name = 'forbidden' THEN
+                        RAISE EXCEPTION 'the name % is forbidden', NEW.name USING ERRCODE = '{sqlstate}';
+                    END IF;
+                    RETURN NEW;
+                END $$ LANGUAGE plpgsql;
+                CREATE TRIGGER safeupdates_test_refuse BEFORE UPDATE ON {table}
+                    FOR EACH ROW EXECUTE FUNCTION safeupdates_test_refuse();
+                """
+            )
+        created.append(sqlstate)
+
+    yield create
+    if created:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_refuse ON {table}")
+            cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_refuse()")
+
+
+@pytest.mark.django_db(transaction=True)
+class TestValuesTheDatabaseRefuses:
+    """A value refused by the database for what it is (a trigger, a constraint) is the culprit's fault
+    alone: it is rejected, the requests merged with it are applied. An error that is not about the value
+    (a lost connection, a deadlock, a lock timeout) is retried by RQ, whatever its exception class."""
+
+    # Not transient: raise_exception, assert_failure, check_violation, numeric value out of range,
+    # insufficient privilege.
+    @pytest.mark.parametrize("sqlstate", ["P0001", "P0004", "23514", "22003", "42501"])
+    def test_refused_by_a_trigger_only_the_culprit_is_rejected(self, redis, refusing_trigger, sqlstate):
+        refusing_trigger(sqlstate)
+        profile = ProfileFactory()
+        first_name = profile.name
+        first = enqueue_update(profile, active=True)
+        culprit = enqueue_update(profile, name="forbidden")
+        last = enqueue_update(profile, newsletter=True)
+        assert apply_update(str(first.request_id)) == "2 applied, 1 rejected"
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {first.pk: "applied", culprit.pk: "rejected", last.pk: "applied"}
+        culprit.refresh_from_db()
+        assert "the database refused it" in culprit.error
+        assert "the name forbidden is forbidden" in culprit.error
+        assert culprit.attempts == 1
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter, profile.name) == (True, True, first_name)
+
+    # Transient: serialization failure, deadlock, lock not available, admin shutdown, connection
+    # failure, too many connections, query canceled (statement_timeout).
+    @pytest.mark.parametrize("sqlstate", ["40001", "40P01", "55P03", "57P01", "08006", "53300", "57014"])
+    def test_a_transient_error_is_raised_for_rq_to_retry(self, redis, refusing_trigger, sqlstate):
+        refusing_trigger(sqlstate)
+        profile = ProfileFactory()
+        first = enqueue_update(profile, active=True)
+        culprit = enqueue_update(profile, name="forbidden")
+        with pytest.raises(DatabaseError, match="forbidden"):
+            apply_update(str(first.request_id))
+        # Called outside a worker there is no retry left: the job's own request is failed, the rest pending.
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {first.pk: "failed", culprit.pk: "pending"}
+
+    @pytest.mark.workers
+    @pytest.mark.parametrize(
+        ("sqlstate", "statuses", "attempts"),
+        [
+            # Once a culprit is found the requests are applied one by one, in version order.
+            ("P0001", ["applied", "rejected", "applied"], [1, 1, 1]),
+            ("40P01", ["failed", "pending", "pending"], [3, 0, 0]),  # the first try and SAFEUPDATES_RETRY's 2
+        ],
+    )
+    def test_with_a_worker(self, workers, refusing_trigger, sqlstate, statuses, attempts):
+        refusing_trigger(sqlstate)
+        profile = ProfileFactory()
+        with transaction.atomic():  # one job for the three
+            requests = [enqueue_update(profile, **c) for c in ({"score": 1}, {"name": "forbidden"}, {"score": 2})]
+        workers.start(1)
+        first = requests[0]
+        assert wait_until(lambda: ProcessedRequest.objects.get(pk=first.pk).status != "pending", 30), workers.logs()
+        assert wait_until(lambda: queue().count == 0 and not queue().started_job_registry.count, 30)
+        requests = [ProcessedRequest.objects.get(pk=r.pk) for r in requests]
+        assert ([r.status for r in requests], [r.attempts for r in requests]) == (statuses, attempts)
+        assert queue().failed_job_registry.count == (sqlstate != "P0001")
 
 
 @pytest.mark.django_db(transaction=True)
