@@ -311,6 +311,14 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         .order_by("version")[:BATCH_SIZE]
     )
     if not batch:
+        # A request that names no model matches no record: it would stay pending for good.
+        orphan = (
+            log.filter(request_id=rid, kind=RequestKind.UPDATE, status=RequestStatus.PENDING, content_type=None)
+            .select_for_update(skip_locked=True)
+            .first()
+        )
+        if orphan is not None:
+            return _finish(log, rejected={orphan.pk: "the request names no model (content_type is NULL)."})
         return {}
     try:
         content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
@@ -332,6 +340,10 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         try:
             if not request.version:
                 raise InvalidUpdate("the request has no version.")
+            if not isinstance(request.changes, dict):
+                raise InvalidUpdate(
+                    f"changes must be a JSON object of field: value, not {type(request.changes).__name__}."
+                )
             cleaned = clean_changes(model, request.changes, allowed=getattr(model, "safe_update_fields", ()))
         except InvalidUpdate as exc:
             rejected[request.pk] = str(exc)

@@ -290,6 +290,55 @@ class TestApplyInProcess:
         request.refresh_from_db()
         assert request.status == "rejected" and error in request.error
 
+    @pytest.mark.parametrize(
+        ("corrupt", "error"),
+        [
+            ({"changes": "active"}, "changes must be a JSON object of field: value, not str"),
+            ({"changes": ["active", True]}, "changes must be a JSON object of field: value, not list"),
+            ({"changes": 7}, "changes must be a JSON object of field: value, not int"),
+            ({"content_type": None}, "the request names no model (content_type is NULL)"),
+        ],
+    )
+    def test_a_corrupt_row_is_rejected_and_its_record_applied(self, redis, corrupt, error):
+        """A row whose ``changes`` is no JSON object, or that names no model, ends rejected whichever of the
+        record's requests the job was delivered for; the record's other requests are applied."""
+        profile = ProfileFactory()
+        good = enqueue_update(profile, active=True)
+        bad = enqueue_update(profile, newsletter=True)
+        later = enqueue_update(profile, dark_mode=True)
+        ProcessedRequest.objects.filter(pk=bad.pk).update(**corrupt)
+        results = [apply_update(str(bad.request_id)), apply_update(str(good.request_id))]
+        assert "rejected" in ", ".join(results) and "2 applied" in ", ".join(results), results
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {good.pk: "applied", bad.pk: "rejected", later.pk: "applied"}
+        bad.refresh_from_db()
+        assert error in bad.error and bad.attempts == 1
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter, profile.dark_mode) == (True, False, True)
+        assert relay_pending(0) == 0  # nothing left for the relay to deliver again and again
+
+    @pytest.mark.workers
+    def test_corrupt_rows_with_a_worker_and_the_relay(self, workers):
+        profiles = [ProfileFactory() for _ in range(3)]
+        requests = [enqueue_update(p, **{f: True}) for p in profiles for f in ("active", "newsletter")]
+        corrupt = [{"changes": "active"}, {"changes": ["active"]}, {"content_type": None}]
+        for request, values in zip(requests[::2], corrupt, strict=True):
+            ProcessedRequest.objects.filter(pk=request.pk).update(**values)
+        workers.start(1)
+
+        def idle() -> bool:
+            return queue().count == 0 and not queue().started_job_registry.count
+
+        # The job of the record whose request lost its content type can no longer find the record: the
+        # record's other request waits for the relay.
+        for _ in range(2):
+            assert wait_until(idle, 30), workers.logs()
+            call_command("safeupdates_relay", "--older-than", "0", verbosity=0)
+        assert all_done(30), workers.logs()
+        assert [ProcessedRequest.objects.get(pk=r.pk).status for r in requests] == ["rejected", "applied"] * 3
+        assert wait_until(idle, 30)
+        assert queue().failed_job_registry.count == 0
+
     def test_a_value_the_database_refuses_is_rejected_alone(self, redis):
         profile = ProfileFactory()
         first = enqueue_update(profile, active=True)
