@@ -25,6 +25,7 @@ from rq.job import Job
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
+from safeupdates.jobs import RequestNotFound, describe_database
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, get_queue, resolve
 
@@ -118,7 +119,12 @@ def run_batch_item(request_id: str) -> str:
             .filter(request_id=request_id, kind=RequestKind.BATCH_ITEM)
             .first()
         )
-        if item is None or item.status != RequestStatus.PENDING:
+        if item is None:
+            raise RequestNotFound(
+                f"batch item {request_id} is not in database {using!r} ({describe_database(using)}): this "
+                "worker's DATABASES differ from those of the process that enqueued it, or the item was purged."
+            )
+        if item.status != RequestStatus.PENDING:
             return "duplicate"
         batch_id = item.key.split(":", 1)[0]
         batch = Batch.objects.using(using).get(batch_id=batch_id)

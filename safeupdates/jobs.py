@@ -28,16 +28,29 @@ from rq.exceptions import DuplicateJobError, InvalidJobOperation
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 
 from safeupdates import conf, db
-from safeupdates.exceptions import InvalidUpdate
+from safeupdates.exceptions import InvalidUpdate, SafeUpdatesError
 from safeupdates.guard import column, concrete_field, guarded_update, statement_cursor
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import get_queue
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
-__all__ = ["aenqueue_update", "apply_update", "deliver", "enqueue_update", "is_transient", "relay_pending"]
+__all__ = [
+    "RequestNotFound",
+    "aenqueue_update",
+    "apply_update",
+    "deliver",
+    "enqueue_update",
+    "is_transient",
+    "relay_pending",
+]
 
 logger = logging.getLogger("safeupdates")
+
+
+class RequestNotFound(SafeUpdatesError, LookupError):
+    """An apply job's request is not in the worker's database: the job fails rather than report success."""
+
 
 #: How many pending requests of one record a job locks and merges at a time.
 BATCH_SIZE = 500
@@ -319,6 +332,12 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         )
         if orphan is not None:
             return _finish(log, rejected={orphan.pk: "the request names no model (content_type is NULL)."})
+        if not log.filter(request_id=rid).exists():
+            raise RequestNotFound(
+                f"request {rid} is not in database {using!r} ({describe_database(using)}): this worker's "
+                "DATABASES differ from those of the process that enqueued it (two projects sharing one RQ "
+                "queue?), or the request was purged."
+            )
         return {}
     try:
         content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
@@ -420,6 +439,14 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(sqlstate, str) and sqlstate:
         return sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate in _TRANSIENT_SQLSTATES
     return isinstance(exc, OperationalError | InterfaceError)
+
+
+def describe_database(using: str) -> str:
+    """``vendor NAME at HOST:PORT`` of database ``using``, for error messages (no password)."""
+    connection = connections[using]
+    config = connection.settings_dict
+    where = f" at {config.get('HOST')}:{config.get('PORT') or 'default port'}" if config.get("HOST") else ""
+    return f"{connection.display_name} {config.get('NAME')}{where}"
 
 
 def _winners(valid: list[tuple[ProcessedRequest, dict[str, Any]]]) -> dict[str, tuple[int, int, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 
 import django_rq
 import pytest
@@ -12,7 +13,7 @@ from django.test import override_settings
 from safeupdates import fan_out
 from safeupdates.batches import relay_batches, run_batch_item, run_batch_reduce
 from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import relay_pending
+from safeupdates.jobs import RequestNotFound, relay_pending
 from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.testapp.batch_jobs import add_score, failing_reduce, record_reduce
@@ -177,3 +178,11 @@ def test_failed_reduce_attempts_are_spaced_out(redis):
     batch.refresh_from_db()
     assert (batch.reduce_attempts, batch.status) == (1, "done")
     assert relay_batches(0) == 0  # not due again before SAFEUPDATES_RELAY_AFTER has passed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_item_this_database_does_not_hold_fails_loudly(redis):
+    """A worker on another database must not count the item as a duplicate and report success."""
+    rid = str(uuid.uuid4())
+    with pytest.raises(RequestNotFound, match=rf"batch item {rid} is not in database 'default'"):
+        run_batch_item(rid)

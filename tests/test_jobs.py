@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,7 +26,7 @@ from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.testapp.models import Profile
-from tests.workers import RowLock, wait_until
+from tests.workers import ROOT, RowLock, subprocess_env, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -339,6 +341,14 @@ class TestApplyInProcess:
         assert wait_until(idle, 30)
         assert queue().failed_job_registry.count == 0
 
+    def test_a_request_this_database_does_not_hold_fails_loudly(self, redis):
+        """A job run by a worker on another database (two projects sharing a queue) must not report
+        success while its request stays pending for good."""
+        rid = uuid.uuid4()
+        name = connection.settings_dict["NAME"]
+        with pytest.raises(jobs.RequestNotFound, match=rf"request {rid} is not in database 'default' \(.*{name}"):
+            apply_update(str(rid))
+
     def test_a_value_the_database_refuses_is_rejected_alone(self, redis):
         profile = ProfileFactory()
         first = enqueue_update(profile, active=True)
@@ -468,6 +478,21 @@ class TestWithWorkers:
         assert all_done()
         assert stored_state(profiles) == expected_state(profiles, requests)
         assert all(p["active"] is False for p in Profile.objects.values("active"))
+
+    def test_a_worker_on_another_database_fails_the_job(self, workers, tmp_path):
+        """Two settings share one queue: the worker whose database does not hold the request fails the job
+        (RQ keeps it, with the reason), instead of "Job OK" and a request pending for good."""
+        other = f"sqlite:///{tmp_path / 'other.sqlite3'}"
+        migrate = [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"]
+        subprocess.run(migrate, env=subprocess_env(DATABASE_URL=other), cwd=ROOT, check=True, timeout=120)
+        request = enqueue_update(ProfileFactory(), active=True)
+        workers.start(1, env={"DATABASE_URL": other})
+        failed = queue().failed_job_registry
+        assert wait_until(lambda: failed.count == 1, 30), workers.logs()
+        [job] = [queue().fetch_job(job_id) for job_id in failed.get_job_ids()]
+        assert f"RequestNotFound: request {request.request_id} is not in database 'default'" in job.exc_info
+        assert "other.sqlite3" in job.exc_info
+        assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
 
     def test_a_late_older_request_is_stale(self, workers, postgres_only):
         """The "on" request gets its version first but commits last, after "off" was applied."""

@@ -53,7 +53,15 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="safeupdates-workers-"))
 
-    def start(self, count: int = 1, queues: tuple[str, ...] = ("default",), *, scheduler: bool = True) -> None:
+    def start(
+        self,
+        count: int = 1,
+        queues: tuple[str, ...] = ("default",),
+        *,
+        scheduler: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start ``count`` workers; ``env`` overrides their environment (``DATABASE_URL`` ...)."""
         for _ in range(count):
             args = [sys.executable, str(ROOT / "manage.py"), "rqworker", *queues]
             if scheduler:
@@ -61,7 +69,12 @@ class Workers:
             log = open(self.log_dir / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed by the process
             self.procs.append(
                 subprocess.Popen(
-                    args, env=subprocess_env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    args,
+                    env=subprocess_env(**(env or {})),
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             )
             log.close()
