@@ -81,14 +81,15 @@ def enqueue_update(
         model = obj_or_model
     else:
         raise InvalidUpdate(f"enqueue_update() takes a model instance or a model class, not {obj_or_model!r}.")
-    model = model._meta.concrete_model or model
-    pk = clean_pk(model, pk)
+    # The fields come from the class given: a proxy may narrow its concrete model's safe_update_fields.
     allowed = getattr(model, "safe_update_fields", None)
     if allowed is None:
         raise InvalidUpdate(
             f"{model._meta.label} is not a SafeUpdateModel: give it safe_update_fields to enqueue updates."
         )
     cleaned = clean_changes(model, changes, allowed=allowed)
+    model = model._meta.concrete_model or model
+    pk = clean_pk(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
     queue_name = queue or conf.queue_name()
     if queue_name not in getattr(settings, "RQ_QUEUES", {}):

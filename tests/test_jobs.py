@@ -25,7 +25,7 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import Profile
+from tests.testapp.models import ActiveOnlyProfile, Profile
 from tests.workers import ROOT, RowLock, subprocess_env, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
@@ -93,6 +93,19 @@ class TestEnqueueValidation:
             enqueue_update(profile, request_id="x", active=True)
         assert ProcessedRequest.objects.count() == 0
         assert queue().count == 0
+
+    def test_a_proxy_narrows_the_fields(self, redis):
+        """``ActiveOnlyProfile`` lets queued jobs change ``active`` only, although its concrete model
+        allows more."""
+        profile = ProfileFactory()
+        with pytest.raises(InvalidUpdate, match=r"name is not in testapp\.ActiveOnlyProfile\.safe_update_fields"):
+            enqueue_update(ActiveOnlyProfile, profile.pk, name="x")
+        with pytest.raises(InvalidUpdate, match=r"not in testapp.ActiveOnlyProfile.safe_update_fields"):
+            enqueue_update(ActiveOnlyProfile.objects.get(pk=profile.pk), newsletter=True)
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+        request = enqueue_update(ActiveOnlyProfile, profile.pk, active=True)
+        assert request.content_type == ContentType.objects.get_for_model(Profile)  # the record's own
 
     def test_records_a_pending_request_with_a_version(self, redis, django_capture_on_commit_callbacks):
         profile = ProfileFactory()
