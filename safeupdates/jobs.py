@@ -91,9 +91,7 @@ def enqueue_update(
     model = model._meta.concrete_model or model
     pk = clean_pk(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
-    queue_name = queue or conf.queue_name()
-    if queue_name not in getattr(settings, "RQ_QUEUES", {}):
-        raise InvalidUpdate(f"queue {queue_name!r} is not in RQ_QUEUES; pass one of: {', '.join(settings.RQ_QUEUES)}.")
+    queue_name = _queue_name(queue)
     using = router.db_for_write(model)
     content_type = ContentType.objects.db_manager(using).get_for_model(model)
     record = ProcessedRequest(
@@ -121,6 +119,21 @@ def enqueue_update(
 
     transaction.on_commit(deliver_on_commit, using=using, robust=True)
     return record
+
+
+def _queue_name(queue: str | None) -> str:
+    """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``."""
+    queues = getattr(settings, "RQ_QUEUES", None) or {}
+    name = queue or conf.queue_name()
+    if name in queues:
+        return name
+    if queue is None:
+        from safeupdates.checks import check_django_rq
+
+        # The settings are wrong, not the call: say what the system check says.
+        error = check_django_rq()[0]
+        raise InvalidUpdate(f"{error.msg} {error.hint} ({error.id})")
+    raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {', '.join(queues) or '(none configured)'}.")
 
 
 def _known_request(existing: ProcessedRequest, content_type: ContentType, pk: Any) -> ProcessedRequest:

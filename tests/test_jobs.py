@@ -13,6 +13,7 @@ from collections import Counter
 
 import django_rq
 import pytest
+from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.db import DatabaseError, connection, connections, transaction
@@ -106,6 +107,22 @@ class TestEnqueueValidation:
         assert queue().count == 0
         request = enqueue_update(ActiveOnlyProfile, profile.pk, active=True)
         assert request.content_type == ContentType.objects.get_for_model(Profile)  # the record's own
+
+    def test_no_rq_queues_setting_at_all(self, redis):
+        profile = ProfileFactory()
+        with override_settings():
+            del settings.RQ_QUEUES
+            with pytest.raises(
+                InvalidUpdate,
+                match=r"SAFEUPDATES_QUEUE is 'default', which is not a queue in RQ_QUEUES.* \(safeupdates.E002\)",
+            ):
+                enqueue_update(profile, active=True)
+            with pytest.raises(
+                InvalidUpdate, match=r"queue 'fast' is not in RQ_QUEUES; pass one of: \(none configured\)"
+            ):
+                enqueue_update(profile, queue="fast", active=True)
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
 
     def test_records_a_pending_request_with_a_version(self, redis, django_capture_on_commit_callbacks):
         profile = ProfileFactory()
