@@ -90,12 +90,13 @@ def enqueue_update(
     cleaned = clean_changes(model, changes, allowed=allowed)
     model = model._meta.concrete_model or model
     pk = clean_pk(model, pk)
+    object_id = _object_id(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
     queue_name = _queue_name(queue)
     using = router.db_for_write(model)
     content_type = ContentType.objects.db_manager(using).get_for_model(model)
     record = ProcessedRequest(
-        request_id=rid, content_type=content_type, object_id=str(pk), changes=cleaned, queue=queue_name
+        request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
     )
     others_pending = False
     if connections[using].vendor == "postgresql":
@@ -119,6 +120,18 @@ def enqueue_update(
 
     transaction.on_commit(deliver_on_commit, using=using, robust=True)
     return record
+
+
+def _object_id(model: type[models.Model], pk: Any) -> str:
+    """``pk`` as the request log stores it; refused if the log's ``object_id`` column cannot hold it."""
+    object_id = str(pk)
+    limit = ProcessedRequest._meta.get_field("object_id").max_length
+    if limit is not None and len(object_id) > limit:
+        raise InvalidUpdate(
+            f"{model._meta.label}: the primary key is {len(object_id)} characters long; the request log holds "
+            f"{limit}. Queued updates need a shorter primary key."
+        )
+    return object_id
 
 
 def _queue_name(queue: str | None) -> str:

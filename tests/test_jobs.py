@@ -26,7 +26,7 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import ActiveOnlyProfile, Profile
+from tests.testapp.models import ActiveOnlyProfile, Profile, Tag
 from tests.workers import ROOT, RowLock, subprocess_env, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
@@ -123,6 +123,16 @@ class TestEnqueueValidation:
                 enqueue_update(profile, queue="fast", active=True)
         assert ProcessedRequest.objects.count() == 0
         assert queue().count == 0
+
+    def test_a_primary_key_longer_than_the_logs_object_id(self, redis):
+        tag = Tag.objects.create(code="t" * 300)
+        with pytest.raises(InvalidUpdate, match="primary key is 300 characters long; the request log holds 255"):
+            enqueue_update(tag, label="x")
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+        short = Tag.objects.create(code="t" * 255)
+        enqueue_update(short, label="x")
+        assert ProcessedRequest.objects.get().object_id == short.pk
 
     def test_records_a_pending_request_with_a_version(self, redis, django_capture_on_commit_callbacks):
         profile = ProfileFactory()
