@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 import re
 import subprocess
@@ -15,7 +16,7 @@ import django_rq
 import pytest
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.test import override_settings
 from rq import Queue
@@ -502,6 +503,15 @@ class TestApplyInProcess:
         assert queue().count == 0
         call_command("safeupdates_relay", "--older-than", "0", stdout=out)
         assert queue().count == 1
+
+    @pytest.mark.parametrize("option", ["--older-than", "--interval"])
+    @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
+    def test_relay_command_refuses_what_is_not_a_finite_number(self, redis, option, value):
+        enqueue_update(ProfileFactory(), active=True)
+        redis.flushdb()
+        with pytest.raises(CommandError, match=f"{option} must be a"):
+            call_command("safeupdates_relay", f"{option}={value}", stdout=io.StringIO())
+        assert queue().count == 0
 
 
 @pytest.mark.workers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -31,10 +32,11 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, older_than: float | None, interval: float | None, dry_run: bool, **options: Any
     ) -> None:
-        if older_than is not None and older_than < 0:
-            raise CommandError("--older-than must be zero or more seconds.")
-        if interval is not None and interval <= 0:
-            raise CommandError("--interval must be a positive number of seconds.")
+        # float() accepts "nan" and "inf": a NaN compares false with everything, so test for what is valid.
+        if older_than is not None and not (math.isfinite(older_than) and older_than >= 0):
+            raise CommandError(f"--older-than must be a finite number of seconds, zero or more; got {older_than}.")
+        if interval is not None and not (math.isfinite(interval) and interval > 0):
+            raise CommandError(f"--interval must be a finite, positive number of seconds; got {interval}.")
         while True:
             count = relay_pending(older_than, dry_run=dry_run)
             verb = "would deliver" if dry_run else "delivered"
