@@ -320,7 +320,11 @@ def apply_update(request_id: str) -> str:
     errors propagate so that RQ retries the job; the request is marked ``failed`` when the retries are
     spent. Returns a one-line summary.
     """
-    rid = clean_request_id(request_id)
+    try:
+        rid = clean_request_id(request_id)
+    except InvalidUpdate:
+        _fail_without_retry()
+        raise
     using = router.db_for_write(ProcessedRequest)
     try:
         counts: dict[str, int] = {}
@@ -529,6 +533,17 @@ def _finish(
         )
     counts = {"applied": len(applied), "stale": len(stale), "rejected": len(rejected or {})}
     return {status: count for status, count in counts.items() if count}
+
+
+def _fail_without_retry() -> None:
+    """Make RQ fail the running job at once: its argument is wrong, and will be wrong on every retry.
+
+    RQ 3.0's worker decides whether to retry from the ``retries_left`` of the very job object that
+    ``get_current_job()`` returns (``Worker.handle_job_failure``: ``job.should_retry``).
+    """
+    job = get_current_job()
+    if job is not None:
+        job.retries_left = 0
 
 
 def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:

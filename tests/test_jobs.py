@@ -19,7 +19,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.test import override_settings
-from rq import Queue
+from rq import Queue, Worker
 from rq.suspension import suspend
 
 from safeupdates import enqueue_update, jobs
@@ -528,6 +528,20 @@ class TestWithWorkers:
         assert all_done()
         assert stored_state(profiles) == expected_state(profiles, requests)
         assert all(p["active"] is False for p in Profile.objects.values("active"))
+
+    def test_a_request_id_that_is_no_uuid_fails_without_retries(self, workers):
+        """Bad data fails the same way every time: RQ must not retry it."""
+        with pytest.raises(InvalidUpdate, match="must be a UUID"):
+            apply_update("not-a-uuid")
+        job = queue().enqueue_call(apply_update, args=("not-a-uuid",), **jobs._job_options(1, "1"))
+        assert job.retries_left == 2  # SAFEUPDATES_RETRY of the test settings
+        workers.start(1)
+        assert wait_until(lambda: job.get_status() == "failed", 30), workers.logs()
+        [worker] = Worker.all(queue=queue())
+        assert worker.failed_job_count == 1, workers.logs()  # one run, no retry
+        job.refresh()
+        assert "InvalidUpdate: request_id must be a UUID, got 'not-a-uuid'" in job.exc_info
+        assert ProcessedRequest.objects.count() == 0
 
     def test_a_worker_on_another_database_fails_the_job(self, workers, tmp_path):
         """Two settings share one queue: the worker whose database does not hold the request fails the job
