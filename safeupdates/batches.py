@@ -25,7 +25,7 @@ from rq.job import Job
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import RequestNotFound, describe_database
+from safeupdates.jobs import RelayReport, RequestNotFound, describe_database
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, get_queue, resolve
 
@@ -209,8 +209,14 @@ def _failed_recently() -> Q:
     return Q(reduce_failed_at__gt=db.older_than(conf.relay_after()))
 
 
-def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None = None) -> int:
-    """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due."""
+def relay_batches(
+    older_than: float, *, dry_run: bool = False, using: str | None = None, report: RelayReport | None = None
+) -> int:
+    """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due.
+
+    Returns how many jobs were enqueued (with ``dry_run``: how many are due).
+    """
+    report = report or RelayReport(older_than=older_than, dry_run=dry_run)
     using = using or router.db_for_write(Batch)  # the primary: a replica may lag behind
     cutoff = db.older_than(older_than)
     items = ProcessedRequest.objects.using(using).filter(
@@ -221,10 +227,9 @@ def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None
         ids = [
             str(rid) for rid in items.filter(key__startswith=f"{batch.batch_id}:").values_list("request_id", flat=True)
         ]
-        if ids:
-            count += len(ids)
-            if not dry_run:
-                deliver_item(ids, batch.queue, batch.retries)
+        if ids and (queue_name := _relay_to(batch, len(ids), report, dry_run)):
+            deliver_item(ids, queue_name, batch.retries)
+            count += _enqueued(len(ids), report)
     due = (
         Batch.objects.using(using)
         .filter(status=BatchStatus.DONE, reduced_at__isnull=True, finished_at__lte=cutoff)
@@ -232,7 +237,18 @@ def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None
         .exclude(_failed_recently())  # not again before its time
     )
     for batch in due:
-        count += 1
-        if not dry_run:
-            deliver_reduce(batch.batch_id, batch.queue)
-    return count
+        if queue_name := _relay_to(batch, 1, report, dry_run):
+            deliver_reduce(batch.batch_id, queue_name)
+            count += _enqueued(1, report)
+    return report.due if dry_run else count
+
+
+def _relay_to(batch: Batch, jobs: int, report: RelayReport, dry_run: bool) -> str | None:
+    """Count ``jobs`` of ``batch`` as due; return the queue to deliver them on (None: a dry run, or none)."""
+    report.due += jobs
+    return None if dry_run else batch.queue
+
+
+def _enqueued(jobs: int, report: RelayReport) -> int:
+    report.enqueued += jobs
+    return jobs

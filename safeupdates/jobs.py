@@ -14,6 +14,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -24,8 +25,10 @@ from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
 from django.db.utils import IntegrityError, InterfaceError, OperationalError
 from rq import Queue, Retry, get_current_job
-from rq.exceptions import DuplicateJobError, InvalidJobOperation
+from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
+from rq.scheduler import RQScheduler
+from rq.utils import current_timestamp
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidUpdate, SafeUpdatesError
@@ -36,12 +39,14 @@ from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
 __all__ = [
+    "RelayReport",
     "RequestNotFound",
     "aenqueue_update",
     "apply_update",
     "deliver",
     "enqueue_update",
     "is_transient",
+    "relay",
     "relay_pending",
 ]
 
@@ -237,16 +242,35 @@ def deliver(
     force: bool = False,
     likely_queued: bool = False,
 ) -> Job | None:
-    """Make sure a job will apply ``request_id``; return the job enqueued, or None if one was queued.
+    """Make sure a job will apply ``request_id``; return the job put on the queue, or None if one was
+    already waiting there.
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
     has started it may have read the pending requests already, so a job of our own is enqueued.
     ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
     first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
-    ``force=True`` (the relay) also checks that a job RQ calls queued is really in the queue: one taken
-    off the queue by a worker that was then killed would otherwise be waited for forever.
+    ``force=True`` (the relay) also checks that a job RQ calls queued, scheduled or deferred is really
+    on its way to a worker: see :func:`_find_waiting`.
     """
+    return _deliver(request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued)[0]
+
+
+# What a delivery found or did: enqueued a job, moved the record's job out of RQ's scheduled or deferred
+# registry onto the queue, or found it waiting (in the queue, or scheduled and not yet due).
+_ENQUEUED, _MOVED_SCHEDULED, _MOVED_DEFERRED, _WAITING = "enqueued", "moved scheduled", "moved deferred", "waiting"
+
+
+def _deliver(
+    request_id: uuid.UUID | str,
+    content_type_id: int,
+    object_id: str,
+    queue_name: str,
+    *,
+    force: bool = False,
+    likely_queued: bool = False,
+) -> tuple[Job | None, str]:
+    """:func:`deliver`, and what it found or did (``_ENQUEUED`` ...)."""
     queue = get_queue(queue_name)
     job_id = _job_id(content_type_id, object_id)
     status = _job_status(queue, job_id) if likely_queued else None
@@ -254,12 +278,45 @@ def deliver(
     if status is None:
         job = queue.create_job(apply_update, args=args, job_id=job_id, **_job_options(content_type_id, object_id))
         try:
-            return _enqueue_unique(queue, job, force=force)
+            return _enqueue_unique(queue, job, force=force), _ENQUEUED
         except DuplicateJobError:
             status = _job_status(queue, job_id)
-    if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
+    if status in _WILL_RUN:
+        if not force:
+            return None, _WAITING
+        found = _find_waiting(queue, job_id, status)
+        if found is not None:
+            return found
+    return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id)), _ENQUEUED
+
+
+def _find_waiting(queue: Queue, job_id: str, status: JobStatus) -> tuple[Job | None, str] | None:
+    """For the relay: is the job that RQ calls queued, scheduled or deferred really on its way?
+
+    Returns ``(None, _WAITING)`` if it is, ``(job, _MOVED_...)`` if it was stuck in a registry and has
+    been moved onto the queue, and None if it is lost (the caller enqueues a new job). How RQ 3.0 keeps
+    them: a job taken off the queue by a worker that was killed before it started it is still "queued"
+    but in no queue. A retry with back-off is "scheduled" in the queue's ScheduledJobRegistry, and only
+    an RQ scheduler (a worker started ``--with-scheduler``) moves it to the queue when it is due: without
+    one it waits forever. A "deferred" job waits in the DeferredJobRegistry for jobs it depends on, and
+    safeupdates never makes a job depend on another.
+    """
+    if status == JobStatus.QUEUED:
+        return (None, _WAITING) if queue.get_job_position(job_id) is not None else None
+    scheduled = status == JobStatus.SCHEDULED
+    registry = queue.scheduled_job_registry if scheduled else queue.deferred_job_registry
+    due_at = queue.connection.zscore(registry.key, job_id)
+    if due_at is None:
         return None
-    return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id))
+    if scheduled and due_at > current_timestamp():
+        return None, _WAITING  # a retry waiting out its back-off (the relay reports a missing scheduler)
+    try:
+        # The registry's ZREM decides who moves the job, should a scheduler take it at the same moment.
+        return registry.requeue(job_id), _MOVED_SCHEDULED if scheduled else _MOVED_DEFERRED
+    except InvalidJobOperation:
+        return None, _WAITING  # a scheduler moved it meanwhile
+    except NoSuchJobError:
+        return None
 
 
 def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
@@ -564,18 +621,50 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
         logger.exception("safeupdates: could not record the failure of request %s", rid)
 
 
-def relay_pending(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> int:
+@dataclass
+class RelayReport:
+    """What a relay pass found and did. Batch items and reduces count as jobs."""
+
+    older_than: float
+    dry_run: bool = False
+    #: Records (and batch items, reduces) with work pending for longer than ``older_than``.
+    due: int = 0
+    #: Jobs this pass put on a queue: new ones, and ones moved out of RQ's scheduled or deferred registry.
+    enqueued: int = 0
+    #: Of ``enqueued``: jobs moved out of a registry, where they would have waited forever.
+    moved: int = 0
+    #: Records whose job was found waiting: in its queue, or scheduled for a retry that is not yet due.
+    waiting: int = 0
+    warnings: list[str] = field(default_factory=list)
+    _moved_scheduled: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return f"would deliver {self.due} job(s) for work pending > {self.older_than:g}s"
+        moved = f" ({self.moved} moved from RQ's scheduled or deferred registry)" if self.moved else ""
+        return (
+            f"{self.due} due (pending > {self.older_than:g}s): enqueued {self.enqueued} job(s){moved}, "
+            f"{self.waiting} already queued"
+        )
+
+    def warn(self, message: str) -> None:
+        logger.warning("safeupdates relay: %s", message)
+        self.warnings.append(message)
+
+
+def relay(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> RelayReport:
     """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
     (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
 
-    Covers jobs lost between commit and enqueue, lost with Redis, or abandoned by a killed worker.
-    Safe to run at any time and from several places: applying is idempotent and versioned. Ages are
-    measured with the database's clock. Returns the number of deliveries. Usable as a scheduled RQ job.
+    Covers jobs lost between commit and enqueue, lost with Redis, abandoned by a killed worker, or left
+    in RQ's scheduled registry with no scheduler to move them. Safe to run at any time and from several
+    places: applying is idempotent and versioned. Ages are measured with the database's clock.
     """
     from safeupdates.batches import relay_batches
 
     seconds = conf.relay_after() if older_than is None else older_than
     using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
+    report = RelayReport(older_than=seconds, dry_run=dry_run)
     cutoff = db.older_than(seconds)
     pending = (
         ProcessedRequest.objects.using(using)
@@ -584,11 +673,51 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
     )
     # One delivery per record: its job applies every pending request of the record.
     targets: dict[tuple[int, str], tuple[uuid.UUID, str]] = {}
-    for content_type_id, object_id, request_id, queue_name in pending.iterator():
-        targets.setdefault((content_type_id, object_id), (request_id, queue_name or conf.queue_name()))
+    for content_type_id, object_id, request_id, wanted in pending.iterator():
+        targets.setdefault((content_type_id, object_id), (request_id, wanted or conf.queue_name()))
+    report.due += len(targets)
+    used: set[str] = set()
     if not dry_run:
         for (content_type_id, object_id), (request_id, queue_name) in targets.items():
-            deliver(request_id, content_type_id, object_id, queue_name, force=True)
-    if targets:
-        logger.info("safeupdates: relay delivered %d record(s) again", len(targets))
-    return len(targets) + relay_batches(seconds, dry_run=dry_run, using=using)
+            used.add(queue_name)
+            _job, outcome = _deliver(request_id, content_type_id, object_id, queue_name, force=True)
+            if outcome == _WAITING:
+                report.waiting += 1
+                continue
+            report.enqueued += 1
+            if outcome != _ENQUEUED:
+                report.moved += 1
+            if outcome == _MOVED_SCHEDULED:
+                report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
+    relay_batches(seconds, dry_run=dry_run, using=using, report=report)
+    for queue_name in sorted(used):
+        _check_scheduler(queue_name, report)
+    if report.due:
+        logger.info("safeupdates relay: %s", report.summary())
+    return report
+
+
+def relay_pending(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> int:
+    """Run a :func:`relay` pass; return how many jobs it enqueued (with ``dry_run``, how many are due).
+
+    Usable as a scheduled RQ job.
+    """
+    report = relay(older_than, dry_run=dry_run, using=using)
+    return report.due if dry_run else report.enqueued
+
+
+def _check_scheduler(queue_name: str, report: RelayReport) -> None:
+    """Warn if jobs wait in ``queue_name``'s scheduled registry (or were overdue there) with no RQ
+    scheduler running for the queue: RQ's retries with back-off would then only run when the relay
+    moves them. A running scheduler holds RQ's scheduler lock of the queue (renewed every second)."""
+    queue = get_queue(queue_name)
+    waiting = int(queue.connection.zcard(queue.scheduled_job_registry.key))
+    running = bool(queue.connection.exists(RQScheduler.get_locking_key(queue_name)))
+    moved = report._moved_scheduled.get(queue_name, 0)
+    if running or not (waiting or moved):
+        return
+    overdue = f", {moved} overdue ones were moved to the queue by this pass" if moved else ""
+    report.warn(
+        f"no RQ scheduler is running for queue {queue_name!r}: {waiting} job(s) wait in its scheduled "
+        f"registry{overdue}. Start the workers with --with-scheduler, or RQ's retries wait for the relay."
+    )

@@ -497,7 +497,7 @@ class TestApplyInProcess:
 
         out = StringIO()
         call_command("safeupdates_relay", "--older-than", "3600", stdout=out)
-        assert "delivered 0 job(s)" in out.getvalue()
+        assert "0 due (pending > 3600s): enqueued 0 job(s), 0 already queued" in out.getvalue()
         call_command("safeupdates_relay", "--older-than", "0", "--dry-run", stdout=out)
         assert "would deliver 1 job(s)" in out.getvalue()
         assert queue().count == 0

@@ -8,15 +8,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from safeupdates import conf
-from safeupdates.jobs import relay_pending
+from safeupdates.jobs import relay
 
 
 class Command(BaseCommand):
     help = (
         "Re-enqueue the records that have requests pending for longer than SAFEUPDATES_RELAY_AFTER seconds "
-        "(a job lost between commit and enqueue, lost in Redis, or abandoned by a killed worker). "
-        "One pass by default; --interval N keeps running."
+        "(a job lost between commit and enqueue, lost in Redis, abandoned by a killed worker, or stuck in RQ's "
+        "scheduled registry with no scheduler). One pass by default; --interval N keeps running."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -37,11 +36,13 @@ class Command(BaseCommand):
             raise CommandError(f"--older-than must be a finite number of seconds, zero or more; got {older_than}.")
         if interval is not None and not (math.isfinite(interval) and interval > 0):
             raise CommandError(f"--interval must be a finite, positive number of seconds; got {interval}.")
+        verbosity = int(options.get("verbosity", 1))
         while True:
-            count = relay_pending(older_than, dry_run=dry_run)
-            verb = "would deliver" if dry_run else "delivered"
-            after = conf.relay_after() if older_than is None else older_than
-            self.stdout.write(f"safeupdates relay: {verb} {count} job(s) for work pending > {after:g}s")
+            report = relay(older_than, dry_run=dry_run)
+            if verbosity:
+                self.stdout.write(f"safeupdates relay: {report.summary()}")
+            for warning in report.warnings:
+                self.stderr.write(f"safeupdates relay: {warning}")
             if interval is None:
                 return
             time.sleep(interval)
