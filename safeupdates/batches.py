@@ -25,7 +25,7 @@ from rq.job import Job
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import RelayReport, RequestNotFound, describe_database
+from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, get_queue, resolve
 
@@ -214,7 +214,8 @@ def relay_batches(
 ) -> int:
     """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due.
 
-    Returns how many jobs were enqueued (with ``dry_run``: how many are due).
+    Returns how many jobs were enqueued (with ``dry_run``: how many are due). A batch whose queue is no
+    longer in ``RQ_QUEUES`` is delivered on ``SAFEUPDATES_QUEUE``, with a warning in ``report``.
     """
     report = report or RelayReport(older_than=older_than, dry_run=dry_run)
     using = using or router.db_for_write(Batch)  # the primary: a replica may lag behind
@@ -246,7 +247,7 @@ def relay_batches(
 def _relay_to(batch: Batch, jobs: int, report: RelayReport, dry_run: bool) -> str | None:
     """Count ``jobs`` of ``batch`` as due; return the queue to deliver them on (None: a dry run, or none)."""
     report.due += jobs
-    return None if dry_run else batch.queue
+    return None if dry_run else relay_queue(batch.queue, f"batch {batch.batch_id}", report)
 
 
 def _enqueued(jobs: int, report: RelayReport) -> int:

@@ -658,7 +658,9 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
 
     Covers jobs lost between commit and enqueue, lost with Redis, abandoned by a killed worker, or left
     in RQ's scheduled registry with no scheduler to move them. Safe to run at any time and from several
-    places: applying is idempotent and versioned. Ages are measured with the database's clock.
+    places: applying is idempotent and versioned. Ages are measured with the database's clock. A record
+    whose queue is no longer in ``RQ_QUEUES`` is delivered on ``SAFEUPDATES_QUEUE``, with a warning: its
+    requests must not wait for a queue that no worker serves, nor stop the other records.
     """
     from safeupdates.batches import relay_batches
 
@@ -678,7 +680,10 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
     report.due += len(targets)
     used: set[str] = set()
     if not dry_run:
-        for (content_type_id, object_id), (request_id, queue_name) in targets.items():
+        for (content_type_id, object_id), (request_id, wanted) in targets.items():
+            queue_name = relay_queue(wanted, f"record {content_type_id}:{object_id}", report)
+            if queue_name is None:
+                continue
             used.add(queue_name)
             _job, outcome = _deliver(request_id, content_type_id, object_id, queue_name, force=True)
             if outcome == _WAITING:
@@ -704,6 +709,22 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
     """
     report = relay(older_than, dry_run=dry_run, using=using)
     return report.due if dry_run else report.enqueued
+
+
+def relay_queue(queue_name: str, what: str, report: RelayReport) -> str | None:
+    """The queue on which the relay delivers ``what``'s work, wanted on ``queue_name``; None if none."""
+    queues = getattr(settings, "RQ_QUEUES", None) or {}
+    if queue_name in queues:
+        return queue_name
+    default = conf.queue_name()
+    if default in queues:
+        report.warn(f"{what} has work for queue {queue_name!r}, which is not in RQ_QUEUES: delivered on {default!r}.")
+        return default
+    report.warn(
+        f"{what} has work for queue {queue_name!r}, which is not in RQ_QUEUES, and neither is SAFEUPDATES_QUEUE "
+        f"{default!r}: not delivered. Fix RQ_QUEUES (system check safeupdates.E002)."
+    )
+    return None
 
 
 def _check_scheduler(queue_name: str, report: RelayReport) -> None:

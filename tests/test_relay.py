@@ -15,11 +15,12 @@ from django.db import connection
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
-from safeupdates import enqueue_update, jobs
+from safeupdates import enqueue_update, fan_out, jobs
 from safeupdates.jobs import apply_update, relay, relay_pending
-from safeupdates.models import ProcessedRequest
+from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.servers import TcpProxy
+from tests.testapp.batch_jobs import add_score
 from tests.testapp.models import Profile
 from tests.workers import wait_until, worker_db_url
 
@@ -60,6 +61,28 @@ class TestWhatTheRelayEnqueues:
         [job] = queue().jobs
         assert job.args == (str(request.request_id),)
         assert apply_update(job.args[0]) == "1 applied"
+
+    def test_a_record_on_a_queue_no_longer_configured_does_not_stop_the_others(self, redis, caplog):
+        """Its queue was removed from RQ_QUEUES: the record is delivered on SAFEUPDATES_QUEUE, with a
+        warning, and every other record is delivered too."""
+        requests = [enqueue_update(ProfileFactory(), active=True) for _ in range(3)]
+        ProcessedRequest.objects.filter(pk=requests[1].pk).update(queue="gone")
+        batch = fan_out(add_score, [{"pk": 1, "points": 1}])
+        Batch.objects.filter(pk=batch.pk).update(queue="gone")
+        redis.flushdb()
+        with caplog.at_level(logging.WARNING, logger="safeupdates"):
+            report = relay(0)
+        assert (report.due, report.enqueued) == (4, 4)
+        assert sorted(job.args[0] for job in queue().jobs) == sorted(
+            [str(r.request_id) for r in requests] + [str(ProcessedRequest.objects.get(kind="batch_item").request_id)]
+        )
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(
+            f"{requests[1].content_type_id}:{requests[1].object_id}" in m
+            and "queue 'gone', which is not in RQ_QUEUES: delivered on 'default'" in m
+            for m in messages
+        ), messages
+        assert any(f"batch {batch.batch_id}" in m and "'gone'" in m for m in messages), messages
 
     def test_a_deferred_job_of_the_record_does_not_block_delivery(self, redis):
         """RQ keeps a job that waits for another one in its deferred registry; if the record's job is
