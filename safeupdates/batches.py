@@ -25,7 +25,7 @@ from rq.job import Job
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
+from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue, unreachable_redis
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, get_queue, resolve
 
@@ -229,7 +229,8 @@ def relay_batches(
             str(rid) for rid in items.filter(key__startswith=f"{batch.batch_id}:").values_list("request_id", flat=True)
         ]
         if ids and (queue_name := _relay_to(batch, len(ids), report, dry_run)):
-            deliver_item(ids, queue_name, batch.retries)
+            with unreachable_redis(queue_name):
+                deliver_item(ids, queue_name, batch.retries)
             count += _enqueued(len(ids), report)
     due = (
         Batch.objects.using(using)
@@ -239,7 +240,8 @@ def relay_batches(
     )
     for batch in due:
         if queue_name := _relay_to(batch, 1, report, dry_run):
-            deliver_reduce(batch.batch_id, queue_name)
+            with unreachable_redis(queue_name):
+                deliver_reduce(batch.batch_id, queue_name)
             count += _enqueued(1, report)
     return report.due if dry_run else count
 

@@ -13,7 +13,8 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,8 @@ from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
 from django.db.utils import IntegrityError, InterfaceError, OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Retry, get_current_job
 from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
@@ -39,6 +42,7 @@ from safeupdates.validation import clean_changes, clean_pk, clean_request_id
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
 __all__ = [
+    "BackendUnavailable",
     "RelayReport",
     "RequestNotFound",
     "aenqueue_update",
@@ -621,6 +625,15 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
         logger.exception("safeupdates: could not record the failure of request %s", rid)
 
 
+class BackendUnavailable(SafeUpdatesError):
+    """A relay pass could not reach Redis or the database. Nothing is lost: the next pass delivers."""
+
+    def __init__(self, backend: str, where: str, error: BaseException) -> None:
+        self.backend, self.where = backend, where
+        self.reason = " ".join(str(error).split()) or type(error).__name__  # one line
+        super().__init__(f"{backend} unreachable at {where} ({self.reason})")
+
+
 @dataclass
 class RelayReport:
     """What a relay pass found and did. Batch items and reduces count as jobs."""
@@ -660,7 +673,8 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
     in RQ's scheduled registry with no scheduler to move them. Safe to run at any time and from several
     places: applying is idempotent and versioned. Ages are measured with the database's clock. A record
     whose queue is no longer in ``RQ_QUEUES`` is delivered on ``SAFEUPDATES_QUEUE``, with a warning: its
-    requests must not wait for a queue that no worker serves, nor stop the other records.
+    requests must not wait for a queue that no worker serves, nor stop the other records. Raises
+    :class:`BackendUnavailable` if Redis or the database cannot be reached.
     """
     from safeupdates.batches import relay_batches
 
@@ -675,8 +689,9 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
     )
     # One delivery per record: its job applies every pending request of the record.
     targets: dict[tuple[int, str], tuple[uuid.UUID, str]] = {}
-    for content_type_id, object_id, request_id, wanted in pending.iterator():
-        targets.setdefault((content_type_id, object_id), (request_id, wanted or conf.queue_name()))
+    with unreachable_database(using):
+        for content_type_id, object_id, request_id, wanted in pending.iterator():
+            targets.setdefault((content_type_id, object_id), (request_id, wanted or conf.queue_name()))
     report.due += len(targets)
     used: set[str] = set()
     if not dry_run:
@@ -685,7 +700,8 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
             if queue_name is None:
                 continue
             used.add(queue_name)
-            _job, outcome = _deliver(request_id, content_type_id, object_id, queue_name, force=True)
+            with unreachable_redis(queue_name):
+                _job, outcome = _deliver(request_id, content_type_id, object_id, queue_name, force=True)
             if outcome == _WAITING:
                 report.waiting += 1
                 continue
@@ -694,7 +710,8 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
                 report.moved += 1
             if outcome == _MOVED_SCHEDULED:
                 report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
-    relay_batches(seconds, dry_run=dry_run, using=using, report=report)
+    with unreachable_database(using):
+        relay_batches(seconds, dry_run=dry_run, using=using, report=report)
     for queue_name in sorted(used):
         _check_scheduler(queue_name, report)
     if report.due:
@@ -732,8 +749,9 @@ def _check_scheduler(queue_name: str, report: RelayReport) -> None:
     scheduler running for the queue: RQ's retries with back-off would then only run when the relay
     moves them. A running scheduler holds RQ's scheduler lock of the queue (renewed every second)."""
     queue = get_queue(queue_name)
-    waiting = int(queue.connection.zcard(queue.scheduled_job_registry.key))
-    running = bool(queue.connection.exists(RQScheduler.get_locking_key(queue_name)))
+    with unreachable_redis(queue_name):
+        waiting = int(queue.connection.zcard(queue.scheduled_job_registry.key))
+        running = bool(queue.connection.exists(RQScheduler.get_locking_key(queue_name)))
     moved = report._moved_scheduled.get(queue_name, 0)
     if running or not (waiting or moved):
         return
@@ -742,3 +760,31 @@ def _check_scheduler(queue_name: str, report: RelayReport) -> None:
         f"no RQ scheduler is running for queue {queue_name!r}: {waiting} job(s) wait in its scheduled "
         f"registry{overdue}. Start the workers with --with-scheduler, or RQ's retries wait for the relay."
     )
+
+
+@contextmanager
+def unreachable_database(using: str) -> Iterator[None]:
+    """Raise :class:`BackendUnavailable` for a transient error of database ``using`` inside the block."""
+    try:
+        yield
+    except DatabaseError as exc:
+        if not is_transient(exc):
+            raise
+        config = connections[using].settings_dict
+        where = f"{config.get('HOST')}:{config.get('PORT') or 'default port'}/" if config.get("HOST") else ""
+        raise BackendUnavailable(connections[using].display_name, f"{where}{config.get('NAME')}", exc) from exc
+
+
+@contextmanager
+def unreachable_redis(queue_name: str) -> Iterator[None]:
+    """Raise :class:`BackendUnavailable` if the Redis server of queue ``queue_name`` cannot be reached."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        options = get_queue(queue_name).connection.connection_pool.connection_kwargs
+        where = (
+            f"unix://{options['path']}?db={options.get('db', 0)}"
+            if options.get("path")
+            else f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        )
+        raise BackendUnavailable("Redis", where, exc) from exc

@@ -1,17 +1,86 @@
-"""Servers a test may stop and start: a TCP proxy that cuts one process off the shared PostgreSQL. The
-shared servers are never stopped."""
+"""Servers a test may stop and start: its own ``redis-server``, its own PostgreSQL cluster, and a TCP
+proxy that cuts one process off the shared PostgreSQL. The shared servers are never stopped."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
+from pathlib import Path
+
+from tests.workers import wait_until
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+        return True
+    return False
+
+
+class OwnRedis:
+    """A ``redis-server`` of the test's own, without persistence: a restart loses every key."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OwnRedis:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_until(lambda: _accepts(self.port), 10), "redis-server did not start"
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+class OwnPostgres:
+    """A PostgreSQL cluster of the test's own (``initdb`` in a temporary directory, a free port)."""
+
+    def __init__(self) -> None:
+        self.initdb = shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb"
+        self.pg_ctl = str(Path(self.initdb).with_name("pg_ctl"))
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="safeupdates-pg-"))
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        # initdb refuses to run as root: run the cluster as the postgres user then.
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.dir, "postgres")
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=60)
+
+    def init(self) -> OwnPostgres:
+        self._run(self.initdb, "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres", "--no-sync")
+        return self.start()
+
+    def start(self) -> OwnPostgres:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(self.pg_ctl, "-D", str(self.dir / "data"), "-o", options, "-l", str(self.dir / "log"), "-w", "start")
+        return self
+
+    def stop(self) -> None:
+        self._run(self.pg_ctl, "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+
+    def destroy(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class TcpProxy:

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import io
 import logging
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import django_rq
 import pytest
 from django.contrib.contenttypes.models import ContentType
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import override_settings
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
@@ -19,10 +25,10 @@ from safeupdates import enqueue_update, fan_out, jobs
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
-from tests.servers import TcpProxy
+from tests.servers import OwnPostgres, OwnRedis, TcpProxy
 from tests.testapp.batch_jobs import add_score
 from tests.testapp.models import Profile
-from tests.workers import wait_until, worker_db_url
+from tests.workers import ROOT, subprocess_env, wait_until, worker_db_url
 
 
 def queue():
@@ -126,6 +132,17 @@ class TestWhatTheRelayEnqueues:
         assert queue().job_ids == [job.id] and queue().scheduled_job_registry.count == 0
         assert apply_update(str(request.request_id)) == "1 applied"
 
+    def test_one_pass_with_redis_down_is_a_command_error_not_a_traceback(self, redis):
+        enqueue_update(ProfileFactory(), active=True)
+        with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
+            with pytest.raises(
+                CommandError, match=r"^safeupdates relay: Redis unreachable at redis://127\.0\.0\.1:1/0 \("
+            ):
+                call_command("safeupdates_relay", "--older-than", "0", stdout=io.StringIO())
+            with pytest.raises(jobs.BackendUnavailable) as raised:
+                relay_pending(0)
+        assert (raised.value.backend, raised.value.where) == ("Redis", "redis://127.0.0.1:1/0")
+
 
 @pytest.mark.workers
 def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis):
@@ -154,3 +171,68 @@ def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis):
         proxy.stop()
     assert {ProcessedRequest.objects.get(pk=r.pk).status for r in requests} == {"applied"}
     assert set(Profile.objects.values_list("active", flat=True)) == {True}
+
+
+@pytest.fixture
+def own_servers() -> Iterator[tuple[OwnRedis, OwnPostgres]]:
+    redis_server, postgres = OwnRedis().start(), OwnPostgres()
+    try:
+        postgres.init()
+        yield redis_server, postgres
+    finally:
+        redis_server.stop()
+        postgres.destroy()
+
+
+@pytest.mark.workers
+def test_the_relay_loop_survives_outages_of_redis_and_postgresql(own_servers, tmp_path):
+    """``safeupdates_relay --interval`` keeps running while Redis or PostgreSQL is down, and says so in
+    one line per failed pass, without a traceback."""
+    redis_server, postgres = own_servers
+    env = subprocess_env(DATABASE_URL=postgres.url, REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1")
+
+    def manage(*args: str) -> None:
+        subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=ROOT, check=True, timeout=120)
+
+    manage("migrate", "--no-input", "-v", "0")
+    code = (
+        "from safeupdates import enqueue_update; from tests.testapp.models import Profile; "
+        "enqueue_update(Profile.objects.create(), active=True)"
+    )
+    manage("shell", "-c", code)
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    command = [sys.executable, "manage.py", "safeupdates_relay", "--interval", "0.2", "--older-than", "0"]
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        relay_proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=err)
+
+    def lines(path: Path, pattern: str) -> int:
+        return sum(bool(re.search(pattern, line)) for line in path.read_text().splitlines())
+
+    redis_down = (
+        rf"^safeupdates relay: Redis unreachable at redis://127\.0\.0\.1:{redis_server.port}/0 "
+        r".*; will retry in 0\.2 s$"
+    )
+    postgres_down = (
+        rf"^safeupdates relay: PostgreSQL unreachable at 127\.0\.0\.1:{postgres.port}/postgres "
+        r".*; will retry in 0\.2 s$"
+    )
+    try:
+        assert wait_until(lambda: lines(out_path, "1 due .*: enqueued 0 job.*, 1 already queued"), 30), (
+            err_path.read_text()
+        )
+        redis_server.stop()
+        assert wait_until(lambda: lines(err_path, redis_down) >= 2, 30), err_path.read_text()
+        redis_server.start()  # empty: the job was lost with Redis
+        enqueued = lines(out_path, "enqueued 1 job")
+        assert wait_until(lambda: lines(out_path, "enqueued 1 job") > enqueued, 30), err_path.read_text()
+        postgres.stop()
+        assert wait_until(lambda: lines(err_path, postgres_down) >= 2, 30), err_path.read_text()
+        postgres.start()
+        passes = lines(out_path, "due")
+        assert wait_until(lambda: lines(out_path, "due") > passes, 30), err_path.read_text()
+        assert relay_proc.poll() is None
+    finally:
+        relay_proc.terminate()
+        relay_proc.wait(10)
+    errors = err_path.read_text().splitlines()
+    assert errors and all(re.search(redis_down, e) or re.search(postgres_down, e) for e in errors), errors

@@ -7,15 +7,17 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
 
-from safeupdates.jobs import relay
+from safeupdates.jobs import BackendUnavailable, relay
 
 
 class Command(BaseCommand):
     help = (
         "Re-enqueue the records that have requests pending for longer than SAFEUPDATES_RELAY_AFTER seconds "
         "(a job lost between commit and enqueue, lost in Redis, abandoned by a killed worker, or stuck in RQ's "
-        "scheduled registry with no scheduler). One pass by default; --interval N keeps running."
+        "scheduled registry with no scheduler). One pass by default; --interval N keeps running, through "
+        "outages of Redis and the database."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -38,11 +40,21 @@ class Command(BaseCommand):
             raise CommandError(f"--interval must be a finite, positive number of seconds; got {interval}.")
         verbosity = int(options.get("verbosity", 1))
         while True:
-            report = relay(older_than, dry_run=dry_run)
-            if verbosity:
-                self.stdout.write(f"safeupdates relay: {report.summary()}")
-            for warning in report.warnings:
-                self.stderr.write(f"safeupdates relay: {warning}")
+            if interval is not None:
+                # A connection that broke in the last pass (the database restarted) is replaced, not reused.
+                close_old_connections()
+            try:
+                report = relay(older_than, dry_run=dry_run)
+            except BackendUnavailable as exc:
+                if interval is None:
+                    raise CommandError(f"safeupdates relay: {exc}") from None
+                # One line per failed pass, no traceback: an outage is expected, and the loop waits it out.
+                self.stderr.write(f"safeupdates relay: {exc}; will retry in {interval:g} s")
+            else:
+                if verbosity:
+                    self.stdout.write(f"safeupdates relay: {report.summary()}")
+                for warning in report.warnings:
+                    self.stderr.write(f"safeupdates relay: {warning}")
             if interval is None:
                 return
             time.sleep(interval)
