@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from rq import Retry, get_current_job
@@ -110,15 +110,29 @@ def deliver_reduce(batch_id: uuid.UUID | str, queue_name: str) -> Job:
 
 
 def run_batch_item(request_id: str) -> str:
-    """RQ job: run one batch item at most once to success, count it once, finish the batch if last."""
+    """RQ job: run one batch item at most once to success, count it once, finish the batch if last.
+
+    Returns "succeeded", "failed", "duplicate" (the item has finished) or "already running" (another job
+    runs it now).
+    """
     using = router.db_for_write(ProcessedRequest)
     with transaction.atomic(using=using):
-        item = (
-            ProcessedRequest.objects.using(using)
-            .select_for_update()
-            .filter(request_id=request_id, kind=RequestKind.BATCH_ITEM)
-            .first()
-        )
+        try:
+            # NOWAIT: a locked item is being run by another job (the relay delivered it again while it
+            # ran). Waiting for that run to end would hold this worker for nothing: its outcome is the
+            # item's outcome, and if it fails or its worker dies the item stays pending for a retry or
+            # the relay. Items run at most once to success either way: the lock, then the status, decide.
+            item = (
+                ProcessedRequest.objects.using(using)
+                .select_for_update(nowait=True)
+                .filter(request_id=request_id, kind=RequestKind.BATCH_ITEM)
+                .first()
+            )
+        except DatabaseError as exc:
+            if not db.is_lock_unavailable(exc):
+                raise
+            transaction.set_rollback(True, using=using)
+            return "already running"
         if item is None:
             raise RequestNotFound(
                 f"batch item {request_id} is not in database {using!r} ({describe_database(using)}): this "
