@@ -305,6 +305,39 @@ class TestApplyInProcess:
         good.refresh_from_db()
         assert good.status == "applied"
 
+    def test_more_than_a_batch_of_pending_requests_is_applied_in_version_order(self, redis):
+        """A record with more pending requests than a job locks at once (BATCH_SIZE): the job takes them
+        oldest first, a batch at a time, until none is left."""
+        profile = ProfileFactory()
+        count = jobs.BATCH_SIZE + 7
+        with transaction.atomic():
+            requests = [enqueue_update(profile, score=n) for n in range(1, count + 1)]
+        # Each batch writes its newest score; the others of the batch are stale.
+        assert apply_update(str(requests[0].request_id)) == f"2 applied, {count - 2} stale"
+        assert pending() == 0
+        applied = ProcessedRequest.objects.filter(status="applied").order_by("version")
+        assert [r.changes["score"] for r in applied] == [jobs.BATCH_SIZE, count]
+        done = list(ProcessedRequest.objects.order_by("version").values_list("processed_at", flat=True))
+        assert done == sorted(done)  # never a newer request before an older one
+        assert set(ProcessedRequest.objects.values_list("attempts", flat=True)) == {1}
+        profile.refresh_from_db()
+        assert profile.score == count
+
+    def test_a_field_held_by_a_newer_write_is_not_logged_as_written(self, redis):
+        """The guarded write wins ``newsletter`` but not ``active``, which a direct save wrote after the
+        request got its version: the request for ``active`` is stale, not applied."""
+        profile = ProfileFactory()
+        held = enqueue_update(profile, active=True)
+        won = enqueue_update(profile, newsletter=True)
+        profile.refresh_from_db()
+        profile.active = False
+        profile.save(update_fields=["active"])
+        assert apply_update(str(held.request_id)) == "1 applied, 1 stale"
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {held.pk: "stale", won.pk: "applied"}
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter) == (False, True)
+
     def test_missing_target_is_rejected(self, redis):
         profile = ProfileFactory()
         request = enqueue_update(profile, active=True)
@@ -629,6 +662,28 @@ class TestWithWorkers:
         assert (request.status, request.attempts) == ("applied", 1)
         profile.refresh_from_db()
         assert profile.active is True
+
+    def test_a_second_job_skips_the_requests_a_running_job_holds(self, workers, postgres_only):
+        """Two jobs of one record at once (a duplicate delivery): the second must not wait for the
+        requests the first one has locked, nor hold a worker while it runs."""
+        profile = ProfileFactory()
+        workers.start(1)
+        row = RowLock(Profile, profile.pk).start()
+        try:
+            request = enqueue_update(profile, active=True)
+            assert wait_until(lambda: _waiting_on_lock(), 20)  # the job holds the request, waits for the row
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '3s'")
+            try:
+                assert apply_update(str(request.request_id)) == "nothing pending"
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("RESET lock_timeout")
+        finally:
+            row.release()
+        assert all_done(30)
+        request.refresh_from_db()
+        assert (request.status, request.attempts) == ("applied", 1)
 
     def test_no_window_while_a_job_of_the_record_runs(self, workers, postgres_only):
         """A request committed after its record's job started gets a job of its own, not the relay."""
