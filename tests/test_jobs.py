@@ -637,7 +637,7 @@ class TestWithWorkers:
         requests = [enqueue_update(p, newsletter=True) for p in profiles]
         redis.flushdb()  # Redis lost every job
         workers.start(1)
-        time.sleep(1)
+        assert wait_until(lambda: workers.rq_states() == ["idle"], 30), workers.logs()
         assert pending() == 3  # nothing can run them ...
         call_command("safeupdates_relay", "--older-than", "0", verbosity=0)  # ... until the relay
         assert all_done()
@@ -650,9 +650,12 @@ class TestWithWorkers:
         row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
         assert wait_until(lambda: _waiting_on_lock(), 20)  # the job is blocked in its UPDATE
+        backends = _waiting_backends()
         workers.kill(0)
         row.release()
-        time.sleep(1)  # a surviving work horse would apply it now
+        # Its backend runs the UPDATE once the row is free, then finds its client gone and rolls back; a
+        # surviving work horse would have committed before its backend went away.
+        assert wait_until(lambda: not _alive(backends), 20)
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
         assert not _waiting_on_lock()
         workers.start(1)
@@ -722,8 +725,8 @@ class TestWithWorkers:
         try:
             for _ in range(2):  # the first try and its one retry
                 assert wait_until(lambda: _waiting_on_lock(), 20)
-                _terminate_waiting_backends()
-                time.sleep(0.3)
+                terminated = _terminate_waiting_backends()
+                assert wait_until(lambda pids=terminated: not _alive(pids), 10)  # not seen waiting next time
             assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "failed", 30)
         finally:
             row.release()
@@ -747,12 +750,30 @@ def _waiting_on_lock() -> bool:
         return cursor.fetchone()[0] > 0
 
 
-def _terminate_waiting_backends() -> None:
+def _waiting_backends() -> list[int]:
+    """The process ids of the other backends of the test database that wait for a lock."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
         )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def _terminate_waiting_backends() -> list[int]:
+    """Terminate the backends waiting for a lock (the job's connection): a transient error for it."""
+    pids = _waiting_backends()
+    with connection.cursor() as cursor:
+        for pid in pids:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    return pids
+
+
+def _alive(pids: list[int]) -> bool:
+    """Whether any of these backends still exists."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
+        return cursor.fetchone()[0] > 0
 
 
 @pytest.mark.workers
@@ -794,7 +815,7 @@ def test_stress_kills_flush_duplicates_shuffle(workers, redis):
             # Hold the workers (RQ's own suspension) so that the jobs of this burst are surely still
             # queued when Redis loses everything; FLUSHDB also drops the suspension flag.
             suspend(q.connection)
-            time.sleep(1.5)
+            assert wait_until(lambda: workers.rq_states() == ["suspended"] * workers.alive(), 60), workers.logs()
             for profile in frozen:
                 toggle(profile)
             lost_in_flush = pending()

@@ -101,6 +101,16 @@ class Workers:
     def alive(self) -> int:
         return sum(proc.poll() is None for proc in self.procs)
 
+    def rq_states(self) -> list[str]:
+        """The states that the live workers report to RQ (``idle``, ``busy``, ``suspended`` ...), sorted.
+        Workers killed earlier stay registered until their key expires: they are left out."""
+        import django_rq
+        from rq import Worker
+
+        live = {proc.pid for proc in self.procs if proc.poll() is None}
+        registered = Worker.all(connection=django_rq.get_connection("default"))
+        return sorted(worker.get_state() for worker in registered if worker.pid in live)
+
     def logs(self) -> str:
         """Everything the workers printed, for a failing test's message."""
         return "\n".join(path.read_text(errors="replace") for path in sorted(self.log_dir.glob("*.log")))
