@@ -191,9 +191,10 @@ def test_an_item_this_database_does_not_hold_fails_loudly(redis):
 
 
 @pytest.mark.workers
-def test_a_duplicate_of_a_running_item_returns_at_once(workers, redis):
+def test_a_duplicate_of_a_running_item_returns_at_once(workers, redis, postgres_only):
     """The relay delivers again an item whose job is still running (it is pending until it commits). The
-    duplicate must not wait on the item's row lock for the item's whole run, holding a worker."""
+    duplicate must not wait on the item's row lock for the item's whole run, holding a worker. (PostgreSQL:
+    SQLite has no row locks; the running item holds the whole database's write lock.)"""
     batch = fan_out(hold_until_released, [{"log": "item-runs", "release": "release-item"}], then=record_reduce)
     queue = django_rq.get_queue("default")
     workers.start(2)

@@ -145,7 +145,7 @@ class TestWhatTheRelayEnqueues:
 
 
 @pytest.mark.workers
-def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis):
+def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis, postgres_only):
     """Issue 11: PostgreSQL restarts under workers started without --with-scheduler. Every record's job
     fails, RQ schedules its retry in the ScheduledJobRegistry, and nothing ever moves it to the queue.
     The relay printed "delivered 5 job(s)" while the queue stayed empty. It must move them, say so, and
