@@ -1,5 +1,5 @@
 """The job path: :func:`enqueue_update` (outbox + on-commit enqueue), :func:`apply_update` (the RQ job)
-and :func:`relay_pending` (redelivery of requests whose job was lost).
+and :func:`relay` (redelivery of requests whose job was lost; :func:`relay_pending` as an RQ job).
 
 PostgreSQL is the source of truth and Redis only delivers: a request is a ``pending`` row of the request
 log, written in the caller's transaction; the job carries ids only. A job applies *every* pending request
@@ -379,7 +379,8 @@ def apply_update(request_id: str) -> str:
     whose value the database refuses (a constraint, a trigger: any error that is not
     :func:`transient <is_transient>`), are ``rejected`` at once and the others applied. Transient database
     errors propagate so that RQ retries the job; the request is marked ``failed`` when the retries are
-    spent. Returns a one-line summary.
+    spent. A ``request_id`` that is no UUID fails the job at once, without retries; one that the worker's
+    database does not hold raises :class:`RequestNotFound`. Returns a one-line summary.
     """
     try:
         rid = clean_request_id(request_id)
