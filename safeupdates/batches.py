@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from rq import Retry, get_current_job
@@ -25,6 +25,7 @@ from rq.job import Job
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
+from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue, unreachable_redis
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import dotted_path, get_queue, resolve
 
@@ -109,16 +110,35 @@ def deliver_reduce(batch_id: uuid.UUID | str, queue_name: str) -> Job:
 
 
 def run_batch_item(request_id: str) -> str:
-    """RQ job: run one batch item at most once to success, count it once, finish the batch if last."""
+    """RQ job: run one batch item at most once to success, count it once, finish the batch if last.
+
+    Returns "succeeded", "failed", "duplicate" (the item has finished) or "already running" (another job
+    runs it now).
+    """
     using = router.db_for_write(ProcessedRequest)
     with transaction.atomic(using=using):
-        item = (
-            ProcessedRequest.objects.using(using)
-            .select_for_update()
-            .filter(request_id=request_id, kind=RequestKind.BATCH_ITEM)
-            .first()
-        )
-        if item is None or item.status != RequestStatus.PENDING:
+        try:
+            # NOWAIT: a locked item is being run by another job (the relay delivered it again while it
+            # ran). Waiting for that run to end would hold this worker for nothing: its outcome is the
+            # item's outcome, and if it fails or its worker dies the item stays pending for a retry or
+            # the relay. Items run at most once to success either way: the lock, then the status, decide.
+            item = (
+                ProcessedRequest.objects.using(using)
+                .select_for_update(nowait=True)
+                .filter(request_id=request_id, kind=RequestKind.BATCH_ITEM)
+                .first()
+            )
+        except DatabaseError as exc:
+            if not db.is_lock_unavailable(exc):
+                raise
+            transaction.set_rollback(True, using=using)
+            return "already running"
+        if item is None:
+            raise RequestNotFound(
+                f"batch item {request_id} is not in database {using!r} ({describe_database(using)}): this "
+                "worker's DATABASES differ from those of the process that enqueued it, or the item was purged."
+            )
+        if item.status != RequestStatus.PENDING:
             return "duplicate"
         batch_id = item.key.split(":", 1)[0]
         batch = Batch.objects.using(using).get(batch_id=batch_id)
@@ -203,8 +223,15 @@ def _failed_recently() -> Q:
     return Q(reduce_failed_at__gt=db.older_than(conf.relay_after()))
 
 
-def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None = None) -> int:
-    """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due."""
+def relay_batches(
+    older_than: float, *, dry_run: bool = False, using: str | None = None, report: RelayReport | None = None
+) -> int:
+    """Deliver again batch items pending for more than ``older_than`` seconds, and reduces that are due.
+
+    Returns how many jobs were enqueued (with ``dry_run``: how many are due). A batch whose queue is no
+    longer in ``RQ_QUEUES`` is delivered on ``SAFEUPDATES_QUEUE``, with a warning in ``report``.
+    """
+    report = report or RelayReport(older_than=older_than, dry_run=dry_run)
     using = using or router.db_for_write(Batch)  # the primary: a replica may lag behind
     cutoff = db.older_than(older_than)
     items = ProcessedRequest.objects.using(using).filter(
@@ -215,10 +242,10 @@ def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None
         ids = [
             str(rid) for rid in items.filter(key__startswith=f"{batch.batch_id}:").values_list("request_id", flat=True)
         ]
-        if ids:
-            count += len(ids)
-            if not dry_run:
-                deliver_item(ids, batch.queue, batch.retries)
+        if ids and (queue_name := _relay_to(batch, len(ids), report, dry_run)):
+            with unreachable_redis(queue_name):
+                deliver_item(ids, queue_name, batch.retries)
+            count += _enqueued(len(ids), report)
     due = (
         Batch.objects.using(using)
         .filter(status=BatchStatus.DONE, reduced_at__isnull=True, finished_at__lte=cutoff)
@@ -226,7 +253,19 @@ def relay_batches(older_than: float, *, dry_run: bool = False, using: str | None
         .exclude(_failed_recently())  # not again before its time
     )
     for batch in due:
-        count += 1
-        if not dry_run:
-            deliver_reduce(batch.batch_id, batch.queue)
-    return count
+        if queue_name := _relay_to(batch, 1, report, dry_run):
+            with unreachable_redis(queue_name):
+                deliver_reduce(batch.batch_id, queue_name)
+            count += _enqueued(1, report)
+    return report.due if dry_run else count
+
+
+def _relay_to(batch: Batch, jobs: int, report: RelayReport, dry_run: bool) -> str | None:
+    """Count ``jobs`` of ``batch`` as due; return the queue to deliver them on (None: a dry run, or none)."""
+    report.due += jobs
+    return None if dry_run else relay_queue(batch.queue, f"batch {batch.batch_id}", report)
+
+
+def _enqueued(jobs: int, report: RelayReport) -> int:
+    report.enqueued += jobs
+    return jobs

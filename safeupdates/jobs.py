@@ -1,5 +1,5 @@
 """The job path: :func:`enqueue_update` (outbox + on-commit enqueue), :func:`apply_update` (the RQ job)
-and :func:`relay_pending` (redelivery of requests whose job was lost).
+and :func:`relay` (redelivery of requests whose job was lost; :func:`relay_pending` as an RQ job).
 
 PostgreSQL is the source of truth and Redis only delivers: a request is a ``pending`` row of the request
 log, written in the caller's transaction; the job carries ids only. A job applies *every* pending request
@@ -13,7 +13,9 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -22,22 +24,42 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
-from django.db.utils import DataError, IntegrityError
+from django.db.utils import IntegrityError, InterfaceError, OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Retry, get_current_job
-from rq.exceptions import DuplicateJobError, InvalidJobOperation
+from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
+from rq.scheduler import RQScheduler
+from rq.utils import current_timestamp
 
 from safeupdates import conf, db
-from safeupdates.exceptions import InvalidUpdate
+from safeupdates.exceptions import InvalidUpdate, SafeUpdatesError
 from safeupdates.guard import column, statement_cursor, write_if_newer
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import get_queue
-from safeupdates.validation import clean_changes, clean_pk, clean_request_id
+from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_request_id
 from safeupdates.versions import SEQUENCE_NAME, next_version
 
-__all__ = ["aenqueue_update", "apply_update", "deliver", "enqueue_update", "relay_pending"]
+__all__ = [
+    "BackendUnavailable",
+    "RelayReport",
+    "RequestNotFound",
+    "aenqueue_update",
+    "apply_update",
+    "deliver",
+    "enqueue_update",
+    "is_transient",
+    "relay",
+    "relay_pending",
+]
 
 logger = logging.getLogger("safeupdates")
+
+
+class RequestNotFound(SafeUpdatesError, LookupError):
+    """An apply job's request is not in the worker's database: the job fails rather than report success."""
+
 
 #: How many pending requests of one record a job locks and merges at a time.
 BATCH_SIZE = 500
@@ -68,22 +90,22 @@ def enqueue_update(
         model = obj_or_model
     else:
         raise InvalidUpdate(f"enqueue_update() takes a model instance or a model class, not {obj_or_model!r}.")
-    model = model._meta.concrete_model or model
-    pk = clean_pk(model, pk)
+    # The fields come from the class given: a proxy may narrow its concrete model's safe_update_fields.
     allowed = getattr(model, "safe_update_fields", None)
     if allowed is None:
         raise InvalidUpdate(
             f"{model._meta.label} is not a SafeUpdateModel: give it safe_update_fields to enqueue updates."
         )
     cleaned = clean_changes(model, changes, allowed=allowed)
+    model = model._meta.concrete_model or model
+    pk = clean_pk(model, pk)
+    object_id = clean_object_id(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
-    queue_name = queue or conf.queue_name()
-    if queue_name not in getattr(settings, "RQ_QUEUES", {}):
-        raise InvalidUpdate(f"queue {queue_name!r} is not in RQ_QUEUES; pass one of: {', '.join(settings.RQ_QUEUES)}.")
+    queue_name = _queue_name(queue)
     using = router.db_for_write(model)
     content_type = ContentType.objects.db_manager(using).get_for_model(model)
     record = ProcessedRequest(
-        request_id=rid, content_type=content_type, object_id=str(pk), changes=cleaned, queue=queue_name
+        request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
     )
     others_pending = False
     if connections[using].vendor == "postgresql":
@@ -107,6 +129,21 @@ def enqueue_update(
 
     transaction.on_commit(deliver_on_commit, using=using, robust=True)
     return record
+
+
+def _queue_name(queue: str | None) -> str:
+    """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``."""
+    queues = getattr(settings, "RQ_QUEUES", None) or {}
+    name = queue or conf.queue_name()
+    if name in queues:
+        return name
+    if queue is None:
+        from safeupdates.checks import check_django_rq
+
+        # The settings are wrong, not the call: say what the system check says.
+        error = check_django_rq()[0]
+        raise InvalidUpdate(f"{error.msg} {error.hint} ({error.id})")
+    raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {', '.join(queues) or '(none configured)'}.")
 
 
 def _known_request(existing: ProcessedRequest, content_type: ContentType, pk: Any) -> ProcessedRequest:
@@ -197,16 +234,35 @@ def deliver(
     force: bool = False,
     likely_queued: bool = False,
 ) -> Job | None:
-    """Make sure a job will apply ``request_id``; return the job enqueued, or None if one was queued.
+    """Make sure a job will apply ``request_id``; return the job put on the queue, or None if one was
+    already waiting there.
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
     has started it may have read the pending requests already, so a job of our own is enqueued.
     ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
     first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
-    ``force=True`` (the relay) also checks that a job RQ calls queued is really in the queue: one taken
-    off the queue by a worker that was then killed would otherwise be waited for forever.
+    ``force=True`` (the relay) also checks that a job RQ calls queued, scheduled or deferred is really
+    on its way to a worker: see :func:`_find_waiting`.
     """
+    return _deliver(request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued)[0]
+
+
+# What a delivery found or did: enqueued a job, moved the record's job out of RQ's scheduled or deferred
+# registry onto the queue, or found it waiting (in the queue, or scheduled and not yet due).
+_ENQUEUED, _MOVED_SCHEDULED, _MOVED_DEFERRED, _WAITING = "enqueued", "moved scheduled", "moved deferred", "waiting"
+
+
+def _deliver(
+    request_id: uuid.UUID | str,
+    content_type_id: int,
+    object_id: str,
+    queue_name: str,
+    *,
+    force: bool = False,
+    likely_queued: bool = False,
+) -> tuple[Job | None, str]:
+    """:func:`deliver`, and what it found or did (``_ENQUEUED`` ...)."""
     queue = get_queue(queue_name)
     job_id = _job_id(content_type_id, object_id)
     status = _job_status(queue, job_id) if likely_queued else None
@@ -214,12 +270,45 @@ def deliver(
     if status is None:
         job = queue.create_job(apply_update, args=args, job_id=job_id, **_job_options(content_type_id, object_id))
         try:
-            return _enqueue_unique(queue, job, force=force)
+            return _enqueue_unique(queue, job, force=force), _ENQUEUED
         except DuplicateJobError:
             status = _job_status(queue, job_id)
-    if status in _WILL_RUN and not (force and status == JobStatus.QUEUED and queue.get_job_position(job_id) is None):
+    if status in _WILL_RUN:
+        if not force:
+            return None, _WAITING
+        found = _find_waiting(queue, job_id, status)
+        if found is not None:
+            return found
+    return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id)), _ENQUEUED
+
+
+def _find_waiting(queue: Queue, job_id: str, status: JobStatus) -> tuple[Job | None, str] | None:
+    """For the relay: is the job that RQ calls queued, scheduled or deferred really on its way?
+
+    Returns ``(None, _WAITING)`` if it is, ``(job, _MOVED_...)`` if it was stuck in a registry and has
+    been moved onto the queue, and None if it is lost (the caller enqueues a new job). How RQ 3.0 keeps
+    them: a job taken off the queue by a worker that was killed before it started it is still "queued"
+    but in no queue. A retry with back-off is "scheduled" in the queue's ScheduledJobRegistry, and only
+    an RQ scheduler (a worker started ``--with-scheduler``) moves it to the queue when it is due: without
+    one it waits forever. A "deferred" job waits in the DeferredJobRegistry for jobs it depends on, and
+    safeupdates never makes a job depend on another.
+    """
+    if status == JobStatus.QUEUED:
+        return (None, _WAITING) if queue.get_job_position(job_id) is not None else None
+    scheduled = status == JobStatus.SCHEDULED
+    registry = queue.scheduled_job_registry if scheduled else queue.deferred_job_registry
+    due_at = queue.connection.zscore(registry.key, job_id)
+    if due_at is None:
         return None
-    return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id))
+    if scheduled and due_at > current_timestamp():
+        return None, _WAITING  # a retry waiting out its back-off (the relay reports a missing scheduler)
+    try:
+        # The registry's ZREM decides who moves the job, should a scheduler take it at the same moment.
+        return registry.requeue(job_id), _MOVED_SCHEDULED if scheduled else _MOVED_DEFERRED
+    except InvalidJobOperation:
+        return None, _WAITING  # a scheduler moved it meanwhile
+    except NoSuchJobError:
+        return None
 
 
 def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
@@ -274,11 +363,18 @@ def apply_update(request_id: str) -> str:
 
     The requests are locked (``SKIP LOCKED``: a concurrent job takes the others), merged per field by
     version, written with one guarded statement, and marked ``applied`` or ``stale`` in the same
-    transaction, so running the job again changes nothing. Requests whose stored data is invalid are
-    ``rejected`` at once. Transient database errors propagate so that RQ retries the job; the request
-    is marked ``failed`` when the retries are spent. Returns a one-line summary.
+    transaction, so running the job again changes nothing. Requests whose stored data is invalid, or
+    whose value the database refuses (a constraint, a trigger: any error that is not
+    :func:`transient <is_transient>`), are ``rejected`` at once and the others applied. Transient database
+    errors propagate so that RQ retries the job; the request is marked ``failed`` when the retries are
+    spent. A ``request_id`` that is no UUID fails the job at once, without retries; one that the worker's
+    database does not hold raises :class:`RequestNotFound`. Returns a one-line summary.
     """
-    rid = clean_request_id(request_id)
+    try:
+        rid = clean_request_id(request_id)
+    except InvalidUpdate:
+        _fail_without_retry()
+        raise
     using = router.db_for_write(ProcessedRequest)
     try:
         counts: dict[str, int] = {}
@@ -290,7 +386,7 @@ def apply_update(request_id: str) -> str:
             if sum(done.values()) < BATCH_SIZE:
                 break
     except DatabaseError as exc:
-        # Transient (a lost connection, a lock timeout) or not: RQ retries it; the last try marks it failed.
+        # Transient (a lost connection, a lock timeout): RQ retries it; the last try marks it failed.
         _record_failed_attempt(rid, using, exc)
         raise
     return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "nothing pending"
@@ -309,6 +405,20 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         .order_by("version")[:BATCH_SIZE]
     )
     if not batch:
+        # A request that names no model matches no record: it would stay pending for good.
+        orphan = (
+            log.filter(request_id=rid, kind=RequestKind.UPDATE, status=RequestStatus.PENDING, content_type=None)
+            .select_for_update(skip_locked=True)
+            .first()
+        )
+        if orphan is not None:
+            return _finish(log, rejected={orphan.pk: "the request names no model (content_type is NULL)."})
+        if not log.filter(request_id=rid).exists():
+            raise RequestNotFound(
+                f"request {rid} is not in database {using!r} ({describe_database(using)}): this worker's "
+                "DATABASES differ from those of the process that enqueued it (two projects sharing one RQ "
+                "queue?), or the request was purged."
+            )
         return {}
     try:
         content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
@@ -330,6 +440,10 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         try:
             if not request.version:
                 raise InvalidUpdate("the request has no version.")
+            if not isinstance(request.changes, dict):
+                raise InvalidUpdate(
+                    f"changes must be a JSON object of field: value, not {type(request.changes).__name__}."
+                )
             cleaned = clean_changes(model, request.changes, allowed=getattr(model, "safe_update_fields", ()))
         except InvalidUpdate as exc:
             rejected[request.pk] = str(exc)
@@ -342,14 +456,18 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
         # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
         with transaction.atomic(using=using):
             written = _write(model, pk, _winners(valid), using)
-    except (IntegrityError, DataError):
+    except DatabaseError as exc:
+        if is_transient(exc):
+            raise  # RQ retries the job; nothing here is the requests' fault
         # Find the culprit: apply the requests one by one, in version order, each in its own savepoint.
         applied: set[int] = set()
         for request, cleaned in valid:
             try:
                 with transaction.atomic(using=using):
                     one = _write(model, pk, _winners([(request, cleaned)]), using)
-            except (IntegrityError, DataError) as exc:
+            except DatabaseError as exc:
+                if is_transient(exc):
+                    raise
                 rejected[request.pk] = f"the database refused it: {type(exc).__name__}: {exc}"[:2000]
                 continue
             if one:
@@ -364,6 +482,52 @@ def _apply_batch(rid: uuid.UUID, using: str) -> dict[str, int]:
     applied_pks = set(written.values())
     stale = [r.pk for r, _ in valid if r.pk not in applied_pks]
     return _finish(log, applied=list(applied_pks), stale=stale, rejected=rejected)
+
+
+# SQLSTATE classes and codes of errors that are not about the values written: the same statement may
+# succeed when it runs again, so RQ retries the job. Every other error with a SQLSTATE (a trigger's RAISE
+# EXCEPTION, P0001; a constraint, 23xxx; a bad value, 22xxx; a permission, 42501 ...) is the statement's
+# own and would fail again: the request that causes it is rejected.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset(
+    {
+        "08",  # connection exception
+        "40",  # transaction rollback: serialization failure 40001, deadlock 40P01, ...
+        "53",  # insufficient resources: disk full, out of memory, too many connections
+        "57",  # operator intervention: query canceled (statement_timeout) 57014, shutdown 57P01-57P03
+        "58",  # system error (an I/O error)
+        "XX",  # internal error: the server's fault, not the value's
+    }
+)
+_TRANSIENT_SQLSTATES = frozenset(
+    {
+        db.LOCK_NOT_AVAILABLE,  # 55P03: lock_timeout or NOWAIT
+        "55006",  # object in use
+        "25006",  # read-only transaction: a primary that became a standby in a failover
+        "25P03",  # idle_in_transaction_session_timeout
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if database error ``exc`` may not happen again when the job is retried.
+
+    PostgreSQL says so in the error's SQLSTATE (see above). An error without one comes from the client
+    library: a connection lost before the server answered (``OperationalError``, ``InterfaceError``) is
+    transient; on SQLite "database is locked" is an ``OperationalError`` too, and its refusals of a value
+    (a constraint, a trigger's ``RAISE(ABORT)``) are ``IntegrityError``.
+    """
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate in _TRANSIENT_SQLSTATES
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def describe_database(using: str) -> str:
+    """``vendor NAME at HOST:PORT`` of database ``using``, for error messages (no password)."""
+    connection = connections[using]
+    config = connection.settings_dict
+    where = f" at {config.get('HOST')}:{config.get('PORT') or 'default port'}" if config.get("HOST") else ""
+    return f"{connection.display_name} {config.get('NAME')}{where}"
 
 
 def _winners(valid: list[tuple[ProcessedRequest, dict[str, Any]]]) -> dict[str, tuple[int, int, Any]]:
@@ -409,6 +573,17 @@ def _finish(
     return {status: count for status, count in counts.items() if count}
 
 
+def _fail_without_retry() -> None:
+    """Make RQ fail the running job at once: its argument is wrong, and will be wrong on every retry.
+
+    RQ 3.0's worker decides whether to retry from the ``retries_left`` of the very job object that
+    ``get_current_job()`` returns (``Worker.handle_job_failure``: ``job.should_retry``).
+    """
+    job = get_current_job()
+    if job is not None:
+        job.retries_left = 0
+
+
 def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
     job = get_current_job()
@@ -427,18 +602,62 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
         logger.exception("safeupdates: could not record the failure of request %s", rid)
 
 
-def relay_pending(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> int:
+class BackendUnavailable(SafeUpdatesError):
+    """A relay pass could not reach Redis or the database. Nothing is lost: the next pass delivers."""
+
+    def __init__(self, backend: str, where: str, error: BaseException) -> None:
+        self.backend, self.where = backend, where
+        self.reason = " ".join(str(error).split()) or type(error).__name__  # one line
+        super().__init__(f"{backend} unreachable at {where} ({self.reason})")
+
+
+@dataclass
+class RelayReport:
+    """What a relay pass found and did. Batch items and reduces count as jobs."""
+
+    older_than: float
+    dry_run: bool = False
+    #: Records (and batch items, reduces) with work pending for longer than ``older_than``.
+    due: int = 0
+    #: Jobs this pass put on a queue: new ones, and ones moved out of RQ's scheduled or deferred registry.
+    enqueued: int = 0
+    #: Of ``enqueued``: jobs moved out of a registry, where they would have waited forever.
+    moved: int = 0
+    #: Records whose job was found waiting: in its queue, or scheduled for a retry that is not yet due.
+    waiting: int = 0
+    warnings: list[str] = field(default_factory=list)
+    _moved_scheduled: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return f"would deliver {self.due} job(s) for work pending > {self.older_than:g}s"
+        moved = f" ({self.moved} moved from RQ's scheduled or deferred registry)" if self.moved else ""
+        return (
+            f"{self.due} due (pending > {self.older_than:g}s): enqueued {self.enqueued} job(s){moved}, "
+            f"{self.waiting} already queued"
+        )
+
+    def warn(self, message: str) -> None:
+        logger.warning("safeupdates relay: %s", message)
+        self.warnings.append(message)
+
+
+def relay(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> RelayReport:
     """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
     (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
 
-    Covers jobs lost between commit and enqueue, lost with Redis, or abandoned by a killed worker.
-    Safe to run at any time and from several places: applying is idempotent and versioned. Ages are
-    measured with the database's clock. Returns the number of deliveries. Usable as a scheduled RQ job.
+    Covers jobs lost between commit and enqueue, lost with Redis, abandoned by a killed worker, or left
+    in RQ's scheduled registry with no scheduler to move them. Safe to run at any time and from several
+    places: applying is idempotent and versioned. Ages are measured with the database's clock. A record
+    whose queue is no longer in ``RQ_QUEUES`` is delivered on ``SAFEUPDATES_QUEUE``, with a warning: its
+    requests must not wait for a queue that no worker serves, nor stop the other records. Raises
+    :class:`BackendUnavailable` if Redis or the database cannot be reached.
     """
     from safeupdates.batches import relay_batches
 
     seconds = conf.relay_after() if older_than is None else older_than
     using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
+    report = RelayReport(older_than=seconds, dry_run=dry_run)
     cutoff = db.older_than(seconds)
     pending = (
         ProcessedRequest.objects.using(using)
@@ -447,11 +666,102 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
     )
     # One delivery per record: its job applies every pending request of the record.
     targets: dict[tuple[int, str], tuple[uuid.UUID, str]] = {}
-    for content_type_id, object_id, request_id, queue_name in pending.iterator():
-        targets.setdefault((content_type_id, object_id), (request_id, queue_name or conf.queue_name()))
+    with unreachable_database(using):
+        for content_type_id, object_id, request_id, wanted in pending.iterator():
+            targets.setdefault((content_type_id, object_id), (request_id, wanted or conf.queue_name()))
+    report.due += len(targets)
+    used: set[str] = set()
     if not dry_run:
-        for (content_type_id, object_id), (request_id, queue_name) in targets.items():
-            deliver(request_id, content_type_id, object_id, queue_name, force=True)
-    if targets:
-        logger.info("safeupdates: relay delivered %d record(s) again", len(targets))
-    return len(targets) + relay_batches(seconds, dry_run=dry_run, using=using)
+        for (content_type_id, object_id), (request_id, wanted) in targets.items():
+            queue_name = relay_queue(wanted, f"record {content_type_id}:{object_id}", report)
+            if queue_name is None:
+                continue
+            used.add(queue_name)
+            with unreachable_redis(queue_name):
+                _job, outcome = _deliver(request_id, content_type_id, object_id, queue_name, force=True)
+            if outcome == _WAITING:
+                report.waiting += 1
+                continue
+            report.enqueued += 1
+            if outcome != _ENQUEUED:
+                report.moved += 1
+            if outcome == _MOVED_SCHEDULED:
+                report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
+    with unreachable_database(using):
+        relay_batches(seconds, dry_run=dry_run, using=using, report=report)
+    for queue_name in sorted(used):
+        _check_scheduler(queue_name, report)
+    if report.due:
+        logger.info("safeupdates relay: %s", report.summary())
+    return report
+
+
+def relay_pending(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> int:
+    """Run a :func:`relay` pass; return how many jobs it enqueued (with ``dry_run``, how many are due).
+
+    Usable as a scheduled RQ job.
+    """
+    report = relay(older_than, dry_run=dry_run, using=using)
+    return report.due if dry_run else report.enqueued
+
+
+def relay_queue(queue_name: str, what: str, report: RelayReport) -> str | None:
+    """The queue on which the relay delivers ``what``'s work, wanted on ``queue_name``; None if none."""
+    queues = getattr(settings, "RQ_QUEUES", None) or {}
+    if queue_name in queues:
+        return queue_name
+    default = conf.queue_name()
+    if default in queues:
+        report.warn(f"{what} has work for queue {queue_name!r}, which is not in RQ_QUEUES: delivered on {default!r}.")
+        return default
+    report.warn(
+        f"{what} has work for queue {queue_name!r}, which is not in RQ_QUEUES, and neither is SAFEUPDATES_QUEUE "
+        f"{default!r}: not delivered. Fix RQ_QUEUES (system check safeupdates.E002)."
+    )
+    return None
+
+
+def _check_scheduler(queue_name: str, report: RelayReport) -> None:
+    """Warn if jobs wait in ``queue_name``'s scheduled registry (or were overdue there) with no RQ
+    scheduler running for the queue: RQ's retries with back-off would then only run when the relay
+    moves them. A running scheduler holds RQ's scheduler lock of the queue (renewed every second)."""
+    queue = get_queue(queue_name)
+    with unreachable_redis(queue_name):
+        waiting = int(queue.connection.zcard(queue.scheduled_job_registry.key))
+        running = bool(queue.connection.exists(RQScheduler.get_locking_key(queue_name)))
+    moved = report._moved_scheduled.get(queue_name, 0)
+    if running or not (waiting or moved):
+        return
+    overdue = f", {moved} overdue ones were moved to the queue by this pass" if moved else ""
+    report.warn(
+        f"no RQ scheduler is running for queue {queue_name!r}: {waiting} job(s) wait in its scheduled "
+        f"registry{overdue}. Start the workers with --with-scheduler, or RQ's retries wait for the relay."
+    )
+
+
+@contextmanager
+def unreachable_database(using: str) -> Iterator[None]:
+    """Raise :class:`BackendUnavailable` for a transient error of database ``using`` inside the block."""
+    try:
+        yield
+    except DatabaseError as exc:
+        if not is_transient(exc):
+            raise
+        config = connections[using].settings_dict
+        where = f"{config.get('HOST')}:{config.get('PORT') or 'default port'}/" if config.get("HOST") else ""
+        raise BackendUnavailable(connections[using].display_name, f"{where}{config.get('NAME')}", exc) from exc
+
+
+@contextmanager
+def unreachable_redis(queue_name: str) -> Iterator[None]:
+    """Raise :class:`BackendUnavailable` if the Redis server of queue ``queue_name`` cannot be reached."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        options = get_queue(queue_name).connection.connection_pool.connection_kwargs
+        where = (
+            f"unix://{options['path']}?db={options.get('db', 0)}"
+            if options.get("path")
+            else f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        )
+        raise BackendUnavailable("Redis", where, exc) from exc

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import random
+import threading
+import uuid
 
 import django_rq
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 
 from safeupdates import fan_out
 from safeupdates.batches import relay_batches, run_batch_item, run_batch_reduce
 from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import relay_pending
+from safeupdates.jobs import RequestNotFound, relay_pending
 from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
-from tests.testapp.batch_jobs import add_score, failing_reduce, record_reduce
+from tests.testapp.batch_jobs import add_score, failing_reduce, hold_until_released, record_reduce
+from tests.testapp.jobs import record
 from tests.testapp.models import Profile, ReduceRun
-from tests.workers import wait_until
+from tests.workers import start_threads, wait_until
 
 
 def reduced(batch: Batch) -> bool:
@@ -177,3 +180,61 @@ def test_failed_reduce_attempts_are_spaced_out(redis):
     batch.refresh_from_db()
     assert (batch.reduce_attempts, batch.status) == (1, "done")
     assert relay_batches(0) == 0  # not due again before SAFEUPDATES_RELAY_AFTER has passed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_item_this_database_does_not_hold_fails_loudly(redis):
+    """A worker on another database must not count the item as a duplicate and report success."""
+    rid = str(uuid.uuid4())
+    with pytest.raises(RequestNotFound, match=rf"batch item {rid} is not in database 'default'"):
+        run_batch_item(rid)
+
+
+@pytest.mark.workers
+def test_a_duplicate_of_a_running_item_returns_at_once(workers, redis, postgres_only):
+    """The relay delivers again an item whose job is still running (it is pending until it commits). The
+    duplicate must not wait on the item's row lock for the item's whole run, holding a worker. (PostgreSQL:
+    SQLite has no row locks; the running item holds the whole database's write lock.)"""
+    batch = fan_out(hold_until_released, [{"log": "item-runs", "release": "release-item"}], then=record_reduce)
+    queue = django_rq.get_queue("default")
+    workers.start(2)
+    assert wait_until(lambda: redis.llen("item-runs") == 1, 30), workers.logs()
+    assert relay_batches(0) == 1  # the duplicate
+    marker = queue.enqueue(record, "marker-runs", "after the duplicate")
+    try:
+        # The second worker takes the duplicate, then the marker: only if the duplicate let it go.
+        assert wait_until(lambda: redis.llen("marker-runs") == 1, 15), workers.logs()
+        assert marker.get_status() in ("finished", None)  # result_ttl may have dropped it
+    finally:
+        redis.rpush("release-item", "go")
+    assert wait_until(lambda: reduced(batch), 30), workers.logs()
+    batch.refresh_from_db()
+    assert (batch.succeeded, batch.failed) == (1, 0)
+    assert redis.llen("item-runs") == 1  # the item ran once
+    assert ProcessedRequest.objects.get(kind="batch_item").attempts == 1
+    assert ReduceRun.objects.count() == 1
+    assert queue.failed_job_registry.count == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_item_locked_by_its_running_job_is_already_running(redis, postgres_only):
+    fan_out(add_score, [{"pk": ProfileFactory().pk, "points": 1}])
+    item = ProcessedRequest.objects.get(kind="batch_item")
+    locked, release = threading.Event(), threading.Event()
+
+    def running_job() -> None:
+        with transaction.atomic():
+            ProcessedRequest.objects.select_for_update().get(pk=item.pk)
+            locked.set()
+            release.wait(30)
+
+    [thread] = start_threads(running_job, 1)
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # the old code waited here (and then raised)
+        assert run_batch_item(str(item.request_id)) == "already running"
+    finally:
+        release.set()
+        thread.join()
+    assert run_batch_item(str(item.request_id)) == "succeeded"

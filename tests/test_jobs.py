@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -11,11 +14,12 @@ from collections import Counter
 
 import django_rq
 import pytest
+from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.core.management import CommandError, call_command
+from django.db import DatabaseError, connection, connections, transaction
 from django.test import override_settings
-from rq import Queue
+from rq import Queue, Worker
 from rq.suspension import suspend
 
 from safeupdates import enqueue_update, jobs
@@ -23,8 +27,8 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import Profile
-from tests.workers import RowLock, wait_until
+from tests.testapp.models import ActiveOnlyProfile, Profile, Tag
+from tests.workers import ROOT, RowLock, subprocess_env, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -92,6 +96,47 @@ class TestEnqueueValidation:
         assert ProcessedRequest.objects.count() == 0
         assert queue().count == 0
 
+    def test_a_proxy_narrows_the_fields(self, redis):
+        """``ActiveOnlyProfile`` lets queued jobs change ``active`` only, although its concrete model
+        allows more."""
+        profile = ProfileFactory()
+        with pytest.raises(InvalidUpdate, match=r"name is not in testapp\.ActiveOnlyProfile\.safe_update_fields"):
+            enqueue_update(ActiveOnlyProfile, profile.pk, name="x")
+        with pytest.raises(InvalidUpdate, match=r"not in testapp.ActiveOnlyProfile.safe_update_fields"):
+            enqueue_update(ActiveOnlyProfile.objects.get(pk=profile.pk), newsletter=True)
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+        request = enqueue_update(ActiveOnlyProfile, profile.pk, active=True)
+        assert request.content_type == ContentType.objects.get_for_model(Profile)  # the record's own
+
+    def test_no_rq_queues_setting_at_all(self, redis):
+        profile = ProfileFactory()
+        with override_settings():
+            del settings.RQ_QUEUES
+            with pytest.raises(
+                InvalidUpdate,
+                match=r"SAFEUPDATES_QUEUE is 'default', which is not a queue in RQ_QUEUES.* \(safeupdates.E002\)",
+            ):
+                enqueue_update(profile, active=True)
+            with pytest.raises(
+                InvalidUpdate, match=r"queue 'fast' is not in RQ_QUEUES; pass one of: \(none configured\)"
+            ):
+                enqueue_update(profile, queue="fast", active=True)
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+
+    def test_a_primary_key_longer_than_the_logs_object_id(self, redis):
+        tag = Tag.objects.create(code="t" * 300)
+        with pytest.raises(
+            InvalidUpdate, match="has 300 characters, and the request log.s object_id holds at most 255"
+        ):
+            enqueue_update(tag, label="x")
+        assert ProcessedRequest.objects.count() == 0
+        assert queue().count == 0
+        short = Tag.objects.create(code="t" * 255)
+        enqueue_update(short, label="x")
+        assert ProcessedRequest.objects.get().object_id == short.pk
+
     def test_records_a_pending_request_with_a_version(self, redis, django_capture_on_commit_callbacks):
         profile = ProfileFactory()
         with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -128,6 +173,99 @@ class TestEnqueueValidation:
         with pytest.raises(InvalidUpdate, match="another object"):
             enqueue_update(ProfileFactory(), request_id=rid, active=True)
         assert ProcessedRequest.objects.count() == 1
+
+
+@pytest.fixture
+def refusing_trigger(postgres_only):
+    """A trigger on the Profile table that refuses ``name = 'forbidden'`` with a given SQLSTATE."""
+    table = Profile._meta.db_table
+    created: list[str] = []
+
+    def create(sqlstate: str = "P0001") -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                CREATE OR REPLACE FUNCTION safeupdates_test_refuse() RETURNS trigger AS $$
+                BEGIN
+                    IF NEW.name = 'forbidden' THEN
+                        RAISE EXCEPTION 'the name % is forbidden', NEW.name USING ERRCODE = '{sqlstate}';
+                    END IF;
+                    RETURN NEW;
+                END $$ LANGUAGE plpgsql;
+                CREATE TRIGGER safeupdates_test_refuse BEFORE UPDATE ON {table}
+                    FOR EACH ROW EXECUTE FUNCTION safeupdates_test_refuse();
+                """
+            )
+        created.append(sqlstate)
+
+    yield create
+    if created:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_refuse ON {table}")
+            cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_refuse()")
+
+
+@pytest.mark.django_db(transaction=True)
+class TestValuesTheDatabaseRefuses:
+    """A value refused by the database for what it is (a trigger, a constraint) is the culprit's fault
+    alone: it is rejected, the requests merged with it are applied. An error that is not about the value
+    (a lost connection, a deadlock, a lock timeout) is retried by RQ, whatever its exception class."""
+
+    # Not transient: raise_exception, assert_failure, check_violation, numeric value out of range,
+    # insufficient privilege.
+    @pytest.mark.parametrize("sqlstate", ["P0001", "P0004", "23514", "22003", "42501"])
+    def test_refused_by_a_trigger_only_the_culprit_is_rejected(self, redis, refusing_trigger, sqlstate):
+        refusing_trigger(sqlstate)
+        profile = ProfileFactory()
+        first_name = profile.name
+        first = enqueue_update(profile, active=True)
+        culprit = enqueue_update(profile, name="forbidden")
+        last = enqueue_update(profile, newsletter=True)
+        assert apply_update(str(first.request_id)) == "2 applied, 1 rejected"
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {first.pk: "applied", culprit.pk: "rejected", last.pk: "applied"}
+        culprit.refresh_from_db()
+        assert "the database refused it" in culprit.error
+        assert "the name forbidden is forbidden" in culprit.error
+        assert culprit.attempts == 1
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter, profile.name) == (True, True, first_name)
+
+    # Transient: serialization failure, deadlock, lock not available, admin shutdown, connection
+    # failure, too many connections, query canceled (statement_timeout).
+    @pytest.mark.parametrize("sqlstate", ["40001", "40P01", "55P03", "57P01", "08006", "53300", "57014"])
+    def test_a_transient_error_is_raised_for_rq_to_retry(self, redis, refusing_trigger, sqlstate):
+        refusing_trigger(sqlstate)
+        profile = ProfileFactory()
+        first = enqueue_update(profile, active=True)
+        culprit = enqueue_update(profile, name="forbidden")
+        with pytest.raises(DatabaseError, match="forbidden"):
+            apply_update(str(first.request_id))
+        # Called outside a worker there is no retry left: the job's own request is failed, the rest pending.
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {first.pk: "failed", culprit.pk: "pending"}
+
+    @pytest.mark.workers
+    @pytest.mark.parametrize(
+        ("sqlstate", "statuses", "attempts"),
+        [
+            # Once a culprit is found the requests are applied one by one, in version order.
+            ("P0001", ["applied", "rejected", "applied"], [1, 1, 1]),
+            ("40P01", ["failed", "pending", "pending"], [3, 0, 0]),  # the first try and SAFEUPDATES_RETRY's 2
+        ],
+    )
+    def test_with_a_worker(self, workers, refusing_trigger, sqlstate, statuses, attempts):
+        refusing_trigger(sqlstate)
+        profile = ProfileFactory()
+        with transaction.atomic():  # one job for the three
+            requests = [enqueue_update(profile, **c) for c in ({"score": 1}, {"name": "forbidden"}, {"score": 2})]
+        workers.start(1)
+        first = requests[0]
+        assert wait_until(lambda: ProcessedRequest.objects.get(pk=first.pk).status != "pending", 30), workers.logs()
+        assert wait_until(lambda: queue().count == 0 and not queue().started_job_registry.count, 30)
+        requests = [ProcessedRequest.objects.get(pk=r.pk) for r in requests]
+        assert ([r.status for r in requests], [r.attempts for r in requests]) == (statuses, attempts)
+        assert queue().failed_job_registry.count == (sqlstate != "P0001")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -169,6 +307,39 @@ class TestApplyInProcess:
         good.refresh_from_db()
         assert good.status == "applied"
 
+    def test_more_than_a_batch_of_pending_requests_is_applied_in_version_order(self, redis):
+        """A record with more pending requests than a job locks at once (BATCH_SIZE): the job takes them
+        oldest first, a batch at a time, until none is left."""
+        profile = ProfileFactory()
+        count = jobs.BATCH_SIZE + 7
+        with transaction.atomic():
+            requests = [enqueue_update(profile, score=n) for n in range(1, count + 1)]
+        # Each batch writes its newest score; the others of the batch are stale.
+        assert apply_update(str(requests[0].request_id)) == f"2 applied, {count - 2} stale"
+        assert pending() == 0
+        applied = ProcessedRequest.objects.filter(status="applied").order_by("version")
+        assert [r.changes["score"] for r in applied] == [jobs.BATCH_SIZE, count]
+        done = list(ProcessedRequest.objects.order_by("version").values_list("processed_at", flat=True))
+        assert done == sorted(done)  # never a newer request before an older one
+        assert set(ProcessedRequest.objects.values_list("attempts", flat=True)) == {1}
+        profile.refresh_from_db()
+        assert profile.score == count
+
+    def test_a_field_held_by_a_newer_write_is_not_logged_as_written(self, redis):
+        """The guarded write wins ``newsletter`` but not ``active``, which a direct save wrote after the
+        request got its version: the request for ``active`` is stale, not applied."""
+        profile = ProfileFactory()
+        held = enqueue_update(profile, active=True)
+        won = enqueue_update(profile, newsletter=True)
+        profile.refresh_from_db()
+        profile.active = False
+        profile.save(update_fields=["active"])
+        assert apply_update(str(held.request_id)) == "1 applied, 1 stale"
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {held.pk: "stale", won.pk: "applied"}
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter) == (False, True)
+
     def test_missing_target_is_rejected(self, redis):
         profile = ProfileFactory()
         request = enqueue_update(profile, active=True)
@@ -196,6 +367,63 @@ class TestApplyInProcess:
         assert apply_update(str(request.request_id)) == "1 rejected"
         request.refresh_from_db()
         assert request.status == "rejected" and error in request.error
+
+    @pytest.mark.parametrize(
+        ("corrupt", "error"),
+        [
+            ({"changes": "active"}, "changes must be a JSON object of field: value, not str"),
+            ({"changes": ["active", True]}, "changes must be a JSON object of field: value, not list"),
+            ({"changes": 7}, "changes must be a JSON object of field: value, not int"),
+            ({"content_type": None}, "the request names no model (content_type is NULL)"),
+        ],
+    )
+    def test_a_corrupt_row_is_rejected_and_its_record_applied(self, redis, corrupt, error):
+        """A row whose ``changes`` is no JSON object, or that names no model, ends rejected whichever of the
+        record's requests the job was delivered for; the record's other requests are applied."""
+        profile = ProfileFactory()
+        good = enqueue_update(profile, active=True)
+        bad = enqueue_update(profile, newsletter=True)
+        later = enqueue_update(profile, dark_mode=True)
+        ProcessedRequest.objects.filter(pk=bad.pk).update(**corrupt)
+        results = [apply_update(str(bad.request_id)), apply_update(str(good.request_id))]
+        assert "rejected" in ", ".join(results) and "2 applied" in ", ".join(results), results
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {good.pk: "applied", bad.pk: "rejected", later.pk: "applied"}
+        bad.refresh_from_db()
+        assert error in bad.error and bad.attempts == 1
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter, profile.dark_mode) == (True, False, True)
+        assert relay_pending(0) == 0  # nothing left for the relay to deliver again and again
+
+    @pytest.mark.workers
+    def test_corrupt_rows_with_a_worker_and_the_relay(self, workers):
+        profiles = [ProfileFactory() for _ in range(3)]
+        requests = [enqueue_update(p, **{f: True}) for p in profiles for f in ("active", "newsletter")]
+        corrupt = [{"changes": "active"}, {"changes": ["active"]}, {"content_type": None}]
+        for request, values in zip(requests[::2], corrupt, strict=True):
+            ProcessedRequest.objects.filter(pk=request.pk).update(**values)
+        workers.start(1)
+
+        def idle() -> bool:
+            return queue().count == 0 and not queue().started_job_registry.count
+
+        # The job of the record whose request lost its content type can no longer find the record: the
+        # record's other request waits for the relay.
+        for _ in range(2):
+            assert wait_until(idle, 30), workers.logs()
+            call_command("safeupdates_relay", "--older-than", "0", verbosity=0)
+        assert all_done(30), workers.logs()
+        assert [ProcessedRequest.objects.get(pk=r.pk).status for r in requests] == ["rejected", "applied"] * 3
+        assert wait_until(idle, 30)
+        assert queue().failed_job_registry.count == 0
+
+    def test_a_request_this_database_does_not_hold_fails_loudly(self, redis):
+        """A job run by a worker on another database (two projects sharing a queue) must not report
+        success while its request stays pending for good."""
+        rid = uuid.uuid4()
+        name = connection.settings_dict["NAME"]
+        with pytest.raises(jobs.RequestNotFound, match=rf"request {rid} is not in database 'default' \(.*{name}"):
+            apply_update(str(rid))
 
     def test_a_value_the_database_refuses_is_rejected_alone(self, redis):
         profile = ProfileFactory()
@@ -304,12 +532,21 @@ class TestApplyInProcess:
 
         out = StringIO()
         call_command("safeupdates_relay", "--older-than", "3600", stdout=out)
-        assert "delivered 0 job(s)" in out.getvalue()
+        assert "0 due (pending > 3600s): enqueued 0 job(s), 0 already queued" in out.getvalue()
         call_command("safeupdates_relay", "--older-than", "0", "--dry-run", stdout=out)
         assert "would deliver 1 job(s)" in out.getvalue()
         assert queue().count == 0
         call_command("safeupdates_relay", "--older-than", "0", stdout=out)
         assert queue().count == 1
+
+    @pytest.mark.parametrize("option", ["--older-than", "--interval"])
+    @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
+    def test_relay_command_refuses_what_is_not_a_finite_number(self, redis, option, value):
+        enqueue_update(ProfileFactory(), active=True)
+        redis.flushdb()
+        with pytest.raises(CommandError, match=f"{option} must be a"):
+            call_command("safeupdates_relay", f"{option}={value}", stdout=io.StringIO())
+        assert queue().count == 0
 
 
 @pytest.mark.workers
@@ -326,6 +563,35 @@ class TestWithWorkers:
         assert all_done()
         assert stored_state(profiles) == expected_state(profiles, requests)
         assert all(p["active"] is False for p in Profile.objects.values("active"))
+
+    def test_a_request_id_that_is_no_uuid_fails_without_retries(self, workers):
+        """Bad data fails the same way every time: RQ must not retry it."""
+        with pytest.raises(InvalidUpdate, match="must be a UUID"):
+            apply_update("not-a-uuid")
+        job = queue().enqueue_call(apply_update, args=("not-a-uuid",), **jobs._job_options(1, "1"))
+        assert job.retries_left == 2  # SAFEUPDATES_RETRY of the test settings
+        workers.start(1)
+        assert wait_until(lambda: job.get_status() == "failed", 30), workers.logs()
+        [worker] = Worker.all(queue=queue())
+        assert worker.failed_job_count == 1, workers.logs()  # one run, no retry
+        job.refresh()
+        assert "InvalidUpdate: request_id must be a UUID, got 'not-a-uuid'" in job.exc_info
+        assert ProcessedRequest.objects.count() == 0
+
+    def test_a_worker_on_another_database_fails_the_job(self, workers, tmp_path):
+        """Two settings share one queue: the worker whose database does not hold the request fails the job
+        (RQ keeps it, with the reason), instead of "Job OK" and a request pending for good."""
+        other = f"sqlite:///{tmp_path / 'other.sqlite3'}"
+        migrate = [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"]
+        subprocess.run(migrate, env=subprocess_env(DATABASE_URL=other), cwd=ROOT, check=True, timeout=120)
+        request = enqueue_update(ProfileFactory(), active=True)
+        workers.start(1, env={"DATABASE_URL": other})
+        failed = queue().failed_job_registry
+        assert wait_until(lambda: failed.count == 1, 30), workers.logs()
+        [job] = [queue().fetch_job(job_id) for job_id in failed.get_job_ids()]
+        assert f"RequestNotFound: request {request.request_id} is not in database 'default'" in job.exc_info
+        assert "other.sqlite3" in job.exc_info
+        assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
 
     def test_a_late_older_request_is_stale(self, workers, postgres_only):
         """The "on" request gets its version first but commits last, after "off" was applied."""
@@ -373,7 +639,7 @@ class TestWithWorkers:
         requests = [enqueue_update(p, newsletter=True) for p in profiles]
         redis.flushdb()  # Redis lost every job
         workers.start(1)
-        time.sleep(1)
+        assert wait_until(lambda: workers.rq_states() == ["idle"], 30), workers.logs()
         assert pending() == 3  # nothing can run them ...
         call_command("safeupdates_relay", "--older-than", "0", verbosity=0)  # ... until the relay
         assert all_done()
@@ -386,9 +652,12 @@ class TestWithWorkers:
         row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
         assert wait_until(lambda: _waiting_on_lock(), 20)  # the job is blocked in its UPDATE
+        backends = _waiting_backends()
         workers.kill(0)
         row.release()
-        time.sleep(1)  # a surviving work horse would apply it now
+        # Its backend runs the UPDATE once the row is free, then finds its client gone and rolls back; a
+        # surviving work horse would have committed before its backend went away.
+        assert wait_until(lambda: not _alive(backends), 20)
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
         assert not _waiting_on_lock()
         workers.start(1)
@@ -398,6 +667,28 @@ class TestWithWorkers:
         assert (request.status, request.attempts) == ("applied", 1)
         profile.refresh_from_db()
         assert profile.active is True
+
+    def test_a_second_job_skips_the_requests_a_running_job_holds(self, workers, postgres_only):
+        """Two jobs of one record at once (a duplicate delivery): the second must not wait for the
+        requests the first one has locked, nor hold a worker while it runs."""
+        profile = ProfileFactory()
+        workers.start(1)
+        row = RowLock(Profile, profile.pk).start()
+        try:
+            request = enqueue_update(profile, active=True)
+            assert wait_until(lambda: _waiting_on_lock(), 20)  # the job holds the request, waits for the row
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '3s'")
+            try:
+                assert apply_update(str(request.request_id)) == "nothing pending"
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("RESET lock_timeout")
+        finally:
+            row.release()
+        assert all_done(30)
+        request.refresh_from_db()
+        assert (request.status, request.attempts) == ("applied", 1)
 
     def test_no_window_while_a_job_of_the_record_runs(self, workers, postgres_only):
         """A request committed after its record's job started gets a job of its own, not the relay."""
@@ -436,8 +727,8 @@ class TestWithWorkers:
         try:
             for _ in range(2):  # the first try and its one retry
                 assert wait_until(lambda: _waiting_on_lock(), 20)
-                _terminate_waiting_backends()
-                time.sleep(0.3)
+                terminated = _terminate_waiting_backends()
+                assert wait_until(lambda pids=terminated: not _alive(pids), 10)  # not seen waiting next time
             assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "failed", 30)
         finally:
             row.release()
@@ -461,12 +752,30 @@ def _waiting_on_lock() -> bool:
         return cursor.fetchone()[0] > 0
 
 
-def _terminate_waiting_backends() -> None:
+def _waiting_backends() -> list[int]:
+    """The process ids of the other backends of the test database that wait for a lock."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
         )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def _terminate_waiting_backends() -> list[int]:
+    """Terminate the backends waiting for a lock (the job's connection): a transient error for it."""
+    pids = _waiting_backends()
+    with connection.cursor() as cursor:
+        for pid in pids:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    return pids
+
+
+def _alive(pids: list[int]) -> bool:
+    """Whether any of these backends still exists."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
+        return cursor.fetchone()[0] > 0
 
 
 @pytest.mark.workers
@@ -508,7 +817,7 @@ def test_stress_kills_flush_duplicates_shuffle(workers, redis):
             # Hold the workers (RQ's own suspension) so that the jobs of this burst are surely still
             # queued when Redis loses everything; FLUSHDB also drops the suspension flag.
             suspend(q.connection)
-            time.sleep(1.5)
+            assert wait_until(lambda: workers.rq_states() == ["suspended"] * workers.alive(), 60), workers.logs()
             for profile in frozen:
                 toggle(profile)
             lost_in_flush = pending()

@@ -152,16 +152,7 @@ def test_clean_object_id_refuses_a_primary_key_longer_than_the_request_log_colum
         clean_object_id(Profile, 1.5)
 
 
-@pytest.mark.parametrize(
-    "entry_point",
-    [
-        "update_if_newer(request_id=)",
-        pytest.param(
-            "enqueue_update",
-            marks=pytest.mark.xfail(strict=True, reason="enqueue_update calls clean_object_id after the jobs merge"),
-        ),
-    ],
-)
+@pytest.mark.parametrize("entry_point", ["update_if_newer(request_id=)", "enqueue_update"])
 def test_a_primary_key_too_long_for_the_request_log_is_refused(redis, entry_point):
     tag = Tag.objects.create(code="t" * 300, label="x")
     with refused("has 300 characters", tag):

@@ -53,7 +53,15 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="safeupdates-workers-"))
 
-    def start(self, count: int = 1, queues: tuple[str, ...] = ("default",), *, scheduler: bool = True) -> None:
+    def start(
+        self,
+        count: int = 1,
+        queues: tuple[str, ...] = ("default",),
+        *,
+        scheduler: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start ``count`` workers; ``env`` overrides their environment (``DATABASE_URL`` ...)."""
         for _ in range(count):
             args = [sys.executable, str(ROOT / "manage.py"), "rqworker", *queues]
             if scheduler:
@@ -61,7 +69,12 @@ class Workers:
             log = open(self.log_dir / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed by the process
             self.procs.append(
                 subprocess.Popen(
-                    args, env=subprocess_env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    args,
+                    env=subprocess_env(**(env or {})),
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             )
             log.close()
@@ -87,6 +100,16 @@ class Workers:
 
     def alive(self) -> int:
         return sum(proc.poll() is None for proc in self.procs)
+
+    def rq_states(self) -> list[str]:
+        """The states that the live workers report to RQ (``idle``, ``busy``, ``suspended`` ...), sorted.
+        Workers killed earlier stay registered until their key expires: they are left out."""
+        import django_rq
+        from rq import Worker
+
+        live = {proc.pid for proc in self.procs if proc.poll() is None}
+        registered = Worker.all(connection=django_rq.get_connection("default"))
+        return sorted(worker.get_state() for worker in registered if worker.pid in live)
 
     def logs(self) -> str:
         """Everything the workers printed, for a failing test's message."""
@@ -121,8 +144,29 @@ def _kill_tree(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+class _Thread(threading.Thread):
+    """A thread that keeps what its target raised, and raises it again from :meth:`join`."""
+
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:  # re-raised by join(), in the test's thread
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None and not self.is_alive():
+            error, self.error = self.error, None
+            raise error
+
+
 def start_threads(target: Callable[[], object], count: int) -> list[threading.Thread]:
-    """Start ``count`` threads running ``target``; each closes its own database connections at the end."""
+    """Start ``count`` threads running ``target``; each closes its own database connections at the end.
+
+    Joining a thread raises again whatever ``target`` raised in it.
+    """
 
     def run() -> None:
         from django.db import connections
@@ -132,16 +176,24 @@ def start_threads(target: Callable[[], object], count: int) -> list[threading.Th
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=run) for _ in range(count)]
+    threads: list[threading.Thread] = [_Thread(target=run) for _ in range(count)]
     for thread in threads:
         thread.start()
     return threads
 
 
 def run_threads(target: Callable[[], object], count: int) -> None:
-    """Run ``target`` in ``count`` threads at once and wait for all of them."""
-    for thread in start_threads(target, count):
-        thread.join()
+    """Run ``target`` in ``count`` threads at once, wait for all of them, then raise the first error
+    any of them raised."""
+    threads = start_threads(target, count)
+    errors: list[BaseException] = []
+    for thread in threads:
+        try:
+            thread.join()
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 class RowLock:

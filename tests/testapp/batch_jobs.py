@@ -23,3 +23,13 @@ def failing_reduce(batch_id: str) -> None:
     """A reduce that writes, then raises: its write must be rolled back, its failure counted."""
     ReduceRun.objects.create(batch_id=batch_id)
     raise RuntimeError("the report service is down")
+
+
+def hold_until_released(item: dict[str, str]) -> None:
+    """Record the start in Redis list ``item["log"]``, then block until the test pushes to ``item["release"]``."""
+    import django_rq
+
+    connection = django_rq.get_connection("default")
+    connection.rpush(item["log"], "start")
+    if connection.blpop([item["release"]], timeout=60) is None:
+        raise TimeoutError("nobody released the item")

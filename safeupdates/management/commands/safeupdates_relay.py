@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
 
-from safeupdates import conf
-from safeupdates.jobs import relay_pending
+from safeupdates.jobs import BackendUnavailable, relay
 
 
 class Command(BaseCommand):
     help = (
         "Re-enqueue the records that have requests pending for longer than SAFEUPDATES_RELAY_AFTER seconds "
-        "(a job lost between commit and enqueue, lost in Redis, or abandoned by a killed worker). "
-        "One pass by default; --interval N keeps running."
+        "(a job lost between commit and enqueue, lost in Redis, abandoned by a killed worker, or stuck in RQ's "
+        "scheduled registry with no scheduler). One pass by default; --interval N keeps running, through "
+        "outages of Redis and the database."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,15 +33,28 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, older_than: float | None, interval: float | None, dry_run: bool, **options: Any
     ) -> None:
-        if older_than is not None and older_than < 0:
-            raise CommandError("--older-than must be zero or more seconds.")
-        if interval is not None and interval <= 0:
-            raise CommandError("--interval must be a positive number of seconds.")
+        # float() accepts "nan" and "inf": a NaN compares false with everything, so test for what is valid.
+        if older_than is not None and not (math.isfinite(older_than) and older_than >= 0):
+            raise CommandError(f"--older-than must be a finite number of seconds, zero or more; got {older_than}.")
+        if interval is not None and not (math.isfinite(interval) and interval > 0):
+            raise CommandError(f"--interval must be a finite, positive number of seconds; got {interval}.")
+        verbosity = int(options.get("verbosity", 1))
         while True:
-            count = relay_pending(older_than, dry_run=dry_run)
-            verb = "would deliver" if dry_run else "delivered"
-            after = conf.relay_after() if older_than is None else older_than
-            self.stdout.write(f"safeupdates relay: {verb} {count} job(s) for work pending > {after:g}s")
+            if interval is not None:
+                # A connection that broke in the last pass (the database restarted) is replaced, not reused.
+                close_old_connections()
+            try:
+                report = relay(older_than, dry_run=dry_run)
+            except BackendUnavailable as exc:
+                if interval is None:
+                    raise CommandError(f"safeupdates relay: {exc}") from None
+                # One line per failed pass, no traceback: an outage is expected, and the loop waits it out.
+                self.stderr.write(f"safeupdates relay: {exc}; will retry in {interval:g} s")
+            else:
+                if verbosity:
+                    self.stdout.write(f"safeupdates relay: {report.summary()}")
+                for warning in report.warnings:
+                    self.stderr.write(f"safeupdates relay: {warning}")
             if interval is None:
                 return
             time.sleep(interval)

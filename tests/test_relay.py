@@ -1,0 +1,238 @@
+"""The relay (``safeupdates_relay``, :func:`safeupdates.jobs.relay`): it delivers what is pending, says
+what it really enqueued, and keeps running through outages of Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import django_rq
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import override_settings
+from rq.scheduler import RQScheduler
+from rq.utils import now
+
+from safeupdates import enqueue_update, fan_out, jobs
+from safeupdates.jobs import apply_update, relay, relay_pending
+from safeupdates.models import Batch, ProcessedRequest
+from tests.factories import ProfileFactory
+from tests.servers import OwnPostgres, OwnRedis, TcpProxy
+from tests.testapp.batch_jobs import add_score
+from tests.testapp.models import Profile
+from tests.workers import ROOT, subprocess_env, wait_until, worker_db_url
+
+
+def queue():
+    return django_rq.get_queue("default")
+
+
+def pending() -> int:
+    return ProcessedRequest.objects.filter(status="pending").count()
+
+
+def relay_output(*args: str) -> str:
+    out = io.StringIO()
+    call_command("safeupdates_relay", *args, stdout=out, stderr=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+class TestWhatTheRelayEnqueues:
+    def test_it_counts_what_it_enqueued_and_what_was_already_queued(self, redis):
+        enqueue_update(ProfileFactory(), active=True)
+        redis.flushdb()  # the job is lost
+        assert "1 due (pending > 0s): enqueued 1 job(s), 0 already queued" in relay_output("--older-than", "0")
+        assert queue().count == 1
+        # The job is still waiting in the queue: nothing is enqueued, and the relay says so.
+        assert "1 due (pending > 0s): enqueued 0 job(s), 1 already queued" in relay_output("--older-than", "0")
+        assert queue().count == 1
+        assert relay_pending(0) == 0
+
+    def test_a_queued_status_without_the_job_in_the_queue_gets_a_new_job(self, redis):
+        """A worker took the job off the queue and died before it started it: RQ still says "queued"."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        [job_id] = queue().job_ids
+        redis.lrem(queue().key, 0, job_id)
+        assert queue().fetch_job(job_id).get_status() == "queued"
+        assert relay_pending(0) == 1
+        [job] = queue().jobs
+        assert job.args == (str(request.request_id),)
+        assert apply_update(job.args[0]) == "1 applied"
+
+    def test_a_record_on_a_queue_no_longer_configured_does_not_stop_the_others(self, redis, caplog):
+        """Its queue was removed from RQ_QUEUES: the record is delivered on SAFEUPDATES_QUEUE, with a
+        warning, and every other record is delivered too."""
+        requests = [enqueue_update(ProfileFactory(), active=True) for _ in range(3)]
+        ProcessedRequest.objects.filter(pk=requests[1].pk).update(queue="gone")
+        batch = fan_out(add_score, [{"pk": 1, "points": 1}])
+        Batch.objects.filter(pk=batch.pk).update(queue="gone")
+        redis.flushdb()
+        with caplog.at_level(logging.WARNING, logger="safeupdates"):
+            report = relay(0)
+        assert (report.due, report.enqueued) == (4, 4)
+        assert sorted(job.args[0] for job in queue().jobs) == sorted(
+            [str(r.request_id) for r in requests] + [str(ProcessedRequest.objects.get(kind="batch_item").request_id)]
+        )
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(
+            f"{requests[1].content_type_id}:{requests[1].object_id}" in m
+            and "queue 'gone', which is not in RQ_QUEUES: delivered on 'default'" in m
+            for m in messages
+        ), messages
+        assert any(f"batch {batch.batch_id}" in m and "'gone'" in m for m in messages), messages
+
+    def test_a_deferred_job_of_the_record_does_not_block_delivery(self, redis):
+        """RQ keeps a job that waits for another one in its deferred registry; if the record's job is
+        there (it never is by safeupdates' doing), it would wait forever: the relay moves it."""
+        profile = ProfileFactory()
+        request = enqueue_update(profile, active=True)
+        job_id = jobs._job_id(ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
+        blocker = queue().create_job(print, args=("never runs",))
+        blocker.save()
+        redis.delete(queue().key)
+        queue().fetch_job(job_id).delete()
+        deferred = queue().enqueue_call(
+            apply_update, args=(str(request.request_id),), job_id=job_id, depends_on=blocker
+        )
+        assert deferred.get_status() == "deferred" and queue().count == 0
+        report = relay(0)
+        assert (report.enqueued, report.moved) == (1, 1)
+        assert queue().job_ids == [job_id]
+        assert queue().deferred_job_registry.count == 0
+
+    def test_a_job_scheduled_for_later_is_waited_for_and_a_missing_scheduler_reported(self, redis, caplog):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, active=True)
+        [job] = queue().jobs
+        redis.delete(queue().key)
+        queue().schedule_job(job, now() + timedelta(hours=1))  # a retry, scheduled with back-off
+        with caplog.at_level(logging.WARNING, logger="safeupdates"):
+            out = relay_output("--older-than", "0")
+        assert "1 due (pending > 0s): enqueued 0 job(s), 1 already queued" in out
+        warning = "no RQ scheduler is running for queue 'default': 1 job(s) wait in its scheduled registry"
+        assert warning in out and warning in caplog.text
+        assert queue().count == 0
+        # A scheduler runs (another worker holds RQ's scheduler lock for the queue): no warning.
+        redis.set(RQScheduler.get_locking_key("default"), "some-scheduler", ex=60)
+        assert "no RQ scheduler" not in relay_output("--older-than", "0")
+        # Once the job is due, the relay moves it: it must not wait for a scheduler that may never come.
+        redis.delete(RQScheduler.get_locking_key("default"))
+        queue().scheduled_job_registry.schedule(job, now() - timedelta(seconds=1))
+        out = relay_output("--older-than", "0")
+        assert "enqueued 1 job(s) (1 moved from RQ's scheduled or deferred registry), 0 already queued" in out
+        assert queue().job_ids == [job.id] and queue().scheduled_job_registry.count == 0
+        assert apply_update(str(request.request_id)) == "1 applied"
+
+    def test_one_pass_with_redis_down_is_a_command_error_not_a_traceback(self, redis):
+        enqueue_update(ProfileFactory(), active=True)
+        with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
+            with pytest.raises(
+                CommandError, match=r"^safeupdates relay: Redis unreachable at redis://127\.0\.0\.1:1/0 \("
+            ):
+                call_command("safeupdates_relay", "--older-than", "0", stdout=io.StringIO())
+            with pytest.raises(jobs.BackendUnavailable) as raised:
+                relay_pending(0)
+        assert (raised.value.backend, raised.value.where) == ("Redis", "redis://127.0.0.1:1/0")
+
+
+@pytest.mark.workers
+def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis, postgres_only):
+    """Issue 11: PostgreSQL restarts under workers started without --with-scheduler. Every record's job
+    fails, RQ schedules its retry in the ScheduledJobRegistry, and nothing ever moves it to the queue.
+    The relay printed "delivered 5 job(s)" while the queue stayed empty. It must move them, say so, and
+    report the missing scheduler."""
+    host, port = connection.settings_dict["HOST"] or "127.0.0.1", int(connection.settings_dict["PORT"] or 5432)
+    proxy = TcpProxy(host, port)  # the workers' way to PostgreSQL: stopped, it looks like a restart
+    url = worker_db_url().replace(f"@{host}:{port}/", f"@127.0.0.1:{proxy.port}/")
+    profiles = [ProfileFactory() for _ in range(5)]
+    requests = [enqueue_update(p, active=True) for p in profiles]
+    registry = queue().scheduled_job_registry
+    try:
+        workers.start(1, scheduler=False, env={"DATABASE_URL": url})  # PostgreSQL is "down": no proxy yet
+        # SAFEUPDATES_RETRY of the test settings: the first retry at once, the second after 1 s (scheduled).
+        assert wait_until(lambda: registry.count == 5 and queue().count == 0, 60), workers.logs()
+        proxy.start()  # PostgreSQL is back
+        assert wait_until(lambda: len(registry.get_jobs_to_schedule()) == 5, 10)  # overdue, and nobody moves them
+        assert pending() == 5
+        out = relay_output("--older-than", "0")
+        assert "5 due (pending > 0s): enqueued 5 job(s) (5 moved from RQ's scheduled or deferred registry)" in out
+        assert "no RQ scheduler is running for queue 'default'" in out
+        assert wait_until(lambda: pending() == 0, 60), workers.logs()
+    finally:
+        proxy.stop()
+    assert {ProcessedRequest.objects.get(pk=r.pk).status for r in requests} == {"applied"}
+    assert set(Profile.objects.values_list("active", flat=True)) == {True}
+
+
+@pytest.fixture
+def own_servers() -> Iterator[tuple[OwnRedis, OwnPostgres]]:
+    redis_server, postgres = OwnRedis().start(), OwnPostgres()
+    try:
+        postgres.init()
+        yield redis_server, postgres
+    finally:
+        redis_server.stop()
+        postgres.destroy()
+
+
+@pytest.mark.workers
+def test_the_relay_loop_survives_outages_of_redis_and_postgresql(own_servers, tmp_path):
+    """``safeupdates_relay --interval`` keeps running while Redis or PostgreSQL is down, and says so in
+    one line per failed pass, without a traceback."""
+    redis_server, postgres = own_servers
+    env = subprocess_env(DATABASE_URL=postgres.url, REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1")
+
+    def manage(*args: str) -> None:
+        subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=ROOT, check=True, timeout=120)
+
+    manage("migrate", "--no-input", "-v", "0")
+    code = (
+        "from safeupdates import enqueue_update; from tests.testapp.models import Profile; "
+        "enqueue_update(Profile.objects.create(), active=True)"
+    )
+    manage("shell", "-c", code)
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    command = [sys.executable, "manage.py", "safeupdates_relay", "--interval", "0.2", "--older-than", "0"]
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        relay_proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=err)
+
+    def lines(path: Path, pattern: str) -> int:
+        return sum(bool(re.search(pattern, line)) for line in path.read_text().splitlines())
+
+    redis_down = (
+        rf"^safeupdates relay: Redis unreachable at redis://127\.0\.0\.1:{redis_server.port}/0 "
+        r".*; will retry in 0\.2 s$"
+    )
+    postgres_down = (
+        rf"^safeupdates relay: PostgreSQL unreachable at 127\.0\.0\.1:{postgres.port}/postgres "
+        r".*; will retry in 0\.2 s$"
+    )
+    try:
+        assert wait_until(lambda: lines(out_path, "1 due .*: enqueued 0 job.*, 1 already queued"), 30), (
+            err_path.read_text()
+        )
+        redis_server.stop()
+        assert wait_until(lambda: lines(err_path, redis_down) >= 2, 30), err_path.read_text()
+        redis_server.start()  # empty: the job was lost with Redis
+        enqueued = lines(out_path, "enqueued 1 job")
+        assert wait_until(lambda: lines(out_path, "enqueued 1 job") > enqueued, 30), err_path.read_text()
+        postgres.stop()
+        assert wait_until(lambda: lines(err_path, postgres_down) >= 2, 30), err_path.read_text()
+        postgres.start()
+        passes = lines(out_path, "due")
+        assert wait_until(lambda: lines(out_path, "due") > passes, 30), err_path.read_text()
+        assert relay_proc.poll() is None
+    finally:
+        relay_proc.terminate()
+        relay_proc.wait(10)
+    errors = err_path.read_text().splitlines()
+    assert errors and all(re.search(redis_down, e) or re.search(postgres_down, e) for e in errors), errors
