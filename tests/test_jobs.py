@@ -128,7 +128,7 @@ class TestEnqueueValidation:
     def test_a_primary_key_longer_than_the_logs_object_id(self, redis):
         tag = Tag.objects.create(code="t" * 300)
         with pytest.raises(
-            InvalidUpdate, match="has 300 characters, and the request log.s object_id holds at most 255"
+            InvalidUpdate, match=r"has 300 characters, and the request log's object_id holds at most 255"
         ):
             enqueue_update(tag, label="x")
         assert ProcessedRequest.objects.count() == 0
