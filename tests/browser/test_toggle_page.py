@@ -98,7 +98,7 @@ def test_bad_input_shows_the_servers_message(page: Page) -> None:
     # A tampered page: the switch now names a field that queued jobs may not change.
     page.eval_on_selector("#toggle-active", "el => { el.dataset.field = 'lock_version'; }")
     page.click("#toggle-active")
-    expect(page.locator("#error")).to_contain_text("toggles.Profile.lock_version is managed by safeupdates")
+    expect(page.locator("#error")).to_contain_text("'lock_version' is not a toggle")
     assert requests_of(profile) == []
 
 
