@@ -276,3 +276,18 @@ def _waiting_on_locks() -> int:
             "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
         )
         return int(cursor.fetchone()[0])
+
+
+def test_the_core_never_imports_rest_framework():
+    """DRF is an optional extra: importing the app, its HTTP module and its models must not need it."""
+    import subprocess
+    import sys
+
+    from tests.workers import ROOT, subprocess_env
+
+    code = (
+        "import sys, django; django.setup(); import safeupdates.http, safeupdates.ids, safeupdates.models, "
+        "safeupdates.jobs; sys.exit('rest_framework' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
