@@ -1,0 +1,2 @@
+"""Optional integrations; each needs its extra installed (``django-safeupdates[drf]``...). The core
+never imports them."""

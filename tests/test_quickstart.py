@@ -1,0 +1,243 @@
+"""``docs/quickstart.md`` runs as written: its blocks become a new project, driven end to end.
+
+Each block marked ``<!-- file: PATH -->`` is written to PATH (``(append)``: appended), each command
+of a ``<!-- run -->`` block is run, in the order of the page, in a temporary directory. Then the page
+and the view are driven with Django's test client in a process of that project, while the
+``rqworker --with-scheduler`` of the page's "Run it" block applies the jobs, and its relay makes a
+pass. The only addition is this test's database and Redis, appended to the settings (below).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import environ
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.workers import _kill_tree
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "docs" / "quickstart.md"
+_BLOCK = re.compile(r"(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
+
+pytestmark = pytest.mark.workers
+
+# Not part of the docs: point the project at this test's database and Redis database.
+SETTINGS_FOR_THE_TEST = """
+
+# --- added by tests/test_quickstart.py (not part of the docs) ---
+import os as _os
+
+RQ_QUEUES["default"]["URL"] = _os.environ["QUICKSTART_REDIS_URL"]
+if _os.environ.get("QUICKSTART_POSTGRES"):
+    import json as _json
+
+    DATABASES = {"default": _json.loads(_os.environ["QUICKSTART_POSTGRES"])}
+"""
+
+DRIVE = r"""
+import os, re, sys, time, uuid
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+import django
+
+django.setup()
+from django.contrib.auth.models import User
+from django.test import Client
+from django.test.utils import setup_test_environment
+
+from safeupdates.models import ProcessedRequest
+from toggles.models import Profile
+from toggles.services import deactivate, spend_credit
+from toggles.webhooks import on_subscription_event
+
+setup_test_environment()
+user = User.objects.create_user("ada", password="not-used")
+client = Client()
+
+# Anonymous: sent to log in, nothing recorded.
+response = client.post("/settings/toggle/", {"active": "true", "request_id": str(uuid.uuid4())})
+assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), response
+assert not ProcessedRequest.objects.exists()
+
+client.force_login(user)
+page = client.get("/settings/")
+assert page.status_code == 200, page
+request_id = re.search(r'name="request_id" value="([0-9a-f-]{36})"', page.content.decode()).group(1)
+
+# Strict input: a 400 for anything but true/false and a UUID, and nothing recorded.
+for data in (
+    {"request_id": request_id},
+    {"active": "yes", "request_id": request_id},
+    {"active": "on", "request_id": request_id},
+    {"active": "True", "request_id": request_id},
+    {"active": "true"},
+    {"active": "true", "request_id": "not-a-uuid"},
+):
+    response = client.post("/settings/toggle/", data)
+    assert response.status_code == 400, (data, response.status_code, response.content)
+assert not ProcessedRequest.objects.exists()
+
+# A double click: the same page's request id twice, recorded once.
+for _ in range(2):
+    response = client.post("/settings/toggle/", {"active": "true", "request_id": request_id})
+    assert response.status_code == 302 and response["Location"] == "/settings/", response
+assert ProcessedRequest.objects.count() == 1
+# The same old page sent again with the other value: refused, not silently dropped.
+response = client.post("/settings/toggle/", {"active": "false", "request_id": request_id})
+assert response.status_code == 409, response
+
+# A webhook event delivered twice: one request.
+event = {"id": "evt_1", "type": "subscription.created", "username": "ada"}
+on_subscription_event(event)
+on_subscription_event(event)
+assert ProcessedRequest.objects.count() == 2
+
+# The worker applies both.
+deadline = time.monotonic() + 60
+while ProcessedRequest.objects.filter(status="pending").exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+statuses = sorted(ProcessedRequest.objects.values_list("status", flat=True))
+assert statuses == ["applied", "applied"], statuses
+profile = Profile.objects.get(user=user)
+assert (profile.active, profile.newsletter) == (True, True), profile.__dict__
+
+# Trusted code.
+assert deactivate(profile.pk, uuid.uuid4()).applied
+assert Profile.objects.get(pk=profile.pk).active is False
+assert spend_credit(profile.pk) is False
+Profile.objects.filter(pk=profile.pk).update(credits=1)
+assert spend_credit(profile.pk) is True
+assert Profile.objects.get(pk=profile.pk).credits == 0
+print("quickstart driven")
+"""
+
+
+@dataclass
+class Block:
+    mark: str
+    lang: str
+    body: str
+
+
+def blocks() -> list[Block]:
+    return [Block(m["mark"] or "", m["lang"], m["body"]) for m in _BLOCK.finditer(QUICKSTART.read_text())]
+
+
+def commands(block: Block) -> list[list[str]]:
+    """The commands of a console block, as argv lists for this interpreter (comments dropped)."""
+    argvs = []
+    for line in block.body.splitlines():
+        argv = shlex.split(line, comments=True)
+        if not argv:
+            continue
+        if argv[0] == "django-admin":
+            argvs.append([sys.executable, "-m", "django", *argv[1:]])
+        elif argv[0] == "python":
+            argvs.append([sys.executable, *argv[1:]])
+        else:
+            raise AssertionError(f"a command the test cannot run: {line!r}")
+    return argvs
+
+
+def test_every_code_block_is_marked():
+    """A block without a mark would not be run: it could drift from working code unnoticed."""
+    unmarked = [b.body for b in blocks() if b.lang in ("python", "html") and not b.mark.startswith("file: ")]
+    assert unmarked == []
+    assert {b.mark for b in blocks() if b.lang == "console"} <= {"", "run", "run: background"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request, tmp_path):
+    """The project's database: the docs' SQLite file, or a throwaway PostgreSQL database."""
+    if request.param == "sqlite":
+        yield None
+        return
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (DATABASE_URL)")
+    import psycopg
+
+    config = environ.Env.db_url_config(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/x"))
+    name = f"{config['NAME']}_quickstart"
+    admin = {k: v for k, v in (("user", config.get("USER")), ("password", config.get("PASSWORD"))) if v}
+    dsn = {"host": config.get("HOST") or "127.0.0.1", "port": config.get("PORT") or 5432, "dbname": "postgres"}
+    with psycopg.connect(**dsn, **admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield {
+        "ENGINE": "django.db.backends.postgresql",
+        **{k: v for k, v in config.items() if k != "ENGINE"},
+        "NAME": name,
+    }
+    with psycopg.connect(**dsn, **admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_quickstart_runs_as_written(tmp_path, database, redis):
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
+    env.update(PYTHONPATH=str(ROOT), QUICKSTART_REDIS_URL=settings.REDIS_URL)
+    if database is not None:
+        env["QUICKSTART_POSTGRES"] = json.dumps(database)
+    background: list[list[str]] = []
+    for block in blocks():
+        if block.mark == "run":
+            for argv in commands(block):
+                run(argv, tmp_path, env)
+        elif block.mark == "run: background":
+            background = commands(block)
+        elif block.mark.startswith("file: "):
+            target, _, how = block.mark.removeprefix("file: ").partition(" ")
+            path = tmp_path / target
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if how == "(append)":
+                with path.open("a") as file:
+                    file.write("\n" + block.body)
+                    if target.endswith("settings.py"):
+                        file.write(SETTINGS_FOR_THE_TEST)
+            else:
+                path.write_text(block.body)
+
+    worker_argv = next(argv for argv in background if "rqworker" in argv)
+    assert "--with-scheduler" in worker_argv
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            worker_argv, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        (tmp_path / "drive.py").write_text(DRIVE)
+        driven = run([sys.executable, "drive.py"], tmp_path, env, check=False)
+        assert driven.returncode == 0, f"{driven.stdout}\n{driven.stderr}\nworker:\n{log.read_text()}"
+        assert "quickstart driven" in driven.stdout
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(10)  # RQ's warm shutdown
+        _kill_tree(worker.pid, signal.SIGKILL)
+        worker.wait()
+    assert "database is locked" not in log.read_text()
+
+    # The relay of the same block, one pass (its --interval would keep it running).
+    relay = next(argv for argv in background if "safeupdates_relay" in argv)
+    relay = relay[: relay.index("--interval")] if "--interval" in relay else relay
+    run(relay, tmp_path, env)
+    run([sys.executable, "manage.py", "check"], tmp_path, env)
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+    if check:
+        assert done.returncode == 0, f"{shlex.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
+    return done
