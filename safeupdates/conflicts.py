@@ -29,9 +29,20 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import concrete_field
 from safeupdates.models import ChangesEncoder, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
-__all__ = ["Conflict", "FieldChange", "edit_token", "find_conflict", "read_edit_token"]
+__all__ = [
+    "Conflict",
+    "FieldChange",
+    "changes_since",
+    "edit_token",
+    "find_conflict",
+    "read_edit_token",
+    "stored_form",
+    "writer_of",
+]
 
 _SALT = "safeupdates.edit-token"
+#: Columns that safeupdates keeps for itself: never reported as changed.
+_BOOKKEEPING = frozenset({"lock_version", "field_versions", "last_synced_at"})
 
 
 @dataclass(frozen=True)
@@ -110,7 +121,7 @@ def edit_token(instance: LockVersionMixin, fields: Iterable[str]) -> str:
         "m": instance._meta.label_lower,
         "pk": str(instance.pk),
         "v": instance.lock_version,
-        "f": {name: _stored_form(instance, name) for name in names},
+        "f": {name: stored_form(instance, name) for name in names},
     }
     return signing.dumps(payload, salt=_SALT, compress=True)
 
@@ -144,10 +155,10 @@ def find_conflict(current: LockVersionMixin, seen_version: int, seen: Mapping[st
     changes = []
     for name, seen_value in seen.items():
         field = concrete_field(model, name)
-        now = _stored_form(current, name)
+        now = stored_form(current, name)
         if now == seen_value:
             continue
-        request_id, changed_at = _writer(current, name, now)
+        request_id, changed_at = writer_of(current, name, now)
         changes.append(
             FieldChange(
                 name=name,
@@ -164,7 +175,41 @@ def find_conflict(current: LockVersionMixin, seen_version: int, seen: Mapping[st
     )
 
 
-def _writer(current: LockVersionMixin, name: str, now: Any) -> tuple[UUID | None, datetime | None]:
+def changes_since(current: LockVersionMixin, seen_version: int) -> Conflict:
+    """The fields of ``current`` written after version ``seen_version``, from its ``field_versions``.
+
+    For a client that kept only a version (an ETag), not the values it saw: ``seen`` is None. A field
+    counts as written since if its version is newer; a full ``save()`` writes every field, so after one
+    every field is listed. A request allocated before ``seen_version`` but applied after it carries the
+    older version and is not listed: the list is what is known to be newer, the refusal itself does not
+    depend on it.
+    """
+    model = type(current)
+    changes = []
+    for field in model._meta.concrete_fields:
+        if field.primary_key or field.name in _BOOKKEEPING:
+            continue
+        version = current.field_version(field.name)
+        if version <= seen_version:
+            continue
+        request_id, changed_at = writer_of(current, field.name, stored_form(current, field.name))
+        changes.append(
+            FieldChange(
+                name=field.name,
+                label=str(field.verbose_name or field.name).capitalize(),
+                seen=None,
+                now=getattr(current, field.attname),
+                request_id=request_id,
+                changed_at=changed_at,
+                version=version,
+            )
+        )
+    return Conflict(
+        str(model._meta.verbose_name).capitalize(), current.pk, seen_version, current.lock_version, tuple(changes)
+    )
+
+
+def writer_of(current: LockVersionMixin, name: str, now: Any) -> tuple[UUID | None, datetime | None]:
     """The newest applied request that set field ``name`` to the value it holds ``now``, if any.
 
     A direct ``save()`` after that request rewrites every field with the same value; the request is
@@ -189,7 +234,7 @@ def _writer(current: LockVersionMixin, name: str, now: Any) -> tuple[UUID | None
     return newest[1], newest[2]
 
 
-def _stored_form(instance: models.Model, name: str) -> Any:
+def stored_form(instance: models.Model, name: str) -> Any:
     """The value of field ``name`` as JSON holds it (what the token carries and compares)."""
     field = concrete_field(type(instance), name)
     return json.loads(json.dumps(field.value_from_object(instance), cls=ChangesEncoder))

@@ -33,7 +33,7 @@ from django.utils.crypto import constant_time_compare
 from django.views.generic import View
 from django.views.generic.detail import SingleObjectMixin
 
-from safeupdates.conflicts import Conflict, FieldChange
+from safeupdates.conflicts import Conflict, FieldChange, changes_since
 from safeupdates.exceptions import StaleObjectError
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ _SALT = "safeupdates.etag"
 #: Methods that read; every other method writes (and If-Match is checked in its write).
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 #: Fields that bookkeep the versions themselves: never reported as changed.
-_BOOKKEEPING = frozenset({"lock_version", "field_versions", "last_synced_at"})
 
 ANY: Literal["*"] = "*"
 # entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE ; etagc = %x21 / %x23-7E / obs-text  (RFC 9110, 8.8.3)
@@ -309,39 +308,6 @@ class ConditionalMixin(_SingleObjectMixin, View):
         if self._conditional_object is not None and queryset is None:
             return self._conditional_object
         return super().get_object(queryset)
-
-
-def changes_since(current: LockVersionMixin, seen_version: int) -> Conflict:
-    """The fields of ``current`` written after version ``seen_version``, from its ``field_versions``.
-
-    The value each held at ``seen_version`` is not known here (an ETag carries no values): ``seen``
-    is None, and :func:`conflict_body` leaves it out. A full ``save()`` writes every field, so after
-    one every field is listed.
-    """
-    # Private helpers of safeupdates.conflicts: the request that wrote a field, a value's stored form.
-    from safeupdates.conflicts import _stored_form, _writer
-
-    model = type(current)
-    changes = []
-    for field in model._meta.concrete_fields:
-        if field.primary_key or field.name in _BOOKKEEPING:
-            continue
-        version = current.field_version(field.name)
-        if version <= seen_version:
-            continue
-        request_id, changed_at = _writer(current, field.name, _stored_form(current, field.name))
-        changes.append(
-            FieldChange(
-                name=field.name,
-                label=str(field.verbose_name).capitalize(),
-                seen=None,
-                now=getattr(current, field.attname),
-                request_id=request_id,
-                changed_at=changed_at,
-                version=version,
-            )
-        )
-    return Conflict(_label(current), current.pk, seen_version, current.lock_version, tuple(changes))
 
 
 def conflict_body(conflict: Conflict) -> dict[str, Any]:
