@@ -190,11 +190,14 @@ class LockVersionMixin(models.Model):
                 f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
                 f"(lock_version {loaded}); reload it with refresh_from_db() and apply your change again."
             )
-        # The row is gone: Django falls back to an INSERT (or raises, under force_update or
-        # update_fields), which takes a version first.
-        if save.version is None:
-            self.lock_version = version = next_version(using or "default")
-            self.field_versions = {BASE_VERSION_KEY: version}
+        if not self._state.adding:
+            # Loaded from the row, which someone deleted since: an INSERT would undo their delete.
+            raise StaleObjectError(
+                f"{self._meta.label} pk={pk_val!r} was deleted after it was loaded; save(force_insert=True) "
+                "creates it again, if that is what you mean."
+            )
+        # A new instance with a primary key of its own: Django falls back to an INSERT (or raises,
+        # under force_update or update_fields). It took its version before the statement.
         return [] if UPDATE_RETURNS_ROWS else False
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:

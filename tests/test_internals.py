@@ -65,9 +65,15 @@ def test_another_mixins_do_update_wraps_ours():
 
 
 def test_update_fields_on_a_missing_row_raises_djangos_error():
+    profile = Profile(pk=10**9, name="b")  # never loaded: not stale, just not there
+    expected = getattr(Profile, "NotUpdated", DatabaseError)  # Model.NotUpdated is new in Django 6.0
+    with pytest.raises(expected, match="did not affect any rows"):
+        profile.save(update_fields=["name"])
+
+
+def test_update_fields_on_a_row_deleted_since_it_was_loaded_is_stale():
     profile = Profile.objects.create(name="a")
     Profile.objects.filter(pk=profile.pk).delete()
     profile.name = "b"
-    expected = getattr(Profile, "NotUpdated", DatabaseError)  # Model.NotUpdated is new in Django 6.0
-    with pytest.raises(expected, match="did not affect any rows"):
+    with pytest.raises(StaleObjectError, match="deleted after it was loaded"):
         profile.save(update_fields=["name"])

@@ -93,11 +93,22 @@ def test_update_fields_save_leaves_other_fields_open_to_older_requests():
     assert Profile.objects.update_if_newer(profile.pk, version=older, newsletter=True).outcome == "applied"
 
 
-def test_save_of_a_deleted_row_inserts_it_again():
+def test_save_of_a_row_deleted_since_it_was_loaded_is_stale():
+    """As in Rails: the delete is a write the instance never saw; bringing the row back would undo it."""
     document = DocumentFactory()
     Document.objects.filter(pk=document.pk).delete()
+    document.title = "edited"
+    with pytest.raises(StaleObjectError, match="deleted"):
+        document.save()
+    assert not Document.objects.filter(pk=document.pk).exists()
+    document.save(force_insert=True)  # a deliberate re-insert
+    assert Document.objects.get(pk=document.pk).title == "edited"
+
+
+def test_a_new_instance_with_an_explicit_pk_is_inserted():
+    document = Document(pk=10**9, title="new")
     document.save()
-    assert Document.objects.filter(pk=document.pk).exists()
+    assert Document.objects.get(pk=10**9).title == "new"
 
 
 def test_lock_version_mixin_alone():
