@@ -103,6 +103,7 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     for config in configs:
         for model in config.get_models():
             messages += _check_reserved_names(model)
+            messages += _check_primary_key(model)
             if not issubclass(model, SafeUpdateModel):
                 continue
             names = getattr(model, "safe_update_fields", ())
@@ -128,6 +129,47 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
                         )
                     )
     return messages
+
+
+def _check_primary_key(model: type[Any]) -> list[CheckMessage]:
+    """E007: a ``LockVersionMixin`` model with a composite primary key (Django 5.2+)."""
+    from safeupdates.models import LockVersionMixin
+
+    if not issubclass(model, LockVersionMixin) or not getattr(model._meta, "is_composite_pk", False):
+        return []
+    return [
+        Error(
+            f"{model._meta.label} has a composite primary key, which safeupdates does not support: its guarded "
+            "writes, request log and jobs address a row by one key.",
+            hint="Give the model a single-column primary key (keep the pair unique with a UniqueConstraint).",
+            obj=model,
+            id="safeupdates.E007",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_pooler(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W004: a PostgreSQL database that looks pooled while ``SAFEUPDATES_PREPARED_STATEMENTS`` is unset.
+
+    ``DISABLE_SERVER_SIDE_CURSORS`` is what Django asks for behind PgBouncer in transaction mode, where
+    prepared statements work only with PgBouncer 1.22+ and ``max_prepared_statements``. Read from
+    settings, no connection.
+    """
+    if hasattr(settings, "SAFEUPDATES_PREPARED_STATEMENTS"):
+        return []
+    return [
+        Warning(
+            f"Database {alias!r} looks pooled (DISABLE_SERVER_SIDE_CURSORS), and safeupdates runs its guarded "
+            "writes as prepared statements.",
+            hint="Behind PgBouncer in transaction mode prepared statements need PgBouncer >= 1.22 with "
+            "max_prepared_statements > 0 (and psycopg >= 3.2): then set SAFEUPDATES_PREPARED_STATEMENTS = True. "
+            "Otherwise set it to False.",
+            id="safeupdates.W004",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("ENGINE") == "django.db.backends.postgresql" and config.get("DISABLE_SERVER_SIDE_CURSORS")
+    ]
 
 
 @register(Tags.compatibility)

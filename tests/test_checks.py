@@ -200,3 +200,59 @@ def test_task_retention_default_keeps_tasks_forever():
     assert conf.task_retention() is None
     with override_settings(SAFEUPDATES_TASK_RETENTION=90):
         assert conf.task_retention() == 90
+
+
+def test_e007_a_composite_primary_key_is_refused():
+    from safeupdates.models import LockVersionMixin
+
+    with isolate_apps("tests.testapp") as apps:
+
+        class Membership(LockVersionMixin):
+            pk = models.CompositePrimaryKey("team", "member")
+            team = models.IntegerField()
+            member = models.IntegerField()
+
+            class Meta:
+                app_label = "testapp"
+
+        assert [
+            m for m in check_models(app_configs=[apps.get_app_config("testapp")]) if m.id == "safeupdates.E007"
+        ] == [
+            Error(
+                "testapp.Membership has a composite primary key, which safeupdates does not support: its "
+                "guarded writes, request log and jobs address a row by one key.",
+                hint="Give the model a single-column primary key (keep the pair unique with a UniqueConstraint).",
+                obj=Membership,
+                id="safeupdates.E007",
+            )
+        ]
+
+
+@pytest.mark.parametrize(
+    ("options", "explicit", "warned"),
+    [
+        ({"DISABLE_SERVER_SIDE_CURSORS": True}, None, True),
+        ({"DISABLE_SERVER_SIDE_CURSORS": True}, True, False),
+        ({"DISABLE_SERVER_SIDE_CURSORS": True}, False, False),
+        ({}, None, False),
+    ],
+)
+def test_w004_a_pooled_database_without_an_explicit_prepared_statements_setting(settings, options, explicit, warned):
+    from safeupdates.checks import check_pooler
+
+    settings.DATABASES = {
+        "default": {**settings.DATABASES["default"], "ENGINE": "django.db.backends.postgresql", **options}
+    }
+    if explicit is not None:
+        settings.SAFEUPDATES_PREPARED_STATEMENTS = explicit
+    expected = [
+        Warning(
+            "Database 'default' looks pooled (DISABLE_SERVER_SIDE_CURSORS), and safeupdates runs its guarded "
+            "writes as prepared statements.",
+            hint="Behind PgBouncer in transaction mode prepared statements need PgBouncer >= 1.22 with "
+            "max_prepared_statements > 0 (and psycopg >= 3.2): then set SAFEUPDATES_PREPARED_STATEMENTS = True. "
+            "Otherwise set it to False.",
+            id="safeupdates.W004",
+        )
+    ]
+    assert check_pooler() == (expected if warned else [])
