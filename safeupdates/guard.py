@@ -366,6 +366,13 @@ def _next_version_expression(connection: BaseDatabaseWrapper) -> Any:
     return next_version(connection.alias)
 
 
+#: The WITH clause that a save()'s UPDATE starts with on PostgreSQL: one fresh version for the statement.
+#: A CTE referenced twice is evaluated once, and only when first read: a row that does not match (a
+#: stale save) takes no version.
+SAVE_VERSION_CTE = f"WITH safeupdates_save AS MATERIALIZED (SELECT nextval('{SEQUENCE_NAME}') AS v)"
+_SAVE_VERSION = "(SELECT v FROM safeupdates_save)"
+
+
 def saved_versions(
     connection: BaseDatabaseWrapper, field: models.Field[Any, Any], names: Sequence[str] | None, version: int | None
 ) -> tuple[Any, Any]:
@@ -373,30 +380,29 @@ def saved_versions(
 
     ``names`` are the fields of ``update_fields`` (None: a full save, every field under ``"*"``); their
     entries are merged into the row's map in the statement, never written from the instance's copy.
-    ``version`` None (PostgreSQL) takes the versions from the sequence inside the statement, so a save
-    is one round trip: the fields' version from one ``nextval`` (an InitPlan, evaluated once), the new
-    ``lock_version`` from another. Neither is taken unless the row matches.
+    ``version`` None (PostgreSQL): the statement takes the version itself, from
+    :data:`SAVE_VERSION_CTE`, which the caller puts in front of it, so that a save is one round trip;
+    ``lock_version`` and the fields' entries get the same version.
     """
     column = connection.ops.quote_name(field.column)
-    if version is not None:
-        if names is None:
-            return version, {BASE_VERSION_KEY: version}
-        patch = json.dumps(dict.fromkeys(names, version))
-        if connection.vendor == "postgresql":
-            merged = RawSQL(f"COALESCE({column}, '{{}}'::jsonb) || %s::jsonb", [patch], output_field=field)
-        else:
-            merged = RawSQL(f"json_patch(COALESCE({column}, '{{}}'), %s)", [patch], output_field=field)
-        return version, merged
-    lock = RawSQL(f"nextval('{SEQUENCE_NAME}')", [], output_field=models.BigIntegerField())
-    if names is None:
-        return lock, RawSQL(
-            f"jsonb_build_object(%s, nextval('{SEQUENCE_NAME}'))", [BASE_VERSION_KEY], output_field=field
-        )
-    pairs = ", ".join(["%s, n.v"] * len(names))
-    merged = RawSQL(
-        f"COALESCE({column}, '{{}}'::jsonb) || "
-        f"(SELECT jsonb_build_object({pairs}) FROM (SELECT nextval('{SEQUENCE_NAME}') AS v) AS n)",
-        list(names),
-        output_field=field,
-    )
-    return lock, merged
+    postgresql = connection.vendor == "postgresql"
+    if version is None:
+        lock: Any = RawSQL(_SAVE_VERSION, [], output_field=models.BigIntegerField())
+        value = _SAVE_VERSION
+    else:
+        lock, value = version, "%s"
+    names = [BASE_VERSION_KEY] if names is None else list(names)
+    params: list[Any] = []
+    for name in names:
+        params += [name] if version is None else [name, version]
+    if postgresql:
+        pairs = ", ".join(f"%s::text, {value}" for _name in names)
+        patch = f"jsonb_build_object({pairs})"
+    else:
+        pairs = ", ".join(f"%s, {value}" for _name in names)
+        patch = f"json_object({pairs})"
+    if names == [BASE_VERSION_KEY]:
+        return lock, RawSQL(patch, params, output_field=field)  # a full save: every field at this version
+    if postgresql:
+        return lock, RawSQL(f"COALESCE({column}, '{{}}'::jsonb) || {patch}", params, output_field=field)
+    return lock, RawSQL(f"json_patch(COALESCE({column}, '{{}}'), {patch})", params, output_field=field)

@@ -29,12 +29,17 @@ UPDATE_RETURNS_ROWS = django.VERSION >= (6, 0)
 
 
 def update_returning(
-    queryset: models.QuerySet[Any], values: Sequence[tuple[Any, Any, Any]], fields: Sequence[models.Field[Any, Any]]
+    queryset: models.QuerySet[Any],
+    values: Sequence[tuple[Any, Any, Any]],
+    fields: Sequence[models.Field[Any, Any]],
+    *,
+    with_clause: str = "",
 ) -> list[tuple[Any, ...]]:
     """``queryset._update(values)`` with ``RETURNING fields``: one round trip, the written values back.
 
     ``values`` are ``(field, model, value)`` triples as ``Model._do_update`` receives them; values may
-    be expressions. Returns one tuple per updated row, converted as the ORM would (``from_db_value``).
+    be expressions. ``with_clause`` (``WITH name AS (...)``) goes in front of the statement, for values
+    that read it. Returns one tuple per updated row, converted as the ORM would (``from_db_value``).
     PostgreSQL and SQLite (3.35+) both return rows from an UPDATE.
     """
     query: Any = queryset.query.chain(sql.UpdateQuery)
@@ -44,7 +49,7 @@ def update_returning(
     statement, params = compiler.as_sql()
     connection = compiler.connection
     qn = connection.ops.quote_name
-    statement = f"{statement} RETURNING {', '.join(qn(field.column) for field in fields)}"
+    statement = f"{with_clause} {statement} RETURNING {', '.join(qn(field.column) for field in fields)}".lstrip()
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         rows: list[Any] = cursor.fetchall()

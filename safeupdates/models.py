@@ -21,7 +21,14 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
-from safeupdates.guard import BASE_VERSION_KEY, concrete_field, saved_versions, stored_version, versions_model
+from safeupdates.guard import (
+    BASE_VERSION_KEY,
+    SAVE_VERSION_CTE,
+    concrete_field,
+    saved_versions,
+    stored_version,
+    versions_model,
+)
 from safeupdates.internals import UPDATE_RETURNS_ROWS, update_returning
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.versions import next_version
@@ -178,10 +185,12 @@ class LockVersionMixin(models.Model):
         fields = [*asked, lock_field, versions_field]
         loaded, *earlier = save.expected
         rows = base_qs.filter(pk=pk_val)
-        updated = update_returning(rows.filter(lock_version=loaded), values, fields)
+        # PostgreSQL: the statement takes its version itself (SAVE_VERSION_CTE), one round trip in all.
+        with_clause = SAVE_VERSION_CTE if save.version is None else ""
+        updated = update_returning(rows.filter(lock_version=loaded), values, fields, with_clause=with_clause)
         if not updated and earlier:
             # A save of this instance whose transaction rolled back left it a version the row never got.
-            updated = update_returning(rows.filter(lock_version__in=earlier), values, fields)
+            updated = update_returning(rows.filter(lock_version__in=earlier), values, fields, with_clause=with_clause)
         if updated:
             *returned, self.lock_version, self.field_versions = updated[0]
             return [tuple(returned)] if UPDATE_RETURNS_ROWS else True

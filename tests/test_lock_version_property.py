@@ -144,3 +144,5 @@ def test_no_sequence_of_writes_loses_one(steps):
         if stored is not None:
             assert {n: getattr(stored, n) for n in FIELDS} == row.values, (op, args)
             assert {n: stored.field_version(n) for n in FIELDS} == row.versions, (op, args)
+            # The change token is at least every version written (a migrate's floor relies on it).
+            assert stored.lock_version >= max(stored.field_versions.values()), (op, args)
