@@ -9,7 +9,7 @@ from safeupdates.admin import ProcessedRequestAdmin
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
-from tests.testapp.models import Document, Profile
+from tests.testapp.models import Gadget, Profile
 
 pytestmark = pytest.mark.django_db
 
@@ -49,8 +49,8 @@ def test_read_only(admin_client, recorded):
 
 
 def test_target_without_admin_is_plain_text(admin_client):
-    request = ProcessedRequest(content_type=ContentType.objects.get_for_model(Document), object_id="7")
-    assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(request) == "testapp.document 7"
+    request = ProcessedRequest(content_type=ContentType.objects.get_for_model(Gadget), object_id="7")
+    assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(request) == "testapp.gadget 7"
     assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(ProcessedRequest(key="k")) == "k"
 
 
