@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django import forms
+from django.apps import apps
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.contenttypes.models import ContentType
@@ -25,14 +26,16 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import select_template
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin, shown_fields
-from safeupdates.models import Batch, LockVersionMixin, ProcessedRequest
+from safeupdates.guard import stored_version
+from safeupdates.models import Batch, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
 if TYPE_CHECKING:
     _ModelAdminBase = admin.ModelAdmin[Any]
@@ -412,12 +415,41 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
+class SafeUpdateModelsFilter(admin.RelatedFieldListFilter):
+    """The "By model" filter of the request log: only the models that use safeupdates."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        models_ = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
+        types = ContentType.objects.get_for_models(*models_).values() if models_ else []
+        return sorted(((str(ct.pk), str(ct)) for ct in types), key=lambda choice: choice[1])
+
+
+def _short(changes: Any, limit: int = 60) -> str:
+    text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 @admin.register(ProcessedRequest)
 class ProcessedRequestAdmin(ReadOnlyAdmin):
-    """The request log is written by safeupdates only: it can be inspected, filtered and searched."""
+    """The request log is written by safeupdates only: it can be inspected, filtered and searched.
 
-    list_display = ["request_id", "kind", "target_link", "version", "status", "attempts", "created_at", "processed_at"]
-    list_filter = ["status", "kind", "content_type", "queue"]
+    Each request shows what it wanted (``changes``) and why it ended as it did: for a stale request,
+    which newer write holds each of its fields now (from the record's ``field_versions`` and the log).
+    """
+
+    list_display = [
+        "request_id",
+        "kind",
+        "target_link",
+        "wanted",
+        "version",
+        "status",
+        "outcome",
+        "attempts",
+        "created_at",
+        "processed_at",
+    ]
+    list_filter = ["status", "kind", ("content_type", SafeUpdateModelsFilter), "queue"]
     search_fields = ["=request_id", "=object_id", "=key"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
@@ -430,8 +462,10 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         "key",
         "target_link",
         "version",
+        "synced_at",
         "changes",
         "status",
+        "outcome",
         "error",
         "attempts",
         "queue",
@@ -457,12 +491,79 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
             return label
         return format_html('<a href="{}">{}</a>', url, label)
 
+    @admin.display(description=_("wanted"))
+    def wanted(self, obj: ProcessedRequest) -> str:
+        """What the request asked for, short (the change page shows all of it)."""
+        if obj.kind == RequestKind.BATCH_ITEM or obj.kind == RequestKind.TASK:
+            return obj.key
+        return _short(obj.changes)
+
+    @admin.display(description=_("why"))
+    def outcome(self, obj: ProcessedRequest) -> str:
+        """Why the request ended as it did: for a stale one, the newer write that holds each field."""
+        if obj.status == RequestStatus.PENDING:
+            return "waiting for a worker"
+        if obj.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
+            return obj.error or "-"
+        if obj.status != RequestStatus.STALE or obj.kind != RequestKind.UPDATE:
+            return "-"
+        current = self._target(obj)
+        if current is None:
+            return "the record no longer exists"
+        if obj.synced_at is not None:
+            synced = getattr(current, "last_synced_at", None)
+            return (
+                f"the record was synced at {synced:%Y-%m-%d %H:%M:%S}, "
+                f"not older than this request's {obj.synced_at:%Y-%m-%d %H:%M:%S}"
+            )
+        parts = [self._holder(obj, current, name) for name in obj.changes]
+        return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
+
+    def _target(self, obj: ProcessedRequest) -> Any:
+        try:
+            content_type = obj.content_type if obj.content_type_id else None
+            model = content_type.model_class() if content_type is not None else None
+        except ContentType.DoesNotExist:
+            model = None
+        if model is None or not issubclass(model, LockVersionMixin):
+            return None
+        return model._base_manager.filter(pk=obj.object_id).first()
+
+    def _holder(self, obj: ProcessedRequest, current: Any, name: str) -> str:
+        """``name: held by v<version> (request <link> | a direct save)``."""
+        version = stored_version(current.field_versions, name)
+        if obj.version is not None and version <= obj.version:
+            return f"{name}: no newer write holds it now"
+        holder = (
+            ProcessedRequest.objects.filter(
+                content_type_id=obj.content_type_id, object_id=obj.object_id, version=version, changes__has_key=name
+            )
+            .exclude(pk=obj.pk)
+            .first()
+        )
+        if holder is None:
+            return f"{name}: held by v{version} (a direct save)"
+        try:
+            url = reverse("admin:safeupdates_processedrequest_change", args=[holder.pk])
+        except NoReverseMatch:
+            return f"{name}: held by v{version} (request {holder.request_id})"
+        return format_html('{}: held by v{} (request <a href="{}">{}</a>)', name, version, url, holder.request_id)
+
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):
-    """Fan-out batches with their progress; written by safeupdates only."""
+    """Fan-out batches with their progress, and links to the items that failed; written by safeupdates only."""
 
-    list_display = ["batch_id", "item_func", "then", "progress_display", "succeeded", "failed", "total", "status"]
+    list_display = [
+        "batch_id",
+        "item_func",
+        "then",
+        "progress_display",
+        "succeeded",
+        "failed_display",
+        "total",
+        "status",
+    ]
     list_filter = ["status", "queue"]
     search_fields = ["=batch_id", "item_func", "then"]
     date_hierarchy = "created_at"
@@ -476,6 +577,7 @@ class BatchAdmin(ReadOnlyAdmin):
         "total",
         "succeeded",
         "failed",
+        "failed_items",
         "progress_display",
         "status",
         "created_at",
@@ -492,3 +594,45 @@ class BatchAdmin(ReadOnlyAdmin):
         return format_html(
             '<progress value="{}" max="100"></progress> {}%', round(obj.progress * 100), round(obj.progress * 100)
         )
+
+    def _items_url(self, obj: Batch) -> str:
+        query = {
+            "kind__exact": RequestKind.BATCH_ITEM,
+            "key__startswith": f"{obj.batch_id}:",
+            "status__exact": "failed",
+        }
+        return f"{reverse('admin:safeupdates_processedrequest_changelist')}?{urlencode(query)}"
+
+    @admin.display(description=_("failed"), ordering="failed")
+    def failed_display(self, obj: Batch) -> str:
+        if not obj.failed:
+            return "0"
+        return format_html('<a href="{}">{} failed</a>', self._items_url(obj), obj.failed)
+
+    @admin.display(description=_("failed items"))
+    def failed_items(self, obj: Batch) -> str:
+        """Says so when items failed, with a link to each (and its error)."""
+        if not obj.failed:
+            return "none"
+        items = ProcessedRequest.objects.filter(
+            kind=RequestKind.BATCH_ITEM, key__startswith=f"{obj.batch_id}:", status=RequestStatus.FAILED
+        ).order_by("id")[:50]
+        links = format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">item {}</a>: {}',
+            (
+                (
+                    reverse("admin:safeupdates_processedrequest_change", args=[item.pk]),
+                    item.key.split(":", 1)[-1],
+                    item.error,
+                )
+                for item in items
+            ),
+        )
+        head = format_html(
+            '{} item{} failed (<a href="{}">all of them in the request log</a>):',
+            obj.failed,
+            "" if obj.failed == 1 else "s",
+            self._items_url(obj),
+        )
+        return format_html("{}<br>{}", head, links)
