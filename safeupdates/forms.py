@@ -112,9 +112,6 @@ class SafeUpdateFormMixin(forms.Form):
             raise ValidationError(
                 f"This form cannot be checked against later changes: {exc}", code="invalid_token"
             ) from None
-        # save() writes only if the row still carries the version the form was shown with, whatever
-        # happens between this check and the save: the database decides, not this comparison.
-        instance.lock_version = seen_version
         conflict = find_conflict(current, seen_version, seen)
         if conflict is not None:
             self.safeupdates_conflict = conflict
@@ -122,6 +119,9 @@ class SafeUpdateFormMixin(forms.Form):
                 if change.name in self.fields:
                     self.add_error(change.name, ValidationError(change.describe(), code="stale"))
             raise ValidationError(conflict.message(), code="stale")
+        # save() writes only if the row still carries the version the form was shown with, whatever
+        # happens between this check and the save: the database decides, not this comparison.
+        instance.lock_version = seen_version
         return cleaned
 
 

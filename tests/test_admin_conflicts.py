@@ -66,6 +66,7 @@ def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_
     assert 'id="safeupdates-reload"' in html and f'href="{change_url(profile)}"' in html
     assert 'value="anna"' in html  # the person's input is kept
     assert set(response.context["adminform"].form.errors) == {"__all__", "active", "score"}
+    assert response.context["original"].lock_version == before[4]  # shown as stored now, not as seen
 
     # The same form posted again is refused again; the reloaded one saves.
     assert admin_client.post(change_url(profile), data).status_code == 200
