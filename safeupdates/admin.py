@@ -399,7 +399,9 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
 class SafeUpdateModelAdmin(SafeUpdateAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """A ``ModelAdmin`` with :class:`SafeUpdateAdminMixin`, and ``lock_version`` shown read-only."""
 
-    readonly_fields = ("lock_version",)
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if "lock_version" in fields else [*fields, "lock_version"]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -311,3 +311,16 @@ def test_a_delete_without_a_token_is_refused(admin_client: Client) -> None:
     response = admin_client.post(reverse("admin:testapp_profile_delete", args=[profile.pk]), {"post": "yes"})
     assert response.status_code == 409
     assert Profile.objects.filter(pk=profile.pk).exists()
+
+
+def test_lock_version_is_read_only_whatever_readonly_fields_says(rf: Any) -> None:
+    from django.contrib.admin import site
+
+    from safeupdates.admin import SafeUpdateModelAdmin
+
+    class WithOwn(SafeUpdateModelAdmin):
+        readonly_fields = ["note"]
+
+    request = rf.get("/")
+    assert WithOwn(Profile, site).get_readonly_fields(request) == ["note", "lock_version"]
+    assert SafeUpdateModelAdmin(Profile, site).get_readonly_fields(request) == ["lock_version"]
