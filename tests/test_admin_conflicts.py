@@ -123,6 +123,31 @@ def test_a_write_between_the_check_and_the_save_is_refused_by_save(admin_client:
     assert row(profile)[:2] == ("a", True)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_list_editable_row_written_after_its_check_is_refused_by_save(
+    admin_client: Client, postgres_only: None
+) -> None:
+    profile = ProfileFactory(name="a")
+    data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    rids: list[uuid.UUID] = []
+
+    def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
+        if sender is Profile and not rids:
+            rids.append(uuid.uuid4())
+            worker = threading.Thread(target=lambda: queued_and_closed(instance.pk, rids[0]))
+            worker.start()
+            worker.join()
+
+    pre_save.connect(meanwhile)
+    try:
+        response = admin_client.post(reverse(CHANGELIST), {**data, "form-0-score": "4", "_save": "Save"})
+    finally:
+        pre_save.disconnect(meanwhile)
+    assert response.status_code == 200
+    assert f"Active: you saw False, now True (request {rids[0]} at" in text(response)
+    assert row(profile)[1:4] == (True, False, 0)
+
+
 def queued_and_closed(pk: Any, rid: uuid.UUID) -> None:
     from django.db import connection
 
