@@ -1,10 +1,12 @@
 """The admin's conflict page and the request log in headless Chromium, against the live server.
 
-Screenshots of both are written to ``docs/screenshots/`` (shown in ``docs/admin.md``).
+Screenshots of both are taken on every run; with ``SAFEUPDATES_SCREENSHOTS=1`` they replace those in
+``docs/screenshots/`` (shown in ``docs/admin.md``), else they go to the test's temporary directory.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,13 @@ from safeupdates.versions import next_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where the screenshots go: the docs only when asked, so that a test run leaves the tree clean."""
+    return DOCS_SCREENSHOTS if os.environ.get("SAFEUPDATES_SCREENSHOTS") == "1" else tmp_path
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +54,7 @@ def admin_login(page: Page, username: str) -> None:
     page.wait_for_url("**/admin/")
 
 
-def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page) -> None:
+def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page, screenshots: Path) -> None:
     boss = UserFactory.superuser(username="boss")
     profile = ProfileFactory(user__username="ann")
     admin_login(page, boss.username)
@@ -67,7 +75,7 @@ def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page) ->
     expect(active.locator(".who")).to_contain_text(f"request {rid}")
     expect(conflicts.locator("tr[data-field=dark_mode]")).to_be_visible()
     expect(page.locator("#id_newsletter")).to_be_checked()  # the input is kept
-    page.screenshot(path=str(SCREENSHOTS / "admin-conflict.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "admin-conflict.png"), full_page=True)
     stored = Profile.objects.get(pk=profile.pk)
     assert (stored.active, stored.newsletter, stored.dark_mode) == (True, False, True)
 
@@ -84,7 +92,7 @@ def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page) ->
     expect(page.locator(".field-request_id .readonly")).to_have_text(str(rid))
 
 
-def test_the_request_log_explains_a_stale_request(page: Page) -> None:
+def test_the_request_log_explains_a_stale_request(page: Page, screenshots: Path) -> None:
     boss = UserFactory.superuser(username="boss")
     profile = ProfileFactory(user__username="ann")
     late, newer = next_version(), next_version()
@@ -106,7 +114,7 @@ def test_the_request_log_explains_a_stale_request(page: Page) -> None:
     expect(row.locator(".field-outcome")).to_have_text(f"active: held by v{newer} (request {holder.request_id})")
     page.set_viewport_size({"width": 1500, "height": 700})
     page.click("#toggle-nav-sidebar")  # room for the columns
-    page.screenshot(path=str(SCREENSHOTS / "request-log.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "request-log.png"), full_page=True)
     page.click("#toggle-nav-sidebar")
     row.locator(".field-outcome a").click()
     expect(page.locator(".field-request_id .readonly")).to_have_text(str(holder.request_id))
