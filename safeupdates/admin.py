@@ -1,17 +1,407 @@
-"""Read-only admin of the request log."""
+"""Conflict-safe admin for ``LockVersionMixin`` models, and the read-only admin of the request log.
+
+:class:`SafeUpdateAdminMixin` (ready made: :class:`SafeUpdateModelAdmin`) carries a signed edit token
+(:func:`safeupdates.conflicts.edit_token`) through every way the admin writes a record: the change form
+and its inlines, ``list_editable`` rows, actions (the built-in ``delete_selected`` too) and the delete
+view. An edit of a record that moved on since it was shown is refused with a page that says, per field,
+what the person saw, what is there now, and which request wrote it when; it is never written over.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from django import forms
+from django.apps import apps
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.contenttypes.models import ContentType
-from django.http import HttpRequest
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.db import connections, models, router, transaction
+from django.forms.formsets import BaseFormSet
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import select_template
+from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.models import Batch, ProcessedRequest
+from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token
+from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin, shown_fields
+from safeupdates.guard import stored_version
+from safeupdates.models import Batch, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+
+if TYPE_CHECKING:
+    _ModelAdminBase = admin.ModelAdmin[Any]
+    _InlineBase = admin.options.InlineModelAdmin[Any, Any]
+else:
+    _ModelAdminBase = _InlineBase = object
+
+__all__ = [
+    "BatchAdmin",
+    "ProcessedRequestAdmin",
+    "SafeUpdateAdminMixin",
+    "SafeUpdateInlineMixin",
+    "SafeUpdateModelAdmin",
+    "SafeUpdateStackedInline",
+    "SafeUpdateTabularInline",
+    "request_log_url",
+]
+
+_Form = TypeVar("_Form", bound=forms.BaseForm)
+
+#: POST key of the changelist's signed row tokens, checked by every action.
+ROWS_FIELD = "_safeupdates_rows"
+# A save that raises StaleObjectError is shown again; this bounds how often a row may move meanwhile.
+_ATTEMPTS = 3
+
+
+def request_log_url(obj: models.Model) -> str | None:
+    """The request log admin, filtered to ``obj``'s requests (its timeline); None without that admin."""
+    content_type = ContentType.objects.db_manager(obj._state.db).get_for_model(obj)
+    try:
+        url = reverse("admin:safeupdates_processedrequest_changelist")
+    except NoReverseMatch:
+        return None
+    return f"{url}?{urlencode({'content_type__id__exact': content_type.pk, 'object_id': obj.pk})}"
+
+
+def _request_url(request_id: Any) -> str | None:
+    pk = ProcessedRequest.objects.filter(request_id=request_id).values_list("pk", flat=True).first()
+    if pk is None:
+        return None
+    try:
+        return reverse("admin:safeupdates_processedrequest_change", args=[pk])
+    except NoReverseMatch:
+        return None
+
+
+def _conflict_context(conflict: Conflict, obj: models.Model | None = None) -> dict[str, Any]:
+    """What the conflict template shows of one conflict."""
+    return {
+        "conflict": conflict,
+        "message": conflict.message(),
+        "requests_url": request_log_url(obj) if obj is not None else None,
+        "changes": [
+            {
+                "change": change,
+                "request_url": _request_url(change.request_id) if change.request_id else None,
+            }
+            for change in conflict.changes
+        ],
+    }
+
+
+def _with_token(form: type[_Form], *, check_unchanged: bool) -> type[_Form]:
+    """``form`` with :class:`SafeUpdateFormMixin` mixed in (``form`` itself if it has it already)."""
+    if issubclass(form, SafeUpdateFormMixin) and form.safeupdates_check_unchanged == check_unchanged:
+        return form
+    bases = (form,) if issubclass(form, SafeUpdateFormMixin) else (SafeUpdateFormMixin, form)
+    return cast("type[_Form]", type(form.__name__, bases, {"safeupdates_check_unchanged": check_unchanged}))
+
+
+def _with_token_field(fieldsets: Any) -> list[Any]:
+    """``fieldsets`` with the (hidden) token field in the last one, so that the form renders it."""
+    result: list[Any] = [(name, dict(options)) for name, options in fieldsets]
+    if result and TOKEN_FIELD not in flatten_fieldsets(result):
+        options = result[-1][1]
+        options["fields"] = [*options.get("fields", ()), TOKEN_FIELD]
+    return result
+
+
+class _CheckedFormSet(BaseFormSet):  # type: ignore[type-arg]
+    """Refuses the deletion of an inline object that moved on (a formset ignores deleted forms' errors)."""
+
+    def clean(self) -> None:
+        super().clean()
+        for form in getattr(self, "deleted_forms", []):
+            conflict = getattr(form, "safeupdates_conflict", None)
+            if conflict is not None:
+                raise forms.ValidationError(conflict.message(), code="stale")
+            if form.errors.get(NON_FIELD_ERRORS):
+                raise forms.ValidationError(form.errors[NON_FIELD_ERRORS])
+
+
+class SafeUpdateInlineMixin(_InlineBase):
+    """An inline of a ``LockVersionMixin`` model whose rows carry their own edit tokens.
+
+    :class:`SafeUpdateAdminMixin` applies it to its inlines of such models by itself.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._safeupdates_setup()
+
+    def _safeupdates_setup(self) -> None:
+        self.form = _with_token(self.form, check_unchanged=False)
+        if not issubclass(self.formset, _CheckedFormSet):
+            self.formset = type(self.formset.__name__, (_CheckedFormSet, self.formset), {})
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _with_token_field(super().get_fieldsets(request, obj))
+
+
+class SafeUpdateStackedInline(SafeUpdateInlineMixin, admin.StackedInline):  # type: ignore[type-arg]
+    """A stacked inline of a ``LockVersionMixin`` model, with conflict checks."""
+
+
+class SafeUpdateTabularInline(SafeUpdateInlineMixin, admin.TabularInline):  # type: ignore[type-arg]
+    """A tabular inline of a ``LockVersionMixin`` model, with conflict checks."""
+
+
+@functools.cache
+def _safe_inline_class(cls: type[Any]) -> type[Any]:
+    return type(cls.__name__, (SafeUpdateInlineMixin, cls), {})
+
+
+class SafeUpdateAdminMixin(_ModelAdminBase):
+    """Mix into a ``ModelAdmin`` of a ``LockVersionMixin`` model, before ``admin.ModelAdmin``.
+
+    The change form, its inlines, ``list_editable`` rows, actions and the delete view carry signed edit
+    tokens; an edit of a record that moved on since it was shown is refused with a conflict that lists
+    each changed field (the value seen, the value now, the request that wrote it and when), and nothing
+    is written. The decision is the database's: saves and deletes run at the version that was shown,
+    so a write that lands after the check still raises ``StaleObjectError``, and is shown the same way.
+    Actions run in a transaction that locks the selected rows and checks them first. Set
+    ``safeupdates_unchecked = True`` on an action that must run without the check.
+    """
+
+    change_form_template = "safeupdates/admin/change_form.html"
+    change_list_template = "safeupdates/admin/change_list.html"
+    delete_confirmation_template = "safeupdates/admin/delete_confirmation.html"
+    delete_selected_confirmation_template = "safeupdates/admin/delete_selected_confirmation.html"
+    conflict_template = "safeupdates/admin/conflict.html"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The admin builds its forms from self.form with the fields of the fieldsets, which name the
+        # token: the form must declare it.
+        self.form = _with_token(self.form, check_unchanged=True)
+
+    # -- the change form ------------------------------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _with_token_field(super().get_fieldsets(request, obj))
+
+    def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        inlines = super().get_inline_instances(request, obj)
+        for inline in inlines:
+            if issubclass(inline.model, LockVersionMixin) and not isinstance(inline, SafeUpdateInlineMixin):
+                # Inline objects with a lock_version are checked too, without the user re-declaring them.
+                inline.__class__ = _safe_inline_class(type(inline))
+                cast("SafeUpdateInlineMixin", inline)._safeupdates_setup()
+        return inlines
+
+    def changeform_view(
+        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        for attempt in range(_ATTEMPTS):
+            try:
+                return super().changeform_view(request, object_id, form_url, extra_context)
+            except StaleObjectError:
+                # The record (or an inline object) moved after the form's check, and save() refused to
+                # write over it; the transaction rolled back. Shown again, the form's check sees why.
+                if attempt == _ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        conflicts = []
+        adminform = context.get("adminform")
+        if adminform is not None and getattr(adminform.form, "safeupdates_conflict", None):
+            conflicts.append(_conflict_context(adminform.form.safeupdates_conflict, obj))
+        for inline in context.get("inline_admin_formsets", []):
+            for form in inline.formset.forms:
+                if getattr(form, "safeupdates_conflict", None):
+                    conflicts.append(_conflict_context(form.safeupdates_conflict))
+        context.update(
+            safeupdates_parent=self._parent_template(request, "change_form.html"),
+            safeupdates_conflicts=conflicts,
+            safeupdates_requests_url=request_log_url(obj) if obj is not None and obj.pk is not None else None,
+            safeupdates_reload_url=request.path,
+        )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _parent_template(self, request: HttpRequest, name: str) -> Any:
+        """The template the admin would use without this mixin (per-model overrides included)."""
+        opts = self.opts
+        return select_template(
+            [f"admin/{opts.app_label}/{opts.model_name}/{name}", f"admin/{opts.app_label}/{name}", f"admin/{name}"]
+        )
+
+    @admin.display(description=_("requests"))
+    def requests_link(self, obj: Any) -> str:
+        """A link to the record's request timeline: the request log filtered to it."""
+        url = request_log_url(obj) if obj is not None and obj.pk is not None else None
+        if url is None:
+            return "-"
+        content_type = ContentType.objects.get_for_model(obj)
+        count = ProcessedRequest.objects.filter(content_type=content_type, object_id=str(obj.pk)).count()
+        return format_html('<a href="{}">{} request{}</a>', url, count, "" if count == 1 else "s")
+
+    # -- the changelist: list_editable rows and actions --------------------------------------------------
+
+    def _shown_in_list(self, request: HttpRequest) -> list[str]:
+        return shown_fields(self.model, [*self.get_list_display(request), *self.list_editable])
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        base = kwargs.pop("form", forms.ModelForm)
+        attrs = {"safeupdates_check_unchanged": False, "safeupdates_fields": self._shown_in_list(request)}
+        kwargs["form"] = type(base.__name__, (SafeUpdateFormMixin, base), attrs)
+        return super().get_changelist_form(request, **kwargs)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        for attempt in range(_ATTEMPTS):
+            try:
+                response = super().changelist_view(request, extra_context)
+                break
+            except StaleObjectError:
+                # A list_editable row moved after its form's check: shown again, the check sees why.
+                if attempt == _ATTEMPTS - 1:
+                    raise
+        if isinstance(response, TemplateResponse) and response.context_data and "cl" in response.context_data:
+            cl = response.context_data["cl"]
+            shown = self._shown_in_list(request)
+            rows = {str(obj.pk): edit_token(obj, shown) for obj in cl.result_list}
+            conflicts = [
+                _conflict_context(form.safeupdates_conflict, form.instance)
+                for form in (cl.formset.forms if cl.formset else [])
+                if getattr(form, "safeupdates_conflict", None)
+            ]
+            response.context_data.update(
+                safeupdates_parent=self._parent_template(request, "change_list.html"),
+                safeupdates_rows=json.dumps(rows),
+                safeupdates_conflicts=conflicts,
+            )
+        return response
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions: dict[str, Any] = super().get_actions(request)
+        checked = {}
+        for name, (func, action_name, description) in actions.items():
+            if not getattr(func, "safeupdates_unchecked", False):
+                func = self._checked(func)
+            checked[name] = (func, action_name, description)
+        return checked
+
+    def _checked(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``func`` run in a transaction that locks the selected rows and refuses those that moved on."""
+
+        @functools.wraps(func)
+        def checked(modeladmin: Any, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+            using = router.db_for_write(self.model)
+            with transaction.atomic(using=using):
+                rows = self.model._base_manager.using(using).filter(pk__in=queryset.values("pk"))
+                if connections[using].features.has_select_for_update:
+                    rows = rows.select_for_update()
+                problems = self._row_conflicts(request, list(rows))
+                if problems:
+                    return self._refuse(request, problems, back=request.get_full_path())
+                response = func(modeladmin, request, queryset)
+            if isinstance(response, TemplateResponse) and response.context_data is not None:
+                # An intermediate page (delete_selected's confirmation) passes the tokens on.
+                response.context_data[ROWS_FIELD.lstrip("_")] = request.POST.get(ROWS_FIELD, "")
+            return response
+
+        return checked
+
+    def _row_conflicts(self, request: HttpRequest, rows: Sequence[Any]) -> list[dict[str, Any]]:
+        try:
+            tokens = json.loads(request.POST.get(ROWS_FIELD) or "null")
+        except ValueError:
+            tokens = None
+        if not isinstance(tokens, dict):
+            return [
+                {
+                    "error": "The selected rows cannot be checked against later changes: the page did not carry "
+                    "their versions (an intermediate page of an action must pass on the "
+                    f"{ROWS_FIELD} field). Reload the list and try again."
+                }
+            ]
+        select_across = request.POST.get("select_across") == "1"
+        problems: list[dict[str, Any]] = []
+        for obj in rows:
+            token = tokens.get(str(obj.pk))
+            if token is None:
+                if not select_across:  # only rows on the page were seen; all others were selected unseen
+                    problems.append({"error": f"{obj} was not on the page you acted on. Reload the list."})
+                continue
+            try:
+                conflict = find_conflict(obj, *read_edit_token(token, obj))
+            except InvalidUpdate as exc:
+                problems.append({"error": f"{obj}: {exc}"})
+                continue
+            if conflict is not None:
+                problems.append(_conflict_context(conflict, obj))
+        return problems
+
+    def _refuse(self, request: HttpRequest, problems: list[dict[str, Any]], *, back: str) -> TemplateResponse:
+        """The conflict page: what changed, nothing written."""
+        opts = self.opts
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": opts,
+            "title": _("Not saved: changed by someone else"),
+            "problems": problems,
+            "back_url": back,
+            "changelist_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+        }
+        return TemplateResponse(request, self.conflict_template, context, status=409)
+
+    # -- the delete view ------------------------------------------------------------------------------
+
+    def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        obj = context.get("object")
+        if isinstance(obj, LockVersionMixin):
+            names = shown_fields(self.model, [f.name for f in self.model._meta.concrete_fields])
+            context["safeupdates_token"] = edit_token(obj, names)
+        return super().render_delete_form(request, context)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        if isinstance(obj, LockVersionMixin):
+            # delete() then deletes only if the row still carries the version the page was shown with.
+            obj.lock_version, _seen = read_edit_token(request.POST.get(TOKEN_FIELD) or "", obj)
+        super().delete_model(request, obj)
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except (StaleObjectError, InvalidUpdate) as exc:
+            # The transaction of the delete view rolled back: nothing was deleted (nor logged).
+            back = request.path
+            obj = self.model._base_manager.filter(pk=unquote(object_id)).first()
+            if obj is None:
+                raise
+            problem: dict[str, Any] = {"error": f"{obj}: {exc}"}
+            try:
+                conflict = find_conflict(obj, *read_edit_token(request.POST.get(TOKEN_FIELD) or "", obj))
+            except InvalidUpdate:
+                conflict = None
+            if conflict is not None:
+                problem = _conflict_context(conflict, obj)
+            return self._refuse(request, [problem], back=back)
+
+
+class SafeUpdateModelAdmin(SafeUpdateAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    """A ``ModelAdmin`` with :class:`SafeUpdateAdminMixin`, and ``lock_version`` shown read-only."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if "lock_version" in fields else [*fields, "lock_version"]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -27,12 +417,41 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
+class SafeUpdateModelsFilter(admin.RelatedFieldListFilter):
+    """The "By model" filter of the request log: only the models that use safeupdates."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        models_ = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
+        types = ContentType.objects.get_for_models(*models_).values() if models_ else []
+        return sorted(((str(ct.pk), str(ct)) for ct in types), key=lambda choice: choice[1])
+
+
+def _short(changes: Any, limit: int = 60) -> str:
+    text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 @admin.register(ProcessedRequest)
 class ProcessedRequestAdmin(ReadOnlyAdmin):
-    """The request log is written by safeupdates only: it can be inspected, filtered and searched."""
+    """The request log is written by safeupdates only: it can be inspected, filtered and searched.
 
-    list_display = ["request_id", "kind", "target_link", "version", "status", "attempts", "created_at", "processed_at"]
-    list_filter = ["status", "kind", "content_type", "queue"]
+    Each request shows what it wanted (``changes``) and why it ended as it did: for a stale request,
+    which newer write holds each of its fields now (from the record's ``field_versions`` and the log).
+    """
+
+    list_display = [
+        "request_id",
+        "kind",
+        "target_link",
+        "wanted",
+        "version",
+        "status",
+        "outcome",
+        "attempts",
+        "created_at",
+        "processed_at",
+    ]
+    list_filter = ["status", "kind", ("content_type", SafeUpdateModelsFilter), "queue"]
     search_fields = ["=request_id", "=object_id", "=key"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
@@ -45,8 +464,10 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         "key",
         "target_link",
         "version",
+        "synced_at",
         "changes",
         "status",
+        "outcome",
         "error",
         "attempts",
         "queue",
@@ -72,12 +493,79 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
             return label
         return format_html('<a href="{}">{}</a>', url, label)
 
+    @admin.display(description=_("wanted"))
+    def wanted(self, obj: ProcessedRequest) -> str:
+        """What the request asked for, short (the change page shows all of it)."""
+        if obj.kind == RequestKind.BATCH_ITEM or obj.kind == RequestKind.TASK:
+            return obj.key
+        return _short(obj.changes)
+
+    @admin.display(description=_("why"))
+    def outcome(self, obj: ProcessedRequest) -> str:
+        """Why the request ended as it did: for a stale one, the newer write that holds each field."""
+        if obj.status == RequestStatus.PENDING:
+            return "waiting for a worker"
+        if obj.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
+            return obj.error or "-"
+        if obj.status != RequestStatus.STALE or obj.kind != RequestKind.UPDATE:
+            return "-"
+        current = self._target(obj)
+        if current is None:
+            return "the record no longer exists"
+        if obj.synced_at is not None:
+            synced = getattr(current, "last_synced_at", None)
+            return (
+                f"the record was synced at {synced:%Y-%m-%d %H:%M:%S}, "
+                f"not older than this request's {obj.synced_at:%Y-%m-%d %H:%M:%S}"
+            )
+        parts = [self._holder(obj, current, name) for name in obj.changes]
+        return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
+
+    def _target(self, obj: ProcessedRequest) -> Any:
+        try:
+            content_type = obj.content_type if obj.content_type_id else None
+            model = content_type.model_class() if content_type is not None else None
+        except ContentType.DoesNotExist:
+            model = None
+        if model is None or not issubclass(model, LockVersionMixin):
+            return None
+        return model._base_manager.filter(pk=obj.object_id).first()
+
+    def _holder(self, obj: ProcessedRequest, current: Any, name: str) -> str:
+        """``name: held by v<version> (request <link> | a direct save)``."""
+        version = stored_version(current.field_versions, name)
+        if obj.version is not None and version <= obj.version:
+            return f"{name}: no newer write holds it now"
+        holder = (
+            ProcessedRequest.objects.filter(
+                content_type_id=obj.content_type_id, object_id=obj.object_id, version=version, changes__has_key=name
+            )
+            .exclude(pk=obj.pk)
+            .first()
+        )
+        if holder is None:
+            return f"{name}: held by v{version} (a direct save)"
+        try:
+            url = reverse("admin:safeupdates_processedrequest_change", args=[holder.pk])
+        except NoReverseMatch:
+            return f"{name}: held by v{version} (request {holder.request_id})"
+        return format_html('{}: held by v{} (request <a href="{}">{}</a>)', name, version, url, holder.request_id)
+
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):
-    """Fan-out batches with their progress; written by safeupdates only."""
+    """Fan-out batches with their progress, and links to the items that failed; written by safeupdates only."""
 
-    list_display = ["batch_id", "item_func", "then", "progress_display", "succeeded", "failed", "total", "status"]
+    list_display = [
+        "batch_id",
+        "item_func",
+        "then",
+        "progress_display",
+        "succeeded",
+        "failed_display",
+        "total",
+        "status",
+    ]
     list_filter = ["status", "queue"]
     search_fields = ["=batch_id", "item_func", "then"]
     date_hierarchy = "created_at"
@@ -91,6 +579,7 @@ class BatchAdmin(ReadOnlyAdmin):
         "total",
         "succeeded",
         "failed",
+        "failed_items",
         "progress_display",
         "status",
         "created_at",
@@ -107,3 +596,45 @@ class BatchAdmin(ReadOnlyAdmin):
         return format_html(
             '<progress value="{}" max="100"></progress> {}%', round(obj.progress * 100), round(obj.progress * 100)
         )
+
+    def _items_url(self, obj: Batch) -> str:
+        query = {
+            "kind__exact": RequestKind.BATCH_ITEM,
+            "key__startswith": f"{obj.batch_id}:",
+            "status__exact": "failed",
+        }
+        return f"{reverse('admin:safeupdates_processedrequest_changelist')}?{urlencode(query)}"
+
+    @admin.display(description=_("failed"), ordering="failed")
+    def failed_display(self, obj: Batch) -> str:
+        if not obj.failed:
+            return "0"
+        return format_html('<a href="{}">{} failed</a>', self._items_url(obj), obj.failed)
+
+    @admin.display(description=_("failed items"))
+    def failed_items(self, obj: Batch) -> str:
+        """Says so when items failed, with a link to each (and its error)."""
+        if not obj.failed:
+            return "none"
+        items = ProcessedRequest.objects.filter(
+            kind=RequestKind.BATCH_ITEM, key__startswith=f"{obj.batch_id}:", status=RequestStatus.FAILED
+        ).order_by("id")[:50]
+        links = format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">item {}</a>: {}',
+            (
+                (
+                    reverse("admin:safeupdates_processedrequest_change", args=[item.pk]),
+                    item.key.split(":", 1)[-1],
+                    item.error,
+                )
+                for item in items
+            ),
+        )
+        head = format_html(
+            '{} item{} failed (<a href="{}">all of them in the request log</a>):',
+            obj.failed,
+            "" if obj.failed == 1 else "s",
+            self._items_url(obj),
+        )
+        return format_html("{}<br>{}", head, links)

@@ -156,7 +156,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             else:
                 outcome = Outcome.MISSING
             if record is not None:
-                self._record(record, version, outcome)
+                self._record(record, version, outcome, synced_at)
         return UpdateResult(written, outcome, version)
 
     def _apply_recorded(self, pk: Any, cleaned: dict[str, Any], version: int, request_id: uuid.UUID) -> str | None:
@@ -224,13 +224,20 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             )
         return record
 
-    def _record(self, record: ProcessedRequest, version: int, outcome: Outcome) -> None:
+    def _record(
+        self, record: ProcessedRequest, version: int, outcome: Outcome, synced_at: datetime | None = None
+    ) -> None:
         from safeupdates.models import ProcessedRequest, RequestStatus
 
         status = RequestStatus.REJECTED if outcome is Outcome.MISSING else RequestStatus(outcome.value)
         error = "the target object does not exist" if outcome is Outcome.MISSING else ""
         ProcessedRequest.objects.using(self.db).filter(pk=record.pk).update(
-            status=status, error=error, version=version, attempts=models.F("attempts") + 1, processed_at=Now()
+            status=status,
+            error=error,
+            version=version,
+            synced_at=synced_at,
+            attempts=models.F("attempts") + 1,
+            processed_at=Now(),
         )
 
     @contextmanager

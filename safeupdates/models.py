@@ -339,6 +339,9 @@ class ProcessedRequest(models.Model):
     queue = models.CharField(_("queue"), max_length=100, blank=True, default="")
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     processed_at = models.DateTimeField(_("processed at"), null=True, blank=True)
+    # The client timestamp of a timestamp-mode request (update_if_newer(synced_at=...)): what it was
+    # compared with, kept so that a stale one can be explained.
+    synced_at = models.DateTimeField(_("synced at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("processed request")
@@ -361,6 +364,8 @@ class ProcessedRequest(models.Model):
         ]
 
     def __str__(self) -> str:
+        if self.kind != RequestKind.UPDATE:
+            return f"{self.kind.replace('_', ' ')} {self.key} ({self.status})"  # no version to show: its key
         return f"{self.request_id} {self.status} v{self.version}"
 
     @property

@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
+from html import unescape
+
 import pytest
 from django.contrib.admin import site
 from django.contrib.contenttypes.models import ContentType
 from django.urls import reverse
+from django.utils import timezone
 
 from safeupdates.admin import ProcessedRequestAdmin
-from safeupdates.models import ProcessedRequest
+from safeupdates.models import Batch, ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
-from tests.testapp.models import Document, Profile
+from tests.testapp.models import Gadget, Profile
 
 pytestmark = pytest.mark.django_db
 
@@ -49,8 +54,8 @@ def test_read_only(admin_client, recorded):
 
 
 def test_target_without_admin_is_plain_text(admin_client):
-    request = ProcessedRequest(content_type=ContentType.objects.get_for_model(Document), object_id="7")
-    assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(request) == "testapp.document 7"
+    request = ProcessedRequest(content_type=ContentType.objects.get_for_model(Gadget), object_id="7")
+    assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(request) == "testapp.gadget 7"
     assert ProcessedRequestAdmin(ProcessedRequest, site).target_link(ProcessedRequest(key="k")) == "k"
 
 
@@ -61,3 +66,87 @@ def test_request_whose_content_type_was_deleted(admin_client, recorded):
     assert changelist.status_code == 200 and b"content type 987654 (deleted)" in changelist.content
     change = admin_client.get(reverse("admin:safeupdates_processedrequest_change", args=[request.pk]))
     assert change.status_code == 200 and b"content type 987654 (deleted)" in change.content
+
+
+# -- a request log that explains outcomes ------------------------------------------------------------------
+
+
+def test_the_list_shows_what_each_request_wanted(admin_client, recorded):
+    page = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist")).content.decode()
+    assert "active=True" in page
+
+
+def test_a_stale_request_names_the_newer_write_that_holds_each_field(admin_client):
+    profile = ProfileFactory()
+    old, new = next_version(), next_version()
+    Profile.objects.update_if_newer(profile.pk, version=new, request_id=uuid.uuid4(), active=True, score=2)
+    Profile.objects.update_if_newer(profile.pk, version=old, request_id=uuid.uuid4(), active=False)
+    stale = ProcessedRequest.objects.get(version=old)
+    holder = ProcessedRequest.objects.get(version=new)
+    assert stale.status == "stale"
+    holder_url = reverse("admin:safeupdates_processedrequest_change", args=[holder.pk])
+
+    page = unescape(
+        admin_client.get(reverse("admin:safeupdates_processedrequest_change", args=[stale.pk])).content.decode()
+    )
+    assert f'active: held by v{new} (request <a href="{holder_url}">{holder.request_id}</a>)' in page
+    listed = unescape(admin_client.get(reverse("admin:safeupdates_processedrequest_changelist")).content.decode())
+    assert f"active: held by v{new}" in listed
+
+    # A direct save that holds the field is named as one.
+    fresh = Profile.objects.get(pk=profile.pk)
+    fresh.save()
+    page = unescape(
+        admin_client.get(reverse("admin:safeupdates_processedrequest_change", args=[stale.pk])).content.decode()
+    )
+    held = Profile.objects.get(pk=profile.pk).field_version("active")
+    assert f"active: held by v{held} (a direct save)" in page
+
+
+def test_a_timestamp_mode_request_keeps_its_synced_at(admin_client):
+    profile = ProfileFactory()
+    newer, older = timezone.now() - timedelta(seconds=10), timezone.now() - timedelta(seconds=60)
+    Profile.objects.update_if_newer(profile.pk, synced_at=newer, request_id=uuid.uuid4(), active=True)
+    Profile.objects.update_if_newer(profile.pk, synced_at=older, request_id=uuid.uuid4(), active=False)
+    applied, stale = ProcessedRequest.objects.order_by("id")
+    assert (applied.synced_at, stale.synced_at) == (newer, older)
+    assert stale.status == "stale"
+    page = unescape(
+        admin_client.get(reverse("admin:safeupdates_processedrequest_change", args=[stale.pk])).content.decode()
+    )
+    assert "the record was synced at" in page and "synced at" in page.lower()
+
+
+def test_tasks_and_batch_items_show_their_key(admin_client):
+    task = ProcessedRequest.objects.create(kind="task", key="refund:42", status="applied")
+    item = ProcessedRequest.objects.create(kind="batch_item", key=f"{uuid.uuid4()}:3", status="failed", error="boom")
+    assert str(task) == "task refund:42 (applied)"
+    assert str(item) == f"batch item {item.key} (failed)"
+    for request in (task, item):
+        page = admin_client.get(
+            reverse("admin:safeupdates_processedrequest_change", args=[request.pk])
+        ).content.decode()
+        assert "vNone" not in page and request.key in page
+
+
+def test_the_model_filter_lists_only_models_that_use_the_app(admin_client, recorded):
+    response = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
+    spec = next(s for s in response.context["cl"].filter_specs if getattr(s, "field_path", "") == "content_type")
+    labels = {str(label) for _pk, label in spec.lookup_choices}
+    assert "testapp | profile" in {label.lower() for label in labels}
+    assert not any("user" in label.lower() or "session" in label.lower() for label in labels)
+    assert not any("reduce run" in label.lower() for label in labels)
+
+
+def test_a_batch_with_failed_items_says_so_and_links_them(admin_client):
+    batch = Batch.objects.create(item_func="x.y", queue="default", total=3, succeeded=1, failed=1)
+    failed = ProcessedRequest.objects.create(
+        kind="batch_item", key=f"{batch.batch_id}:1", status="failed", error="ValueError: bad"
+    )
+    ProcessedRequest.objects.create(kind="batch_item", key=f"{batch.batch_id}:0", status="applied")
+    page = admin_client.get(reverse("admin:safeupdates_batch_change", args=[batch.pk])).content.decode()
+    assert "1 item failed" in page
+    assert reverse("admin:safeupdates_processedrequest_change", args=[failed.pk]) in page
+    assert "ValueError: bad" in page
+    listed = admin_client.get(reverse("admin:safeupdates_batch_changelist")).content.decode()
+    assert "1 failed" in listed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from html import unescape
 from typing import Any
 
 import pytest
@@ -20,8 +21,10 @@ from django.urls import reverse
 from demo_project.toggles.factories import ProfileFactory, UserFactory
 from demo_project.toggles.models import Profile
 from safeupdates import enqueue_update
+from safeupdates.conflicts import read_edit_token
+from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
-from safeupdates.versions import next_version
+from tests.htmlforms import form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -63,27 +66,28 @@ def test_lock_version_is_read_only(admin_user_client: Client) -> None:
     form = page.context["adminform"].form
     assert "lock_version" not in form.fields
     assert "lock_version" in page.context["adminform"].readonly_fields
-    assert form.fields["loaded_lock_version"].initial == profile.lock_version
+    assert read_edit_token(form["safeupdates_token"].value(), profile)[0] == profile.lock_version
 
 
-def _change(client: Client, profile: Profile, loaded_lock_version: int, **values: Any) -> Any:
-    data = {"user": profile.user_id, "loaded_lock_version": loaded_lock_version, **values}
-    return client.post(reverse("admin:toggles_profile_change", args=[profile.pk]), data)
+def _opened(client: Client, profile: Profile) -> dict[str, Any]:
+    return form_data(client.get(reverse("admin:toggles_profile_change", args=[profile.pk])).content, "profile_form")
 
 
 def test_saving_a_form_opened_before_a_queued_update_is_refused(admin_user_client: Client) -> None:
     profile = ProfileFactory()
-    opened_at = profile.lock_version
+    opened = _opened(admin_user_client, profile)
     # A worker applies a request after the admin opened the form.
-    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)
+    request = enqueue_update(profile, active=True)
+    apply_update(str(request.request_id))
 
-    stale = _change(admin_user_client, profile, opened_at, newsletter="on")
+    url = reverse("admin:toggles_profile_change", args=[profile.pk])
+    stale = admin_user_client.post(url, {**opened, "newsletter": "on"})
     assert stale.status_code == 200
-    assert "was changed (by a queued update) after you opened this form" in stale.content.decode()
+    assert f"Active: you saw False, now True (request {request.request_id} at" in unescape(stale.content.decode())
     profile.refresh_from_db()
     assert (profile.active, profile.newsletter) == (True, False)
 
-    fresh = _change(admin_user_client, profile, profile.lock_version, active="on", newsletter="on")
+    fresh = admin_user_client.post(url, {**_opened(admin_user_client, profile), "newsletter": "on"})
     assert fresh.status_code == 302
     profile.refresh_from_db()
     assert (profile.active, profile.newsletter) == (True, True)

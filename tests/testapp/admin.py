@@ -1,5 +1,36 @@
+from __future__ import annotations
+
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
-from tests.testapp.models import Profile
+from safeupdates.admin import SafeUpdateModelAdmin
+from tests.testapp.models import Chapter, Document, Profile
 
-admin.site.register(Profile)
+
+@admin.register(Profile)
+class ProfileAdmin(SafeUpdateModelAdmin):
+    list_display = ["name", "active", "newsletter", "score"]
+    list_editable = ["active", "score"]
+    fields = ["name", "active", "newsletter", "score", "note"]
+    actions = ["add_a_point"]
+
+    @admin.action(description="Add a point")
+    def add_a_point(self, request: HttpRequest, queryset: Any) -> None:
+        for profile in queryset:
+            profile.score += 1
+            profile.save()
+
+
+class ChapterInline(admin.TabularInline):  # type: ignore[type-arg]
+    """A plain inline: SafeUpdateModelAdmin checks its rows (Chapter has a lock_version) by itself."""
+
+    model = Chapter
+    extra = 0
+
+
+@admin.register(Document)
+class DocumentAdmin(SafeUpdateModelAdmin):
+    fields = ["title", "body"]
+    inlines = [ChapterInline]

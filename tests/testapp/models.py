@@ -116,3 +116,13 @@ class Invoice(CountsUpdates, LockVersionMixin):
 
     def __str__(self) -> str:
         return f"invoice {self.pk}"
+
+
+class Chapter(LockVersionMixin):
+    """A row with its own lock_version, edited inline on its document's admin page."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chapters")
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,150 @@
+"""Model forms that refuse to save over a record changed since the form was shown.
+
+:class:`SafeUpdateFormMixin` adds a hidden, signed *edit token* (the record's ``lock_version`` and the
+values shown, :func:`safeupdates.conflicts.edit_token`) to a model form. When the form comes back, a
+record that moved on is a form error that says, per field, what the person saw, what is there now and
+which request wrote it; a token that was tampered with is a form error too. A valid form saves through
+``LockVersionMixin.save()`` at the version the form was shown with, so a write that lands between the
+check and the save still raises :class:`~safeupdates.exceptions.StaleObjectError` instead of being
+written over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from django import forms
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db import models, router, transaction
+from django.http import HttpResponse
+
+from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token
+from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from safeupdates.models import LockVersionMixin
+
+__all__ = ["TOKEN_FIELD", "SafeUpdateFormMixin", "SafeUpdateModelForm", "SafeUpdateViewMixin", "shown_fields"]
+
+#: Name of the hidden token field (also the POST key the admin reads).
+TOKEN_FIELD = "safeupdates_token"
+
+_MANAGED = frozenset({"lock_version", "field_versions", "last_synced_at"})
+
+
+def shown_fields(model: type[models.Model], names: Sequence[str]) -> list[str]:
+    """The names among ``names`` that are concrete, non-primary-key fields of ``model`` a person can see
+    change (the versions kept by safeupdates are left out: they move on every write)."""
+    result = []
+    for name in names:
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            continue
+        concrete = isinstance(field, models.Field) and field.concrete and not field.primary_key
+        if concrete and field.name not in _MANAGED and field.name not in result:
+            result.append(field.name)
+    return result
+
+
+class _TokenField(forms.CharField):
+    """The edit token: never counts as a change (a formset saves only the forms that changed)."""
+
+    widget = forms.HiddenInput
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        return False
+
+
+class SafeUpdateFormMixin(forms.Form):
+    """Mix into a ``ModelForm`` of a ``LockVersionMixin`` model, before ``ModelForm``.
+
+    Adds the hidden field ``safeupdates_token``. ``clean()`` compares it with the row as stored now; a
+    record changed since the form was shown adds a non-field error (the conflict's message) and an error
+    on each changed field that the form has, and sets :attr:`safeupdates_conflict`. A missing, forged or
+    foreign token is a non-field error. New objects (no primary key yet) are not checked.
+    """
+
+    safeupdates_token = _TokenField(required=False)
+
+    #: Extra field names recorded as seen in the token, besides the form's own (a changelist row shows
+    #: more columns than it edits).
+    safeupdates_fields: ClassVar[Sequence[str]] = ()
+    #: Check forms that did not change too. A change form saves whatever was posted, so it must be
+    #: checked; a formset saves only the forms that changed, so there an unchanged form that moved on
+    #: loses nothing and is not refused.
+    safeupdates_check_unchanged: ClassVar[bool] = True
+
+    #: The conflict found by ``clean()``, if any.
+    safeupdates_conflict: Conflict | None = None
+
+    instance: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_bound and self._safeupdates_checked():
+            self.initial[TOKEN_FIELD] = edit_token(self.instance, self.safeupdates_shown_fields())
+
+    def safeupdates_shown_fields(self) -> list[str]:
+        """The model fields whose values the token records as seen."""
+        return shown_fields(type(self.instance), [*self.fields, *self.safeupdates_fields])
+
+    def _safeupdates_checked(self) -> bool:
+        instance = getattr(self, "instance", None)
+        return isinstance(instance, LockVersionMixin) and instance.pk is not None and not instance._state.adding
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if not self._safeupdates_checked():
+            return cleaned
+        if not self.safeupdates_check_unchanged and not self.has_changed():
+            return cleaned
+        instance = self.instance
+        model = type(instance)
+        try:
+            current = model._base_manager.db_manager(instance._state.db).get(pk=instance.pk)
+        except model.DoesNotExist:
+            raise ValidationError(
+                f"This {model._meta.verbose_name} was deleted after you opened it.", code="deleted"
+            ) from None
+        try:
+            seen_version, seen = read_edit_token(cleaned.get(TOKEN_FIELD) or "", current)
+        except InvalidUpdate as exc:
+            raise ValidationError(
+                f"This form cannot be checked against later changes: {exc}", code="invalid_token"
+            ) from None
+        conflict = find_conflict(current, seen_version, seen)
+        if conflict is not None:
+            self.safeupdates_conflict = conflict
+            for change in conflict.changes:
+                if change.name in self.fields:
+                    self.add_error(change.name, ValidationError(change.describe(), code="stale"))
+            raise ValidationError(conflict.message(), code="stale")
+        # save() writes only if the row still carries the version the form was shown with, whatever
+        # happens between this check and the save: the database decides, not this comparison.
+        instance.lock_version = seen_version
+        return cleaned
+
+
+class SafeUpdateModelForm(SafeUpdateFormMixin, forms.ModelForm):  # type: ignore[type-arg]
+    """A ``ModelForm`` with :class:`SafeUpdateFormMixin`: subclass it with a ``Meta`` as usual."""
+
+
+class SafeUpdateViewMixin:
+    """Mix into an ``UpdateView`` (before it) whose form has :class:`SafeUpdateFormMixin`.
+
+    A record that moves on after the form's check and before its save makes ``save()`` raise
+    ``StaleObjectError``; this shows the form again with the conflict instead of a server error.
+    """
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        using = router.db_for_write(type(form.instance), instance=form.instance)
+        try:
+            with transaction.atomic(using=using):
+                return super().form_valid(form)  # type: ignore[misc,no-any-return]
+        except StaleObjectError:
+            form.full_clean()  # checked again: the conflict is the write that just landed
+            if not form.errors:
+                form.add_error(
+                    None, ValidationError("This record changed while it was saved; save again.", code="stale")
+                )
+            return self.form_invalid(form)  # type: ignore[attr-defined,no-any-return]

@@ -1,0 +1,120 @@
+"""The admin's conflict page and the request log in headless Chromium, against the live server.
+
+Screenshots of both are taken on every run; with ``SAFEUPDATES_SCREENSHOTS=1`` they replace those in
+``docs/screenshots/`` (shown in ``docs/admin.md``), else they go to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import django.contrib.admin
+import pytest
+from django.apps import apps
+
+if not apps.is_installed("demo_project.toggles"):
+    pytest.skip(
+        "the demo app is not installed: add 'demo_project.toggles' to INSTALLED_APPS in tests/settings.py",
+        allow_module_level=True,
+    )
+
+from playwright.sync_api import Page, expect
+
+from demo_project.toggles.factories import PASSWORD, ProfileFactory, UserFactory
+from demo_project.toggles.models import Profile
+from safeupdates.models import ProcessedRequest
+from safeupdates.versions import next_version
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where the screenshots go: the docs only when asked, so that a test run leaves the tree clean."""
+    return DOCS_SCREENSHOTS if os.environ.get("SAFEUPDATES_SCREENSHOTS") == "1" else tmp_path
+
+
+@pytest.fixture(autouse=True)
+def admin_static_files(settings: Any) -> None:
+    """The live server serves static files from STATIC_ROOT (it has no finders): point it at the admin's
+    own, so that the pages (and their screenshots) look as they do for a user."""
+    settings.STATIC_ROOT = str(Path(django.contrib.admin.__file__).resolve().parent / "static")
+
+
+def admin_login(page: Page, username: str) -> None:
+    page.goto("/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+
+
+def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page, screenshots: Path) -> None:
+    boss = UserFactory.superuser(username="boss")
+    profile = ProfileFactory(user__username="ann")
+    admin_login(page, boss.username)
+    page.goto(f"/admin/toggles/profile/{profile.pk}/change/")
+    page.check("#id_newsletter")  # the person's edit, while...
+
+    # ... a queued toggle lands (what a worker does).
+    rid = uuid.uuid4()
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True, dark_mode=True)
+    page.click("input[name=_save]")
+
+    conflicts = page.locator("#safeupdates-conflicts")
+    expect(conflicts).to_be_visible()
+    expect(conflicts).to_contain_text("Not saved: this record was changed after you opened it")
+    active = conflicts.locator("tr[data-field=active]")
+    expect(active.locator(".seen")).to_have_text("False")
+    expect(active.locator(".now")).to_have_text("True")
+    expect(active.locator(".who")).to_contain_text(f"request {rid}")
+    expect(conflicts.locator("tr[data-field=dark_mode]")).to_be_visible()
+    expect(page.locator("#id_newsletter")).to_be_checked()  # the input is kept
+    page.screenshot(path=str(screenshots / "admin-conflict.png"), full_page=True)
+    stored = Profile.objects.get(pk=profile.pk)
+    assert (stored.active, stored.newsletter, stored.dark_mode) == (True, False, True)
+
+    # The reload shows the current values; the link goes to the request that changed it.
+    request_link = active.locator(".who a").get_attribute("href")
+    page.click("#safeupdates-reload")
+    expect(page.locator("#id_active")).to_be_checked()
+    expect(page.locator("#safeupdates-conflicts")).to_have_count(0)
+    page.check("#id_newsletter")
+    page.click("input[name=_save]")
+    page.wait_for_url("**/admin/toggles/profile/")
+    assert Profile.objects.get(pk=profile.pk).newsletter is True
+    page.goto(str(request_link))
+    expect(page.locator(".field-request_id .readonly")).to_have_text(str(rid))
+
+
+def test_the_request_log_explains_a_stale_request(page: Page, screenshots: Path) -> None:
+    boss = UserFactory.superuser(username="boss")
+    profile = ProfileFactory(user__username="ann")
+    late, newer = next_version(), next_version()
+    Profile.objects.update_if_newer(profile.pk, version=newer, request_id=uuid.uuid4(), active=True)
+    Profile.objects.update_if_newer(profile.pk, version=late, request_id=uuid.uuid4(), active=False, newsletter=True)
+    holder = ProcessedRequest.objects.get(version=newer)
+    stale = ProcessedRequest.objects.get(version=late)
+    assert stale.status == "applied"  # newsletter was not held by anything newer
+    Profile.objects.update_if_newer(profile.pk, version=late, request_id=uuid.uuid4(), active=False)
+    lost = ProcessedRequest.objects.get(version=late, status="stale")
+
+    admin_login(page, boss.username)
+    page.goto(f"/admin/toggles/profile/{profile.pk}/change/")
+    page.click("a.safeupdates-timeline")  # the record's request timeline
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(3)
+    row = rows.filter(has_text=str(lost.request_id))
+    expect(row.locator(".field-wanted")).to_have_text("active=False")
+    expect(row.locator(".field-outcome")).to_have_text(f"active: held by v{newer} (request {holder.request_id})")
+    page.set_viewport_size({"width": 1500, "height": 700})
+    page.click("#toggle-nav-sidebar")  # room for the columns
+    page.screenshot(path=str(screenshots / "request-log.png"), full_page=True)
+    page.click("#toggle-nav-sidebar")
+    row.locator(".field-outcome a").click()
+    expect(page.locator(".field-request_id .readonly")).to_have_text(str(holder.request_id))

@@ -1,0 +1,351 @@
+"""SafeUpdateModelAdmin through real HTTP: every way the admin writes refuses a record that moved on."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from html import unescape
+from typing import Any
+
+import pytest
+from django.db.models.signals import pre_save
+from django.test import Client
+from django.urls import reverse
+
+from safeupdates.models import ProcessedRequest
+from safeupdates.versions import next_version
+from tests.factories import DocumentFactory, ProfileFactory
+from tests.htmlforms import form_data
+from tests.testapp.models import Chapter, Document, Profile
+
+pytestmark = pytest.mark.django_db
+
+
+def change_url(profile: Profile) -> str:
+    return reverse("admin:testapp_profile_change", args=[profile.pk])
+
+
+def queued_update(profile: Profile, **changes: Any) -> uuid.UUID:
+    """What a worker does after the page was shown: apply a recorded request."""
+    rid = uuid.uuid4()
+    assert Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, **changes).applied
+    return rid
+
+
+def row(profile: Profile) -> tuple[Any, ...]:
+    fresh = Profile.objects.get(pk=profile.pk)
+    return fresh.name, fresh.active, fresh.newsletter, fresh.score, fresh.lock_version
+
+
+def text(response: Any) -> str:
+    return unescape(response.content.decode())
+
+
+# -- the change form ---------------------------------------------------------------------------------------
+
+
+def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_client: Client) -> None:
+    profile = ProfileFactory(name="ann")
+    page = admin_client.get(change_url(profile))
+    data = form_data(page.content, "profile_form")
+    assert data["safeupdates_token"]
+    rid = queued_update(profile, active=True, score=3)  # lands while the form is open
+    before = row(profile)
+
+    data.update(name="anna", newsletter="on")  # the person's edit; "active" still unticked, as seen
+    response = admin_client.post(change_url(profile), data)
+
+    assert response.status_code == 200
+    assert row(profile) == before  # nothing written over
+    html = text(response)
+    message = response.context["adminform"].form.non_field_errors()[0]
+    assert f"Active: you saw False, now True (request {rid} at" in message
+    assert "Score: you saw 0, now 3" in message
+    assert 'id="safeupdates-conflicts"' in html
+    assert reverse("admin:safeupdates_processedrequest_change", args=[ProcessedRequest.objects.get().pk]) in html
+    assert 'id="safeupdates-reload"' in html and f'href="{change_url(profile)}"' in html
+    assert 'value="anna"' in html  # the person's input is kept
+    assert set(response.context["adminform"].form.errors) == {"__all__", "active", "score"}
+    assert response.context["original"].lock_version == before[4]  # shown as stored now, not as seen
+
+    # The same form posted again is refused again; the reloaded one saves.
+    assert admin_client.post(change_url(profile), data).status_code == 200
+    assert row(profile) == before
+    fresh = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    fresh.update(name="anna")
+    assert admin_client.post(change_url(profile), fresh).status_code == 302
+    assert row(profile)[:4] == ("anna", True, False, 3)
+
+
+def test_a_write_to_a_field_not_on_the_form_refuses_it_too(admin_client: Client) -> None:
+    # A full save would write the form's old copy of every field: the row moved, so it is refused.
+    profile = ProfileFactory()
+    data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    Profile.objects.filter(pk=profile.pk).update(lock_version=next_version())  # a write the form did not show
+    response = admin_client.post(change_url(profile), {**data, "name": "x"})
+    assert response.status_code == 200
+    assert "no field you saw differs" in text(response)
+    assert Profile.objects.get(pk=profile.pk).name == profile.name
+
+
+def test_a_forged_or_missing_token_is_refused(admin_client: Client) -> None:
+    profile = ProfileFactory(name="a")
+    data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    for token in ["", data["safeupdates_token"][:-3] + "abc"]:
+        response = admin_client.post(change_url(profile), {**data, "name": "b", "safeupdates_token": token})
+        assert response.status_code == 200
+        assert "cannot be checked against later changes" in text(response)
+    assert Profile.objects.get(pk=profile.pk).name == "a"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_between_the_check_and_the_save_is_refused_by_save(admin_client: Client, postgres_only: None) -> None:
+    """The form's check passes; another connection commits a write before the UPDATE: save()'s own
+    StaleObjectError refuses it, and the page shows the conflict (no compare-then-write)."""
+    profile = ProfileFactory(name="a")
+    data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    rids: list[uuid.UUID] = []
+
+    def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
+        if sender is Profile and not rids:
+            rids.append(uuid.uuid4())
+            worker = threading.Thread(target=lambda: queued_and_closed(instance.pk, rids[0]))
+            worker.start()
+            worker.join()
+
+    pre_save.connect(meanwhile)
+    try:
+        response = admin_client.post(change_url(profile), {**data, "name": "b"})
+    finally:
+        pre_save.disconnect(meanwhile)
+    assert response.status_code == 200
+    assert f"Active: you saw False, now True (request {rids[0]} at" in text(response)
+    assert row(profile)[:2] == ("a", True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_list_editable_row_written_after_its_check_is_refused_by_save(
+    admin_client: Client, postgres_only: None
+) -> None:
+    profile = ProfileFactory(name="a")
+    data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    rids: list[uuid.UUID] = []
+
+    def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
+        if sender is Profile and not rids:
+            rids.append(uuid.uuid4())
+            worker = threading.Thread(target=lambda: queued_and_closed(instance.pk, rids[0]))
+            worker.start()
+            worker.join()
+
+    pre_save.connect(meanwhile)
+    try:
+        response = admin_client.post(reverse(CHANGELIST), {**data, "form-0-score": "4", "_save": "Save"})
+    finally:
+        pre_save.disconnect(meanwhile)
+    assert response.status_code == 200
+    assert f"Active: you saw False, now True (request {rids[0]} at" in text(response)
+    assert row(profile)[1:4] == (True, False, 0)
+
+
+def queued_and_closed(pk: Any, rid: uuid.UUID) -> None:
+    from django.db import connection
+
+    try:
+        Profile.objects.update_if_newer(pk, version=next_version(), request_id=rid, active=True)
+    finally:
+        connection.close()
+
+
+def test_the_change_page_links_to_the_records_request_timeline(admin_client: Client) -> None:
+    profile, other = ProfileFactory(), ProfileFactory()
+    queued_update(profile, active=True)
+    queued_update(other, active=True)
+    page = admin_client.get(change_url(profile)).content.decode()
+    link = reverse("admin:safeupdates_processedrequest_changelist")
+    assert f"{link}?content_type__id__exact=" in page and f"object_id={profile.pk}" in page
+    timeline = admin_client.get(
+        link, {"content_type__id__exact": ProcessedRequest.objects.first().content_type_id, "object_id": profile.pk}
+    )
+    assert [r.object_id for r in timeline.context["cl"].result_list] == [str(profile.pk)]
+
+
+def test_adding_is_not_checked(admin_client: Client) -> None:
+    response = admin_client.post(reverse("admin:testapp_profile_add"), {"name": "new", "score": 1, "note": ""})
+    assert response.status_code == 302
+    assert Profile.objects.get().name == "new"
+
+
+# -- inlines -----------------------------------------------------------------------------------------------
+
+
+def test_a_stale_inline_row_is_refused(admin_client: Client) -> None:
+    document = DocumentFactory(title="t")
+    chapter = Chapter.objects.create(document=document, title="one")
+    url = reverse("admin:testapp_document_change", args=[document.pk])
+    data = form_data(admin_client.get(url).content, "document_form")
+    assert data["chapters-0-safeupdates_token"]
+    other = Chapter.objects.get(pk=chapter.pk)
+    other.title = "ONE"
+    other.save()  # someone else saved the chapter
+
+    data.update({"title": "t2", "chapters-0-title": "one!"})
+    response = admin_client.post(url, data)
+    assert response.status_code == 200
+    assert "Title: you saw 'one', now 'ONE' (a direct save)" in text(response)
+    assert Chapter.objects.get(pk=chapter.pk).title == "ONE"
+    assert Document.objects.get(pk=document.pk).title == "t"
+
+    # Deleting the stale inline row is refused too.
+    data = {**data, "chapters-0-title": "one", "chapters-0-DELETE": "on"}
+    response = admin_client.post(url, data)
+    assert response.status_code == 200
+    assert Chapter.objects.filter(pk=chapter.pk).exists()
+    assert Document.objects.get(pk=document.pk).title == "t"
+
+
+def test_an_unchanged_inline_row_that_moved_on_does_not_block_the_parent(admin_client: Client) -> None:
+    document = DocumentFactory(title="t")
+    chapter = Chapter.objects.create(document=document, title="one")
+    url = reverse("admin:testapp_document_change", args=[document.pk])
+    data = form_data(admin_client.get(url).content, "document_form")
+    Chapter.objects.filter(pk=chapter.pk).update(lock_version=next_version())  # moved, same values
+    assert admin_client.post(url, {**data, "title": "t2"}).status_code == 302
+    assert Document.objects.get(pk=document.pk).title == "t2"
+
+
+# -- the changelist: list_editable and actions -------------------------------------------------------------
+
+CHANGELIST = "admin:testapp_profile_changelist"
+
+
+def test_a_stale_list_editable_row_is_refused(admin_client: Client) -> None:
+    stale, fine = ProfileFactory(name="s"), ProfileFactory(name="f")
+    data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    rid = queued_update(stale, active=True)
+    prefix = {str(data[f"form-{i}-id"]): f"form-{i}" for i in range(2)}
+    data[f"{prefix[str(stale.pk)]}-score"] = "7"
+    data[f"{prefix[str(fine.pk)]}-score"] = "8"
+    before = row(stale), row(fine)
+
+    response = admin_client.post(reverse(CHANGELIST), {**data, "_save": "Save"})
+    assert response.status_code == 200
+    assert (row(stale), row(fine)) == before  # one transaction: nothing saved
+    html = text(response)
+    assert f"Active: you saw False, now True (request {rid} at" in html
+    assert 'id="safeupdates-conflicts"' in html
+
+
+def test_a_row_changed_by_someone_else_but_not_edited_saves_nothing_over_it(admin_client: Client) -> None:
+    profile, other = ProfileFactory(name="s"), ProfileFactory(name="f")
+    data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    queued_update(profile, active=True)  # not edited in the list, but its form now differs from the row
+    response = admin_client.post(reverse(CHANGELIST), {**data, "_save": "Save"})
+    # The plain admin would save active=False (the old value) over it; here it is refused.
+    assert response.status_code == 200
+    assert Profile.objects.get(pk=profile.pk).active is True
+    assert row(other)[:4] == ("f", False, False, 0)
+
+
+def test_a_fresh_list_editable_row_saves(admin_client: Client) -> None:
+    profile = ProfileFactory(name="s")
+    data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    data["form-0-score"] = "9"
+    assert admin_client.post(reverse(CHANGELIST), {**data, "_save": "Save"}).status_code == 302
+    assert row(profile)[3] == 9
+
+
+def action_data(client: Client, action: str, *profiles: Profile) -> dict[str, Any]:
+    data = form_data(client.get(reverse(CHANGELIST)).content, "changelist-form")
+    return {
+        "_safeupdates_rows": data["_safeupdates_rows"],
+        "action": action,
+        "_selected_action": [str(p.pk) for p in profiles],
+        "index": "0",
+    }
+
+
+def test_an_action_on_rows_that_moved_on_is_refused(admin_client: Client) -> None:
+    moved, kept = ProfileFactory(score=1), ProfileFactory(score=1)
+    data = action_data(admin_client, "add_a_point", moved, kept)
+    rid = queued_update(moved, score=5)
+    response = admin_client.post(reverse(CHANGELIST), data)
+    assert response.status_code == 409
+    assert f"Score: you saw 1, now 5 (request {rid} at" in text(response)
+    assert (row(moved)[3], row(kept)[3]) == (5, 1)  # the action did not run on either
+
+    fresh = action_data(admin_client, "add_a_point", moved, kept)
+    assert admin_client.post(reverse(CHANGELIST), fresh).status_code == 302
+    assert (row(moved)[3], row(kept)[3]) == (6, 2)
+
+
+def test_an_action_without_the_rows_versions_is_refused(admin_client: Client) -> None:
+    profile = ProfileFactory(score=1)
+    data = action_data(admin_client, "add_a_point", profile)
+    del data["_safeupdates_rows"]
+    response = admin_client.post(reverse(CHANGELIST), data)
+    assert response.status_code == 409
+    assert "cannot be checked against later changes" in text(response)
+    assert row(profile)[3] == 1
+
+
+def test_delete_selected_of_rows_that_moved_on_is_refused(admin_client: Client) -> None:
+    moved, kept = ProfileFactory(), ProfileFactory()
+    confirm = admin_client.post(reverse(CHANGELIST), action_data(admin_client, "delete_selected", moved, kept))
+    assert confirm.status_code == 200
+    data = _confirmation(confirm.content.decode())
+    assert data["post"] == "yes" and data["_safeupdates_rows"]
+    queued_update(moved, newsletter=True)
+    response = admin_client.post(reverse(CHANGELIST), data)
+    assert response.status_code == 409
+    assert "Newsletter: you saw False, now True" in text(response)
+    assert Profile.objects.count() == 2
+
+    confirm = admin_client.post(reverse(CHANGELIST), action_data(admin_client, "delete_selected", moved, kept))
+    assert admin_client.post(reverse(CHANGELIST), _confirmation(confirm.content.decode())).status_code == 302
+    assert Profile.objects.count() == 0
+
+
+def _confirmation(html: str) -> dict[str, Any]:
+    """The data of the confirmation page's form (the page's first form is the logout button's)."""
+    body = html.split('id="content"', 1)[1]
+    return form_data(body)
+
+
+# -- the delete view ---------------------------------------------------------------------------------------
+
+
+def test_a_stale_delete_is_refused(admin_client: Client) -> None:
+    profile = ProfileFactory(name="a")
+    url = reverse("admin:testapp_profile_delete", args=[profile.pk])
+    data = _confirmation(admin_client.get(url).content.decode())
+    assert data["safeupdates_token"]
+    rid = queued_update(profile, name="b")
+    response = admin_client.post(url, data)
+    assert response.status_code == 409
+    assert f"Name: you saw 'a', now 'b' (request {rid} at" in text(response)
+    assert Profile.objects.filter(pk=profile.pk).exists()
+
+    fresh = _confirmation(admin_client.get(url).content.decode())
+    assert admin_client.post(url, fresh).status_code == 302
+    assert not Profile.objects.filter(pk=profile.pk).exists()
+
+
+def test_a_delete_without_a_token_is_refused(admin_client: Client) -> None:
+    profile = ProfileFactory()
+    response = admin_client.post(reverse("admin:testapp_profile_delete", args=[profile.pk]), {"post": "yes"})
+    assert response.status_code == 409
+    assert Profile.objects.filter(pk=profile.pk).exists()
+
+
+def test_lock_version_is_read_only_whatever_readonly_fields_says(rf: Any) -> None:
+    from django.contrib.admin import site
+
+    from safeupdates.admin import SafeUpdateModelAdmin
+
+    class WithOwn(SafeUpdateModelAdmin):
+        readonly_fields = ["note"]
+
+    request = rf.get("/")
+    assert WithOwn(Profile, site).get_readonly_fields(request) == ["note", "lock_version"]
+    assert SafeUpdateModelAdmin(Profile, site).get_readonly_fields(request) == ["lock_version"]

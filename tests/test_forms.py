@@ -1,0 +1,110 @@
+"""SafeUpdateModelForm in a class-based UpdateView, through the test client."""
+
+from __future__ import annotations
+
+import uuid
+from html import unescape
+
+import pytest
+from django.test import Client
+
+from safeupdates.forms import SafeUpdateModelForm
+from safeupdates.versions import next_version
+from tests.factories import ProfileFactory
+from tests.forms_views import ProfileForm
+from tests.htmlforms import form_data
+from tests.testapp.models import Profile
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.forms_views")]
+
+
+def url(profile: Profile) -> str:
+    return f"/profiles/{profile.pk}/"
+
+
+def test_a_fresh_form_saves(client: Client) -> None:
+    profile = ProfileFactory(name="a")
+    data = form_data(client.get(url(profile)).content, "profile")
+    assert data["safeupdates_token"]
+    assert client.post(url(profile), {**data, "name": "b"}).status_code == 302
+    assert Profile.objects.get(pk=profile.pk).name == "b"
+
+
+def test_a_stale_form_is_a_form_error_not_an_overwrite(client: Client) -> None:
+    profile = ProfileFactory(name="a", score=1)
+    data = form_data(client.get(url(profile)).content, "profile")
+    rid = uuid.uuid4()
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True, newsletter=True)
+
+    response = client.post(url(profile), {**data, "name": "b", "score": "2"})
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert form.safeupdates_conflict.fields == ["active"]
+    assert f"Active: you saw False, now True (request {rid} at" in form.non_field_errors()[0]
+    assert [e.code for e in form.errors.as_data()["active"]] == ["stale"]
+    assert "score" not in form.errors and "name" not in form.errors
+    assert "you saw False, now True" in unescape(response.content.decode())
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.score, fresh.active, fresh.newsletter) == ("a", 1, True, True)
+
+
+def test_a_forged_token_is_a_form_error(client: Client) -> None:
+    profile, other = ProfileFactory(name="a"), ProfileFactory(name="o")
+    data = form_data(client.get(url(profile)).content, "profile")
+    theirs = form_data(client.get(url(other)).content, "profile")["safeupdates_token"]
+    for token in [data["safeupdates_token"][:-2] + "zz", theirs, "", "not a token"]:
+        response = client.post(url(profile), {**data, "name": "b", "safeupdates_token": token})
+        assert response.status_code == 200
+        assert [e.code for e in response.context["form"].errors.as_data()["__all__"]] == ["invalid_token"]
+    assert Profile.objects.get(pk=profile.pk).name == "a"
+
+
+def test_a_deleted_record_is_a_form_error() -> None:
+    profile = ProfileFactory()
+    form = ProfileForm(instance=profile)
+    data = {"name": "x", "score": 0, "safeupdates_token": form.initial["safeupdates_token"]}
+    Profile.objects.filter(pk=profile.pk).delete()
+    bound = ProfileForm(data, instance=profile)
+    assert not bound.is_valid()
+    assert "deleted after you opened it" in bound.non_field_errors()[0]
+
+
+def test_the_form_saves_at_the_version_it_was_shown_with() -> None:
+    """A write after the check still fails the save: the database decides (StaleObjectError)."""
+    from safeupdates.exceptions import StaleObjectError
+
+    profile = ProfileFactory(name="a")
+    token = ProfileForm(instance=profile).initial["safeupdates_token"]
+    bound = ProfileForm(
+        {"name": "b", "score": 0, "safeupdates_token": token}, instance=Profile.objects.get(pk=profile.pk)
+    )
+    assert bound.is_valid()
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)  # after the check
+    with pytest.raises(StaleObjectError):
+        bound.save()
+    assert Profile.objects.get(pk=profile.pk).name == "a"
+
+
+def test_new_objects_are_not_checked() -> None:
+    form = ProfileForm({"name": "n", "score": 0})
+    assert form.is_valid()
+    assert form.save().pk is not None
+
+
+def test_the_mixin_is_a_declared_field_of_any_model_form() -> None:
+    class Form(SafeUpdateModelForm):
+        class Meta:
+            model = Profile
+            fields = ["name"]
+
+    assert set(Form.base_fields) == {"safeupdates_token", "name"}
+
+
+def test_a_write_between_the_check_and_the_save_is_a_form_error_too(client: Client) -> None:
+    profile = ProfileFactory(name="a")
+    data = form_data(client.get(url(profile)).content, "profile")
+    response = client.post(f"/raced/{profile.pk}/", {**data, "name": "b"})
+    assert response.status_code == 200
+    assert "Active: you saw False, now True" in response.context["form"].non_field_errors()[0]
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.active) == ("a", True)
