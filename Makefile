@@ -2,13 +2,15 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# .venv (make test, demo, bench) runs Django 5.2 LTS; tox runs every supported series (tox.ini).
+DJANGO ?= Django>=5.2,<6.0
 
 .PHONY: install lint types pytest test test-sqlite demo serve worker relay bench clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -e .
+	$(PY) -m pip install --quiet -r requirements.txt -e . "$(DJANGO)"
 	touch $@
 
 install: $(VENV)/.installed
