@@ -4,8 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # .venv (make test, demo, bench) runs Django 5.2 LTS; tox runs every supported series (tox.ini).
 DJANGO ?= Django>=5.2,<6.0
+# tox also finds Python 3.12 and 3.13 installed by pyenv (pyenv's shims answer only for the selected one).
+PYENV_BINS := $(wildcard $(HOME)/.pyenv/versions/3.1[1-9]*/bin)
+empty :=
+space := $(empty) $(empty)
+TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite demo serve worker relay bench clean
+.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +36,11 @@ test: lint types pytest
 # The same suite on SQLite (row-lock tests skip themselves there).
 test-sqlite: install
 	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q
+
+# Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
+# Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.
+tox: install
+	PATH="$(TOX_PATH)" $(VENV)/bin/tox $(TOXARGS)
 
 demo: install
 	@$(PY) -m demo_project.check_redis
