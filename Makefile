@@ -30,12 +30,12 @@ types: install
 pytest: install
 	$(VENV)/bin/pytest --cov --cov-report=term-missing
 
-# The README's test command: lint, types, tests with branch coverage (PostgreSQL and Redis).
-test: lint types pytest
-
 # The same suite on SQLite (row-lock tests skip themselves there).
 test-sqlite: install
 	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q
+
+# The README's test command: lint, types, the suite on PostgreSQL with branch coverage, then on SQLite.
+test: lint types pytest test-sqlite
 
 # Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
 # Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.
