@@ -10,7 +10,7 @@ empty :=
 space := $(empty) $(empty)
 TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench clean
+.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench mutation clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,24 @@ serve: install
 
 bench: install
 	$(PY) benchmarks/bench.py
+
+# Mutation testing of the core modules with mutmut (not in CI: it takes hours; [mutmut] in setup.cfg).
+# Needs PostgreSQL and Redis like make test. Interrupted (Ctrl-C), it still prints the figures so far;
+# run it again to go on. Prints the kill rate and the surviving mutants (`mutmut show NAME` for a diff).
+MUTMUT := $(VENV)/bin/mutmut
+KILL_RATE := import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+	checked = sum(s[k] for k in ("killed", "timeout", "survived", "suspicious", "no_tests", "segfault")); \
+	killed, survived, untested = s["killed"] + s["timeout"], s["survived"], s["no_tests"]; \
+	tested = s["total"] - s["skipped"]; \
+	print(f"mutation: {killed}/{checked} mutants killed, kill rate {killed / max(checked, 1):.1%} " \
+	f"({survived} survived, {untested} without a test; {checked} of {tested} checked)")
+
+mutation: install
+	$(PY) -m pip install --quiet -r requirements-mutation.txt
+	-$(MUTMUT) run --max-children 1
+	@$(MUTMUT) export-cicd-stats >/dev/null
+	@$(MUTMUT) results
+	@$(PY) -c '$(KILL_RATE)'
 
 clean:
 	rm -rf $(VENV) demo.sqlite3 test.sqlite3 .coverage htmlcov .tox
