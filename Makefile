@@ -2,13 +2,20 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# .venv (make test, demo, bench) runs Django 5.2 LTS; tox runs every supported series (tox.ini).
+DJANGO ?= Django>=5.2,<6.0
+# tox also finds Python 3.12 and 3.13 installed by pyenv (pyenv's shims answer only for the selected one).
+PYENV_BINS := $(wildcard $(HOME)/.pyenv/versions/3.1[1-9]*/bin)
+empty :=
+space := $(empty) $(empty)
+TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite demo serve worker relay bench clean
+.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench mutation clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -e .
+	$(PY) -m pip install --quiet -r requirements.txt -e . "$(DJANGO)"
 	touch $@
 
 install: $(VENV)/.installed
@@ -23,12 +30,17 @@ types: install
 pytest: install
 	$(VENV)/bin/pytest --cov --cov-report=term-missing
 
-# The README's test command: lint, types, tests with branch coverage (PostgreSQL and Redis).
-test: lint types pytest
-
 # The same suite on SQLite (row-lock tests skip themselves there).
 test-sqlite: install
 	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q
+
+# The README's test command: lint, types, the suite on PostgreSQL with branch coverage, then on SQLite.
+test: lint types pytest test-sqlite
+
+# Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
+# Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.
+tox: install
+	PATH="$(TOX_PATH)" $(VENV)/bin/tox $(TOXARGS)
 
 demo: install
 	@$(PY) -m demo_project.check_redis
@@ -43,6 +55,24 @@ serve: install
 
 bench: install
 	$(PY) benchmarks/bench.py
+
+# Mutation testing of the core modules with mutmut (not in CI: it takes hours; [mutmut] in setup.cfg).
+# Needs PostgreSQL and Redis like make test. Interrupted (Ctrl-C), it still prints the figures so far;
+# run it again to go on. Prints the kill rate and the surviving mutants (`mutmut show NAME` for a diff).
+MUTMUT := $(VENV)/bin/mutmut
+KILL_RATE := import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+	checked = sum(s[k] for k in ("killed", "timeout", "survived", "suspicious", "no_tests", "segfault")); \
+	killed, survived, untested = s["killed"] + s["timeout"], s["survived"], s["no_tests"]; \
+	tested = s["total"] - s["skipped"]; \
+	print(f"mutation: {killed}/{checked} mutants killed, kill rate {killed / max(checked, 1):.1%} " \
+	f"({survived} survived, {untested} without a test; {checked} of {tested} checked)")
+
+mutation: install
+	$(PY) -m pip install --quiet -r requirements-mutation.txt
+	-$(MUTMUT) run --max-children 1
+	@$(MUTMUT) export-cicd-stats >/dev/null
+	@$(MUTMUT) results
+	@$(PY) -c '$(KILL_RATE)'
 
 clean:
 	rm -rf $(VENV) demo.sqlite3 test.sqlite3 .coverage htmlcov .tox

@@ -3,7 +3,7 @@
 
 Run from the repository root (``make bench`` does)::
 
-    .venv/bin/python benchmarks/bench.py [--rounds 3] [--drain-rounds 1] [--quick] [--only 1,2,3,4]
+    .venv/bin/python benchmarks/bench.py [--rounds 3] [--drain-rounds 1] [--quick] [--only 1,2,3,4,5]
 
 It creates and migrates its own PostgreSQL database (``BENCH_DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/safeupdates_bench``), empties its tables, uses one RQ queue of its
@@ -42,6 +42,7 @@ import django  # noqa: E402
 django.setup()
 
 import django_rq  # noqa: E402
+from concurrency.exceptions import RecordModifiedError  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
@@ -50,7 +51,9 @@ from rq.job import Job  # noqa: E402
 from rq.results import Result  # noqa: E402
 
 from benchmarks.jobs import gate, naive_toggle  # noqa: E402
+from benchmarks.saveapp.models import ConcurrencyRow, LockVersionRow, PlainRow  # noqa: E402
 from safeupdates import conf  # noqa: E402
+from safeupdates.exceptions import StaleObjectError  # noqa: E402
 from safeupdates.jobs import enqueue_update  # noqa: E402
 from safeupdates.models import ProcessedRequest, RequestStatus  # noqa: E402
 from safeupdates.versions import SEQUENCE_NAME  # noqa: E402
@@ -175,12 +178,13 @@ def prepare_database() -> None:
         cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
         if cursor.fetchone() is None:
             cursor.execute(f"CREATE DATABASE {connection.ops.quote_name(name)}")
-    call_command("migrate", verbosity=0, interactive=False)
+    # run_syncdb: the tables of benchmarks.saveapp, an app without migrations.
+    call_command("migrate", verbosity=0, interactive=False, run_syncdb=True)
     empty_tables()
 
 
 def empty_tables() -> None:
-    tables = [Profile._meta.db_table, ProcessedRequest._meta.db_table]
+    tables = [model._meta.db_table for model in (Profile, ProcessedRequest, PlainRow, ConcurrencyRow, LockVersionRow)]
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(connection.ops.quote_name(t) for t in tables)}")
 
@@ -614,15 +618,107 @@ def bench_bulk(report: Report, rounds: int, count: int, slices: int) -> None:
     )
 
 
+# --- 5. save() of an existing row ------------------------------------------------------------------
+
+
+def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
+    """``save()`` of a loaded, existing row: plain Django vs django-concurrency vs ``LockVersionMixin``.
+
+    Three tables of one shape (``benchmarks.saveapp``), 200 rows each, loaded once; each save flips
+    ``active`` of the next instance (flipped before the clock starts) and saves the whole row in
+    autocommit, as a view or a job would. Every instance stays current: a versioned save updates the
+    instance's version, so none of the timed saves is a conflict.
+    """
+    count = 200
+    contenders_models: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
+        "plain": PlainRow,
+        "concurrency": ConcurrencyRow,
+        "lock_version": LockVersionRow,
+    }
+    instances: dict[str, list[Any]] = {}
+    for name, model in contenders_models.items():
+        for i in range(count):
+            model(name=f"bench {i}").save()  # one by one: django-concurrency sets the first version in save()
+        instances[name] = list(model.objects.order_by("pk"))
+    per_slice = ops // slices
+    position = dict.fromkeys(contenders_models, 0)
+
+    def saver(name: str) -> Slice:
+        rows = instances[name]
+
+        def run(_index: int) -> float:
+            first = position[name]
+            position[name] += per_slice
+            work = [rows[(first + i) % count] for i in range(per_slice)]
+            for obj in work:
+                obj.active = not obj.active
+            start = time.perf_counter()
+            for obj in work:
+                obj.save()
+            return time.perf_counter() - start
+
+        return run
+
+    contenders: list[tuple[str, Slice]] = [(name, saver(name)) for name in contenders_models]
+    rows = {
+        "plain": report.row("5", "plain Django Model.save() of an existing row", "saves/s"),
+        "concurrency": report.row("5", "django-concurrency IntegerVersionField model save()", "saves/s"),
+        "lock_version": report.row("5", "LockVersionMixin.save()", "saves/s"),
+    }
+    interleaved(contenders, 1, 0)  # warm-up
+    per_round = []
+    for round_ in range(rounds):
+        seconds = interleaved(contenders, slices, round_)
+        for name, total in seconds.items():
+            rows[name].figures.append(per_slice * slices / total)
+        per_round.append(seconds)
+        _progress(f"  5. save(): round {round_ + 1}/{rounds} done")
+    report.ratio(
+        "5",
+        "save(): LockVersionMixin / plain Django",
+        [s["plain"] / s["lock_version"] for s in per_round],
+        ">= 0.85x",
+        lambda x: x >= 0.85,
+    )
+    report.ratio(
+        "5",
+        "save(): LockVersionMixin / django-concurrency",
+        [s["concurrency"] / s["lock_version"] for s in per_round],
+        "> 1.0x",
+        lambda x: x > 1.0,
+    )
+    report.ratio(
+        "5",
+        "  (save(): django-concurrency / plain Django)",
+        [s["plain"] / s["concurrency"] for s in per_round],
+    )
+    # Both versioned contenders really check: a save from an instance loaded before another save fails.
+    for label, model, error in (
+        ("django-concurrency", ConcurrencyRow, RecordModifiedError),
+        ("LockVersionMixin", LockVersionRow, StaleObjectError),
+    ):
+        first = model.objects.order_by("pk").first()
+        assert first is not None
+        stale = model.objects.get(pk=first.pk)
+        first.save()
+        try:
+            stale.save()
+        except error:
+            refused = True
+        else:
+            refused = False
+        report.check(f"save(): {label} refuses the save of a stale instance", refused, error.__name__)
+
+
 # --- main ------------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the selected sections, print the table and the ratios; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of sections 1, 3 and 4 (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of sections 1, 3, 4 and 5 (default 3)")
     parser.add_argument("--drain-rounds", type=int, default=1, help="rounds of the drain, section 2 (default 1)")
-    parser.add_argument("--only", default="1,2,3,4", help="comma-separated sections to run (default 1,2,3,4)")
+    parser.add_argument("--only", default="1,2,3,4,5", help="comma-separated sections to run (default 1,2,3,4,5)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test (figures are noisy)")
     parser.add_argument("--workers", type=int, default=2, help="rqworker processes for the drain (default 2)")
     parser.add_argument("--toggles", type=int, default=2000, help="toggles in the drain burst (default 2000)")
@@ -649,6 +745,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench_enqueue(report, queue, args.rounds, 500 // scale, 10 // scale)
         if "4" in sections:
             bench_bulk(report, args.rounds, 6000 // scale, 10 // scale)
+        if "5" in sections:
+            bench_save(report, args.rounds, 3000 // scale, 30 // scale)
         if "2" in sections:
             bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
     finally:

@@ -16,6 +16,9 @@ env = environ.Env()
 
 BENCH_QUEUE = "safeupdates-bench"
 
+# Section 5 ("save()"): the models it saves, and django-concurrency for one of them.
+INSTALLED_APPS = [*INSTALLED_APPS, "concurrency", "benchmarks.saveapp"]  # noqa: F405
+
 DATABASES = {"default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates_bench")}
 REDIS_URL = env("BENCH_REDIS_URL", default=env("REDIS_URL", default="redis://127.0.0.1:6379/0"))
 RQ_QUEUES = {
