@@ -161,8 +161,7 @@ class OwnRedisFailover:
 
 
 class OwnPostgres:
-    """A PostgreSQL cluster of the test's own (``initdb`` in a temporary directory, a free port).
-    """
+    """A PostgreSQL cluster of the test's own (``initdb`` in a temporary directory, a free port)."""
 
     def __init__(self) -> None:
         self.initdb = shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb"

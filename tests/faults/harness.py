@@ -48,7 +48,8 @@ CREATE TABLE fault_writes (
     new_versions jsonb NOT NULL,
     active boolean NOT NULL,
     newsletter boolean NOT NULL,
-    dark_mode boolean NOT NULL
+    dark_mode boolean NOT NULL,
+    client text NOT NULL DEFAULT current_setting('application_name')
 );
 CREATE FUNCTION fault_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -214,7 +215,7 @@ class Site:
             ContentType.objects.clear_cache()
 
     def start_workers(self, count: int, *, name: str = "worker", **env: str) -> None:
-        """``count`` × ``rqworker default --with-scheduler``, as the README starts them."""
+        """``count`` times ``rqworker default --with-scheduler``, as the README starts them."""
         env.setdefault("DATABASE_URL", database_url(self.postgres, application_name=name))
         self.workers.start(count, env=self.env(**env))
 
@@ -223,8 +224,11 @@ class Site:
         command = [sys.executable, "manage.py", "safeupdates_relay", "--interval", str(RELAY_INTERVAL)]
         out = (self.tmp_path / "relay.log").open("wb")
         self.relay_proc = subprocess.Popen(
-            command, env=self.env(DATABASE_URL=database_url(self.postgres, application_name="relay")), cwd=ROOT,
-            stdout=out, stderr=subprocess.STDOUT,
+            command,
+            env=self.env(DATABASE_URL=database_url(self.postgres, application_name="relay")),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
         out.close()
 
@@ -279,6 +283,8 @@ class Burst:
 
     pks: list[int]
     seed: int
+    #: The records that get toggles now; a fault hook may narrow it (records whose jobs only the relay can bring).
+    targets: list[int] = field(default_factory=list)
     committed: dict[uuid.UUID, tuple[int, str, bool]] = field(default_factory=dict)
     retries: int = 0
     errors: Counter[str] = field(default_factory=Counter)
@@ -306,7 +312,7 @@ class Burst:
                 hooks.pop(at)()
             toggles = []
             for _ in range(min(rng.randint(1, 3), total - sent)):
-                pk, name = rng.choice(self.pks), rng.choice(FIELDS)
+                pk, name = rng.choice(self.targets or self.pks), rng.choice(FIELDS)
                 belief[pk, name] = not belief[pk, name]
                 toggles.append((uuid.uuid4(), pk, name, belief[pk, name]))
             began = time.monotonic()
@@ -356,6 +362,7 @@ class Outcome:
     written_without_applied: int
     newest_not_applied: int
     writes: int
+    writes_by_client: dict[str, int]
 
     def violations(self) -> dict[str, int]:
         names = (
@@ -402,6 +409,8 @@ def verify(burst: Burst) -> Outcome:
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT profile_id, old_versions, new_versions FROM fault_writes ORDER BY id")
         rows = cursor.fetchall()
+        cursor.execute("SELECT client, count(*) FROM fault_writes GROUP BY client ORDER BY client")
+        by_client = dict(cursor.fetchall())
     written: Counter[tuple[int, str, int]] = Counter()
     out_of_order = 0
     for profile_id, old_json, new_json in rows:
@@ -428,11 +437,13 @@ def verify(burst: Burst) -> Outcome:
         written_without_applied=len(set(written) - applied),
         newest_not_applied=sum(r.status != "applied" for r in newest.values()),
         writes=len(rows),
+        writes_by_client=by_client,
     )
 
 
 class Converged:
-    """Times a scenario: from the fault (and from its end) to the moment no request is pending."""
+    """Times a scenario: from the fault, its end (healed) and the burst's last commit to the moment no
+    request is pending any more."""
 
     def __init__(self) -> None:
         self.fault_at: float | None = None
@@ -446,12 +457,17 @@ class Converged:
     def healed(self) -> None:
         self.healed_at = time.monotonic()
 
+    def after_recovery(self) -> float:
+        """Seconds from the later of the fault's end and the burst's end to convergence (<= 0: before)."""
+        assert self.done_at is not None and self.burst_end is not None and self.fault_at is not None
+        return self.done_at - max(self.burst_end, self.healed_at or self.fault_at)
+
     def summary(self) -> str:
         assert self.fault_at is not None and self.done_at is not None and self.burst_end is not None
         healed = self.healed_at or self.fault_at
         return (
             f"fault lasted {healed - self.fault_at:.1f}s; all terminal {self.done_at - self.fault_at:.1f}s after "
-            f"the fault, {self.done_at - healed:.1f}s after it healed, {self.done_at - self.burst_end:.1f}s "
+            f"the fault began, {self.done_at - healed:+.1f}s after it ended, {self.done_at - self.burst_end:+.1f}s "
             "after the burst's last commit"
         )
 
