@@ -1,5 +1,6 @@
-"""Servers a test may stop and start: its own ``redis-server``, its own PostgreSQL cluster, and a TCP
-proxy that cuts one process off the shared PostgreSQL. The shared servers are never stopped."""
+"""Servers a test may stop and start: its own ``redis-server`` (alone, or a primary with a replica and
+Sentinels), its own PostgreSQL cluster, and TCP proxies that cut processes off a server (as a restart
+would, or as a network partition would). The shared servers are never stopped."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from tests.workers import wait_until
@@ -28,24 +30,134 @@ def _accepts(port: int) -> bool:
 
 
 class OwnRedis:
-    """A ``redis-server`` of the test's own, without persistence: a restart loses every key."""
+    """A ``redis-server`` of the test's own, without persistence: a restart loses every key.
 
-    def __init__(self) -> None:
+    ``extra`` are more command-line options (``--replicaof 127.0.0.1 PORT`` for a replica). Its working
+    directory (a replica's full sync may write there) is a temporary one, removed by :meth:`destroy`.
+    """
+
+    def __init__(self, *extra: str) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra = extra
+        self.dir = Path(tempfile.mkdtemp(prefix="safeupdates-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OwnRedis:
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args += ["--dir", str(self.dir), *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert wait_until(lambda: _accepts(self.port), 10), "redis-server did not start"
         return self
 
     def stop(self) -> None:
+        """SIGKILL: no shutdown save, no goodbye to clients or replicas (a crash, an OOM kill)."""
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+    def restart(self, down_for: float = 0.0) -> OwnRedis:
+        """Kill the server and start it again, empty, on the same port after ``down_for`` seconds."""
+        self.stop()
+        time.sleep(down_for)
+        return self.start()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OwnSentinel(OwnRedis):
+    """A Redis Sentinel (``redis-server CONFIG --sentinel``) watching primary ``master_name``.
+
+    Sentinel rewrites its configuration file as it learns the replicas and the other Sentinels, so the
+    file lives in the Sentinel's own temporary directory.
+    """
+
+    def __init__(self, primary_port: int, *, master_name: str = "mymaster", quorum: int = 1) -> None:
+        super().__init__()
+        self.master_name = master_name
+        self.config = self.dir / "sentinel.conf"
+        self.config.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor {master_name} 127.0.0.1 {primary_port} {quorum}\n"
+            # Declare the primary down after 1 s without answers, and retry a stuck failover soon.
+            f"sentinel down-after-milliseconds {master_name} 1000\n"
+            f"sentinel failover-timeout {master_name} 5000\n"
+            f"sentinel parallel-syncs {master_name} 1\n"
+        )
+
+    def start(self) -> OwnSentinel:
+        args = ["redis-server", str(self.config), "--sentinel"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_until(lambda: _accepts(self.port), 10), "redis-server --sentinel did not start"
+        return self
+
+
+class OwnRedisFailover:
+    """A primary, one replica and ``sentinels`` Sentinels (a majority is the quorum), all of the test's own.
+
+    :meth:`kill_primary` SIGKILLs the primary; the Sentinels then promote the replica (about 2 s with the
+    settings of :class:`OwnSentinel`). :meth:`primary` asks a Sentinel where the primary is now.
+    """
+
+    def __init__(self, sentinels: int = 3, master_name: str = "mymaster") -> None:
+        self.master_name = master_name
+        self.primary_server = OwnRedis()
+        self.replica = OwnRedis("--replicaof", "127.0.0.1", str(self.primary_server.port))
+        quorum = sentinels // 2 + 1
+        self.sentinels = [
+            OwnSentinel(self.primary_server.port, master_name=master_name, quorum=quorum) for _ in range(sentinels)
+        ]
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", sentinel.port) for sentinel in self.sentinels]
+
+    def start(self) -> OwnRedisFailover:
+        self.primary_server.start()
+        self.replica.start()
+        for sentinel in self.sentinels:
+            sentinel.start()
+        assert wait_until(self._ready, 30), "the replica did not sync, or the Sentinels did not find it"
+        return self
+
+    def _ready(self) -> bool:
+        from redis import Redis
+        from redis.exceptions import RedisError
+
+        try:
+            with Redis(port=self.replica.port, socket_timeout=1) as replica:
+                if replica.info("replication").get("master_link_status") != "up":
+                    return False
+            for sentinel in self.sentinels:
+                with Redis(port=sentinel.port, socket_timeout=1) as conn:
+                    info = conn.sentinel_master(self.master_name)
+                    # Every Sentinel must know the replica and the others, or it cannot fail over.
+                    if info["num-slaves"] < 1 or info["num-other-sentinels"] < len(self.sentinels) - 1:
+                        return False
+        except RedisError:
+            return False
+        return True
+
+    def primary(self) -> tuple[str, int] | None:
+        """Where the Sentinels say the primary is, or None if none of them answers."""
+        from redis import Redis
+        from redis.exceptions import RedisError
+
+        for sentinel in self.sentinels:
+            with contextlib.suppress(RedisError), Redis(port=sentinel.port, socket_timeout=1) as conn:
+                host, port = conn.sentinel_get_master_addr_by_name(self.master_name)
+                return host.decode() if isinstance(host, bytes) else str(host), int(port)
+        return None
+
+    def kill_primary(self) -> None:
+        self.primary_server.stop()
+
+    def destroy(self) -> None:
+        for server in [*self.sentinels, self.replica, self.primary_server]:
+            server.destroy()
 
 
 class OwnPostgres:
@@ -74,8 +186,16 @@ class OwnPostgres:
         self._run(self.pg_ctl, "-D", str(self.dir / "data"), "-o", options, "-l", str(self.dir / "log"), "-w", "start")
         return self
 
-    def stop(self) -> None:
-        self._run(self.pg_ctl, "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+    def stop(self, mode: str = "immediate") -> None:
+        """``pg_ctl stop -m MODE``: ``immediate`` (a crash: recovery at the next start), ``fast``
+        (connections terminated, a clean shutdown) or ``smart``."""
+        self._run(self.pg_ctl, "-D", str(self.dir / "data"), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast", down_for: float = 0.0) -> OwnPostgres:
+        """Stop the cluster (``-m mode``) and start it again on the same port and data directory."""
+        self.stop(mode)
+        time.sleep(down_for)
+        return self.start()
 
     def destroy(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
@@ -141,3 +261,60 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+
+class FaultProxy(TcpProxy):
+    """A :class:`TcpProxy` that can also *partition*: bytes stop flowing both ways (and new connections
+    hang) without any socket being closed, as when a cable is pulled or a route is lost. The peers
+    notice only through their own timeouts. :meth:`heal` lets the held bytes through, as TCP
+    retransmission would once the network is back; :meth:`stop` and :meth:`start` cut and refuse
+    connections instead (a host that went away, or a partition longer than TCP's patience)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(host, port)
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    @property
+    def partitioned(self) -> bool:
+        return not self._flowing.is_set()
+
+    def partition(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # stopped
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        self._flowing.wait()  # a SYN that gets no answer, until the network is back
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._sockets += [client, upstream]
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:  # type: ignore[override]
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                self._flowing.wait()
+                sink.sendall(data)
+        self._flowing.wait()  # the goodbye is held back too
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        super().stop()
+        self.heal()  # threads waiting to forward find their sockets closed and end

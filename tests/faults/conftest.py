@@ -1,0 +1,48 @@
+"""Fixtures of the fault scenarios: every server a scenario stops, kills or cuts off is its own."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.harness import Site
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "faults: restarts, kills or cuts off a PostgreSQL and Redis of the test's own mid-burst (slow)"
+    )
+
+
+def _missing_binaries() -> str | None:
+    initdb = shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb"  # where OwnPostgres looks
+    if not Path(initdb).exists():
+        return f"PostgreSQL's initdb not found (looked for {initdb})"
+    if shutil.which("redis-server") is None:
+        return "redis-server not found"
+    return None
+
+
+@pytest.fixture
+def make_site(tmp_path: Path, django_db_blocker: Any) -> Iterator[Callable[..., Site]]:
+    """Build a :class:`~tests.faults.harness.Site` (``sentinel=True``: Redis behind Sentinels); it is
+    torn down after the test, also when the test or the set-up fails."""
+    missing = _missing_binaries()
+    if missing:
+        pytest.skip(missing)
+    sites: list[Site] = []
+
+    def make(*, sentinel: bool = False) -> Site:
+        site = Site(tmp_path / f"site{len(sites)}", sentinel=sentinel)
+        sites.append(site)
+        return site.start(django_db_blocker)
+
+    try:
+        yield make
+    finally:
+        for site in reversed(sites):
+            site.close()

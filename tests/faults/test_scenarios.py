@@ -1,0 +1,295 @@
+"""Issue 15: the guarantees hold through faults of PostgreSQL, Redis and the network, on servers of the
+test's own. Each scenario sends a burst of toggles from this process (the web process) to 24 records
+served by 3 real workers and the relay, injects its fault mid-burst, and then checks: no wrong field,
+no lost request, nothing pending after the relay window, and no request applied twice or after a newer
+one (see :func:`tests.faults.harness.verify`). Each prints how long convergence took after the fault."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.faults.harness import (
+    RELAY_WINDOW,
+    Burst,
+    Converged,
+    Site,
+    database_url,
+    join,
+    run_in_thread,
+    verify,
+    wait_for,
+)
+from tests.servers import FaultProxy
+from tests.workers import wait_until
+
+pytestmark = [pytest.mark.faults, pytest.mark.workers]
+
+TOGGLES = 2000
+RECORDS = 24
+FAULT_AT = 700  # toggles committed before the fault: mid-burst
+#: How long after the fault ended (and the burst) every request must be terminal: one relay window, plus
+#: what 3 workers need to apply the backlog and RQ's first retry (1 s) on a busy 2-core machine.
+RECOVERY = RELAY_WINDOW + 12
+#: How long to wait at most, to report how far from convergence a failing scenario was.
+PATIENCE = 90
+FROZEN = 6  # records that get no toggles after a Redis fault
+PARTITION = 10  # seconds that host B is cut off
+
+
+def prepare(site: Site, workers: int = 3) -> list[int]:
+    """Records, workers and the relay; returns the records' primary keys once the workers listen."""
+    pks = site.profiles(RECORDS)
+    if workers:
+        site.start_workers(workers)
+    site.start_relay()
+    assert wait_for(lambda: len(site.workers.rq_states()) == site.workers.alive(), 60), site.logs()
+    return pks
+
+
+def converge(
+    site: Site, burst: Burst, clock: Converged, fault: threading.Thread, scenario: str, extra: str = ""
+) -> None:
+    """Wait until no request is pending (also while the fault lasts) and the fault is over; print the
+    timings and counts; check the guarantees and the recovery time."""
+    clock.burst_end = clock.burst_end or time.monotonic()
+    converged = wait_for(lambda: site.non_terminal() == 0, PATIENCE)
+    clock.done_at = time.monotonic()
+    join(fault)
+    # Whatever was cut off rejoins: every worker alive and registered with RQ again.
+    workers_back = wait_for(lambda: len(site.workers.rq_states()) == 3 == site.workers.alive(), 30)
+    outcome = verify(burst)
+    print(
+        f"\n{scenario}: {clock.summary()}."
+        f"\n  {len(burst.committed)} toggles committed in {burst.seconds:.1f}s ({burst.retries} web retries, "
+        f"longest wait {burst.longest_wait:.1f}s){extra}; exception lines in worker logs {site.worker_errors()}, "
+        f"{site.workers.restarts} worker(s) restarted by the supervisor; relay enqueued {site.relay_enqueued()} "
+        f"job(s), {site.relay_failed_passes()} failed pass(es)."
+        f"\n  {outcome.requests} requests: statuses {outcome.statuses}, attempts {outcome.attempts}, "
+        f"{outcome.writes} row writes {outcome.writes_by_client}; wrong fields {outcome.wrong_fields}, lost "
+        f"{outcome.lost}, non-terminal {outcome.non_terminal}, double-applied {outcome.double_applied}, applied "
+        f"out of order {outcome.applied_out_of_order}"
+    )
+    assert converged, f"{site.non_terminal()} requests still pending\n{site.logs()}"
+    assert outcome.violations() == {}, f"{outcome}\n{site.logs()}"
+    assert len(burst.committed) >= TOGGLES
+    assert clock.after_recovery() <= RECOVERY, f"{clock.summary()}\n{site.logs()}"
+    assert workers_back, f"workers {site.workers.rq_states()}, {site.workers.alive()} alive\n{site.logs()}"
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_postgresql_restarts_mid_burst(make_site, mode):
+    """``pg_ctl restart -m fast`` (connections terminated, clean shutdown) and ``-m immediate`` (a
+    crash, recovery at start), 2 s down: the web process retries its failed transactions, the workers'
+    jobs fail and are retried, and the relay delivers what could not be enqueued or was abandoned."""
+    site = make_site()
+    pks = prepare(site)
+    burst, clock = Burst(pks, seed=15), Converged()
+
+    def restart() -> None:
+        clock.fault()
+        site.postgres.restart(mode, down_for=2)
+        clock.healed()
+
+    fault: list[threading.Thread] = []
+    burst.run(TOGGLES, hooks={FAULT_AT: lambda: fault.append(run_in_thread(restart))}, pace=0.004)
+    clock.burst_end = time.monotonic()
+    converge(site, burst, clock, fault[0], f"PostgreSQL restart -m {mode}")
+    assert burst.retries > 0, "the restart did not hit the burst"
+
+
+def test_worker_connections_terminated_mid_transaction(make_site):
+    """``pg_terminate_backend`` of the workers' connections while they are inside their transaction: a
+    DBA's kill, a connection pooler's restart. To catch them mid-transaction every time, a helper holds
+    row locks on a few records; the jobs of those records lock their requests, block in the guarded
+    UPDATE, and are terminated there. Their transactions roll back; RQ retries the jobs."""
+    site = make_site()
+    pks = prepare(site)
+    burst, clock = Burst(pks, seed=16), Converged()
+    stop, terminated, rounds = threading.Event(), [], [0]
+    url = database_url(site.postgres, application_name="dba")
+    waiting_workers = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'worker' AND wait_event_type = 'Lock' "
+        "AND xact_start IS NOT NULL"
+    )
+
+    def terminate() -> None:
+        clock.fault()
+        with psycopg.connect(url, autocommit=True) as admin, psycopg.connect(url) as locker:
+            while not stop.is_set():
+                held = [pks[(rounds[0] * 5 + k) % len(pks)] for k in range(5)]
+                rounds[0] += 1
+                locker.execute("SELECT 1 FROM testapp_profile WHERE id = ANY(%s) FOR UPDATE", [held])
+                deadline, pids = time.monotonic() + 1.5, []
+                while not pids and time.monotonic() < deadline and not stop.is_set():
+                    pids = [pid for (pid,) in admin.execute(waiting_workers).fetchall()]
+                    time.sleep(0.01)
+                for pid in pids:
+                    if admin.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]:
+                        terminated.append(pid)
+                locker.rollback()
+                time.sleep(0.2)
+        clock.healed()
+
+    fault = run_in_thread(terminate)
+    try:
+        # Paced (one transaction per 4 ms at least): the jobs keep coming while the helper waits for them.
+        burst.run(TOGGLES, pace=0.004)
+        clock.burst_end = time.monotonic()
+    finally:
+        stop.set()
+    converge(
+        site,
+        burst,
+        clock,
+        fault,
+        "pg_terminate_backend of workers mid-transaction",
+        f"; {len(terminated)} worker transactions terminated in {rounds[0]} rounds",
+    )
+    assert len(terminated) >= 5, f"only {len(terminated)} worker transactions were terminated"
+
+
+def test_redis_restarts_without_persistence_mid_burst(make_site):
+    """Redis is killed and comes back empty 1 s later: every queued job, the workers' registrations and
+    RQ's registries are gone. Commits meanwhile succeed (delivery on commit fails and is logged), the
+    workers reconnect by themselves, and the relay delivers every record whose job was lost."""
+    site = make_site()
+    pks = prepare(site)
+    burst, clock = Burst(pks, seed=17), Converged()
+
+    def restart() -> None:
+        clock.fault()
+        assert site.redis is not None
+        site.redis.restart(down_for=1)
+        clock.healed()
+        # Requests committed while Redis was down were not delivered; from now on the first records get
+        # no more toggles (that would enqueue them a job): only the relay can deliver theirs.
+        burst.targets = pks[FROZEN:]
+
+    fault: list[threading.Thread] = []
+    burst.run(TOGGLES, hooks={FAULT_AT: lambda: fault.append(run_in_thread(restart))}, pace=0.004)
+    clock.burst_end = time.monotonic()
+    converge(site, burst, clock, fault[0], "Redis restart without persistence")
+    assert site.relay_enqueued() > 0, f"the relay delivered nothing: luck, not the relay\n{site.logs()}"
+
+
+def test_redis_sentinel_failover_mid_burst(make_site):
+    """A primary, a replica and 3 Sentinels; django-rq's RQ_QUEUES name the Sentinels. The primary is
+    SIGKILLed mid-burst; the Sentinels promote the replica (about 2 s). Clients find the new primary by
+    asking the Sentinels again; jobs the replica had not received are delivered by the relay."""
+    site = make_site(sentinel=True)
+    assert site.failover is not None
+    pks = prepare(site)
+    burst, clock = Burst(pks, seed=18), Converged()
+    replica = ("127.0.0.1", site.failover.replica.port)
+
+    def kill_primary() -> None:
+        clock.fault()
+        site.failover.kill_primary()
+        assert wait_until(lambda: site.failover.primary() == replica, 30), "the Sentinels did not fail over"
+        clock.healed()
+        burst.targets = pks[FROZEN:]  # as in the Redis restart: the first records' jobs need the relay
+
+    fault: list[threading.Thread] = []
+    burst.run(TOGGLES, hooks={FAULT_AT: lambda: fault.append(run_in_thread(kill_primary))}, pace=0.004)
+    clock.burst_end = time.monotonic()
+    converge(site, burst, clock, fault[0], "Redis Sentinel failover (primary SIGKILLed)")
+    assert site.relay_enqueued() > 0, f"the relay delivered nothing: luck, not the relay\n{site.logs()}"
+
+
+def test_two_hosts_one_cut_off_mid_job(make_site):
+    """Two "hosts": host B (2 workers) reaches PostgreSQL and Redis through fault-injecting proxies, host A
+    (1 worker, the relay, the web process) directly. While a job of host B holds its record's row lock,
+    the network between host B and both servers is partitioned for 10 s (no connection closed: bytes just
+    stop), then healed. PostgreSQL's ``idle_in_transaction_session_timeout`` (3 s here; see
+    docs/operations.md) ends host B's transaction on the server, which frees the row for host A; when the
+    network is back, host B's job finds its connection gone, and host B's workers go on working.
+
+    While host B's job of a record stays "started", each new request of that record gets a job of its own
+    (RQ's unique job id is taken): host A's single worker then runs one job per toggle of that record and
+    may finish the backlog only after the heal. Correct, but slower: see docs/operations.md."""
+    site = make_site()
+    assert site.redis is not None
+    with psycopg.connect(database_url(site.postgres), autocommit=True) as admin:
+        admin.execute("ALTER DATABASE postgres SET idle_in_transaction_session_timeout = '3s'")
+    pks = site.profiles(RECORDS)
+    db_proxy = FaultProxy("127.0.0.1", site.postgres.port).start()
+    redis_proxy = FaultProxy("127.0.0.1", site.redis.port).start()
+    site.cleanup.callback(db_proxy.stop)
+    site.cleanup.callback(redis_proxy.stop)
+    site.start_workers(
+        2,
+        name="host-b",
+        DATABASE_URL=database_url(site.postgres, db_proxy.port, "host-b"),
+        REDIS_URL=f"redis://127.0.0.1:{redis_proxy.port}/0",
+    )
+    site.start_workers(1, name="host-a")
+    site.start_relay()
+    assert wait_for(lambda: len(site.workers.rq_states()) == 3, 60), site.logs()
+    burst, clock = Burst(pks, seed=19), Converged()
+    url = database_url(site.postgres, application_name="dba")
+    caught: list[int] = []
+    waiting_host_b = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'host-b' AND wait_event_type = 'Lock' "
+        "AND xact_start IS NOT NULL"
+    )
+
+    def cut() -> None:
+        # Hold row locks until a job of host B waits for one inside its transaction: then it is mid-job.
+        with psycopg.connect(url, autocommit=True) as admin, psycopg.connect(url) as locker:
+            locker.execute("SELECT 1 FROM testapp_profile WHERE id = ANY(%s) FOR UPDATE", [pks])
+
+            def host_b_mid_job() -> bool:
+                caught.extend(pid for (pid,) in admin.execute(waiting_host_b).fetchall())
+                return bool(caught)
+
+            assert wait_until(host_b_mid_job, 30, interval=0.01), "no job of host B ever ran"
+            clock.fault()
+            db_proxy.partition()
+            redis_proxy.partition()
+            locker.rollback()  # host B's job gets the row lock now, and keeps it while it cannot talk
+
+            def host_b_session_gone() -> bool:
+                return not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", [caught]).fetchall()
+
+            if wait_until(host_b_session_gone, PARTITION - 1, interval=0.1):
+                freed.append(time.monotonic() - clock.fault_at)
+            time.sleep(max(0.0, PARTITION - (time.monotonic() - clock.fault_at)))
+            healed_at_write.append(admin.execute("SELECT coalesce(max(id), 0) FROM fault_writes").fetchone()[0])
+        db_proxy.heal()
+        redis_proxy.heal()
+        clock.healed()
+
+    fault: list[threading.Thread] = []
+    healed_at_write: list[int] = []
+    freed: list[float] = []  # seconds after the cut when PostgreSQL ended host B's session
+    burst.run(TOGGLES, hooks={FAULT_AT: lambda: fault.append(run_in_thread(cut))}, pace=0.004)
+    clock.burst_end = time.monotonic()
+    converge(
+        site,
+        burst,
+        clock,
+        fault[0],
+        f"two hosts, host B partitioned {PARTITION} s mid-job",
+        f"; {len(set(caught))} host-B job(s) caught mid-transaction, its session ended by PostgreSQL "
+        f"{freed[0] if freed else float('nan'):.1f}s after the cut",
+    )
+    # PostgreSQL ended host B's transaction while host B was still cut off, which freed the row lock.
+    assert freed, "host B's session outlived the partition: is idle_in_transaction_session_timeout set?"
+    # Host B works again once the network is back: it applies a second, smaller burst with host A.
+    burst.targets = pks
+    burst.run(300, pace=0.004)
+    assert wait_for(lambda: site.non_terminal() == 0, RECOVERY), site.logs()
+    outcome = verify(burst)
+    with psycopg.connect(url, autocommit=True) as admin:
+        by_host_b = admin.execute(
+            "SELECT count(*) FROM fault_writes WHERE client = 'host-b' AND id > %s", healed_at_write
+        ).fetchone()[0]
+    print(
+        f"  after the heal: {outcome.requests} requests, {by_host_b} row writes by host B, violations "
+        f"{outcome.violations()}, exception lines in worker logs {site.worker_errors()}"
+    )
+    assert outcome.violations() == {} and by_host_b > 0, f"{outcome}\n{site.logs()}"
