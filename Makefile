@@ -10,7 +10,7 @@ empty :=
 space := $(empty) $(empty)
 TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench mutation clean
+.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench mutation docs clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,19 @@ mutation: install
 	@$(MUTMUT) export-cicd-stats >/dev/null
 	@$(MUTMUT) results
 	@$(PY) -c '$(KILL_RATE)'
+
+# The documentation site (Sphinx + MyST) in docs/_build/html; any Sphinx warning fails the build.
+# Its own venv, so that the docs tools never enter the test environment.
+DOCS_VENV ?= .venv-docs
+
+$(DOCS_VENV)/.installed: requirements-docs.txt setup.cfg
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r requirements-docs.txt -e . "$(DJANGO)"
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	$(DOCS_VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) demo.sqlite3 test.sqlite3 .coverage htmlcov .tox
