@@ -34,7 +34,7 @@ from rq.scheduler import RQScheduler
 from rq.utils import current_timestamp
 
 from safeupdates import conf, db
-from safeupdates.exceptions import InvalidUpdate, SafeUpdatesError
+from safeupdates.exceptions import BackendUnavailable, InvalidUpdate, RequestNotFound
 from safeupdates.guard import column, statement_cursor, write_if_newer
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.tasks import get_queue
@@ -55,10 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("safeupdates")
-
-
-class RequestNotFound(SafeUpdatesError, LookupError):
-    """An apply job's request is not in the worker's database: the job fails rather than report success."""
 
 
 #: How many pending requests of one record a job locks and merges at a time.
@@ -600,15 +596,6 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     except DatabaseError:
         # The database is still unreachable: the request stays pending and the relay delivers it again.
         logger.exception("safeupdates: could not record the failure of request %s", rid)
-
-
-class BackendUnavailable(SafeUpdatesError):
-    """A relay pass could not reach Redis or the database. Nothing is lost: the next pass delivers."""
-
-    def __init__(self, backend: str, where: str, error: BaseException) -> None:
-        self.backend, self.where = backend, where
-        self.reason = " ".join(str(error).split()) or type(error).__name__  # one line
-        super().__init__(f"{backend} unreachable at {where} ({self.reason})")
 
 
 @dataclass
