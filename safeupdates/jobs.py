@@ -9,10 +9,9 @@ per record with RQ's ``unique=True`` while one is still queued, so a burst also 
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +24,13 @@ from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
 from django.db.utils import IntegrityError, InterfaceError, OperationalError
 
-from safeupdates import conf, db, queues
+from safeupdates import conf, db, queues, statements
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate, RequestNotFound
-from safeupdates.guard import column, statement_cursor, write_if_newer
+from safeupdates.guard import statement_cursor, write_if_newer
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.queues import deliver
 from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_request_id
-from safeupdates.versions import SEQUENCE_NAME, next_version
+from safeupdates.versions import next_version
 
 __all__ = [
     "BackendUnavailable",
@@ -151,11 +150,15 @@ def _insert_pending(record: ProcessedRequest, using: str) -> tuple[bool, bool]:
     """
     connection = connections[using]
     changes = ProcessedRequest._meta.get_field("changes").get_db_prep_save(record.changes, connection)
+    sql, params = statements.insert_pending(
+        request_id=record.request_id,
+        content_type_id=record.content_type_id,
+        object_id=record.object_id,
+        changes=changes,
+        queue=record.queue,
+    )
     with statement_cursor(connection) as cursor:
-        cursor.execute(
-            _insert_pending_sql(connection.vendor),
-            [record.request_id, record.content_type_id, record.object_id, changes, record.queue],
-        )
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return False, False
@@ -163,38 +166,6 @@ def _insert_pending(record: ProcessedRequest, using: str) -> tuple[bool, bool]:
     record._state.adding = False
     record._state.db = using
     return True, others_pending
-
-
-@functools.cache
-def _insert_pending_sql(vendor: str) -> str:
-    """The INSERT of a new pending update request, with the values of enqueue_update()'s record.
-
-    Five parameters: request_id, content_type_id, object_id, changes, queue. The rest are what a new
-    request always has: no key, no error, no attempts; ``created_at`` (the database's clock) and
-    ``processed_at`` (NULL) keep their column defaults.
-    """
-    connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
-    qn = connection.ops.quote_name
-    names = ("request_id", "content_type", "object_id", "changes", "queue", "kind", "status", "key", "error")
-    columns = ", ".join(qn(column(ProcessedRequest, name)) for name in (*names, "attempts", "version"))
-    values = (
-        f"%s, %s, %s, %s, %s, '{RequestKind.UPDATE}', '{RequestStatus.PENDING}', '', '', 0, nextval('{SEQUENCE_NAME}')"
-    )
-    table = qn(ProcessedRequest._meta.db_table)
-    pk, request_id, content_type, object_id, status, version, created_at = (
-        qn(column(ProcessedRequest, name))
-        for name in ("pk", "request_id", "content_type", "object_id", "status", "version", "created_at")
-    )
-    # Read through the safeupdates_pending index: the record's pending requests, not its history.
-    others_pending = (
-        f"EXISTS (SELECT 1 FROM {table} other WHERE other.{status} = '{RequestStatus.PENDING}' "
-        f"AND other.{content_type} = new.{content_type} AND other.{object_id} = new.{object_id} "
-        f"AND other.{pk} <> new.{pk})"
-    )
-    return (
-        f"INSERT INTO {table} AS new ({columns}) VALUES ({values}) ON CONFLICT ({request_id}) DO NOTHING "
-        f"RETURNING new.{pk}, new.{version}, new.{created_at}, {others_pending}"
-    )
 
 
 async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> ProcessedRequest:
@@ -465,6 +436,11 @@ class RelayReport:
         self.warnings.append(message)
 
 
+#: More work for every relay pass, ``step(older_than, *, dry_run, using, report)``: the optional job tools
+#: register theirs when their app is ready (the batches of ``fan_out()``: overdue items and reduces).
+relay_steps: list[Callable[..., Any]] = []
+
+
 def relay(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> RelayReport:
     """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
     (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
@@ -476,8 +452,6 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
     requests must not wait for a queue that no worker serves, nor stop the other records. Raises
     :class:`BackendUnavailable` if Redis or the database cannot be reached.
     """
-    from safeupdates.batches import relay_batches
-
     seconds = conf.relay_after() if older_than is None else older_than
     using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
     report = RelayReport(older_than=seconds, dry_run=dry_run)
@@ -512,8 +486,9 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
                 report.moved += 1
             if outcome == queues.MOVED_SCHEDULED:
                 report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
-    with unreachable_database(using):
-        relay_batches(seconds, dry_run=dry_run, using=using, report=report)
+    for step in relay_steps:
+        with unreachable_database(using):
+            step(seconds, dry_run=dry_run, using=using, report=report)
     for queue_name in sorted(used):
         _check_scheduler(queue_name, report)
     if report.due:

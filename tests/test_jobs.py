@@ -22,7 +22,7 @@ from django.test import override_settings
 from rq import Queue, Worker
 from rq.suspension import suspend
 
-from safeupdates import enqueue_update, jobs, queues
+from safeupdates import enqueue_update, jobs, queues, statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
@@ -153,7 +153,10 @@ class TestEnqueueValidation:
     def test_the_pending_insert_writes_every_column_as_the_model_would(self, redis, postgres_only):
         """enqueue_update's INSERT lists its columns by hand: a column it leaves out must have a default
         in the database, and the values it writes must be the model's defaults."""
-        columns = re.search(r"AS new \(([^)]*)\)", jobs._insert_pending_sql("postgresql")).group(1)
+        sql, _params = statements.insert_pending(
+            request_id=None, content_type_id=None, object_id="", changes=None, queue=""
+        )
+        columns = re.search(r"AS new \(([^)]*)\)", sql).group(1)
         listed = {name.strip().strip('"') for name in columns.split(",")}
         for field in ProcessedRequest._meta.concrete_fields:
             assert field.column in listed or field.primary_key or field.null or field.has_db_default(), field.name
