@@ -25,9 +25,9 @@ from rq.job import Job
 
 from safeupdates import conf, db
 from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue, unreachable_redis
+from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
 from safeupdates.models import Batch, BatchStatus, ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.tasks import dotted_path, get_queue, resolve
+from safeupdates.queues import dotted_path, get_queue, resolve, unreachable_redis
 
 __all__ = ["deliver_item", "deliver_reduce", "fan_out", "run_batch_item", "run_batch_reduce"]
 

@@ -12,25 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from django.db import connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from safeupdates import statements
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import (
-    BASE_VERSION_KEY,
-    column,
-    concrete_field,
-    spans_tables,
-    stored_version,
-    versions_model,
-    write_if_newer,
-)
-from safeupdates.models import LockVersionMixin
+from safeupdates.guard import write_if_newer
+from safeupdates.meta import concrete_field, holds_versions, spans_tables
+from safeupdates.statements import stored_version
 from safeupdates.validation import clean_changes, clean_pk, clean_version
-from safeupdates.versions import SEQUENCE_NAME, ensure_issued
+from safeupdates.versions import ensure_issued
 
 __all__ = ["DEFAULT_BATCH_SIZE", "BulkResult", "bulk_update_if_newer"]
 
@@ -87,7 +80,7 @@ def bulk_update_if_newer(
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise InvalidUpdate(f"batch_size must be a positive integer, got {batch_size!r}.")
     model = queryset.model
-    if not issubclass(model, LockVersionMixin):
+    if not holds_versions(model):
         raise InvalidUpdate(f"{model._meta.label} has no per-field versions: give it LockVersionMixin.")
     rows = _merge(model, updates)
     if not rows:
@@ -162,81 +155,19 @@ def _write_postgresql(
 ) -> dict[Any, tuple[str, ...]]:
     """Write ``batch`` in one statement; return, per existing row, the fields it wrote."""
     fields = tuple(sorted({name for row in batch for name in row.winners}))
+    statement = statements.bulk_update(model, fields)
     prepare = [concrete_field(model, name).get_db_prep_save for name in fields]
     params: list[Any] = []
     for row in batch:
-        params.append(row.pk)
+        cells = []
         for name, prep in zip(fields, prepare, strict=True):
             winner = row.winners.get(name)
-            params += (None, None) if winner is None else (prep(winner[2], connection), winner[0])
-    sql = _postgresql_sql(model, fields).format(values=", ".join([_postgresql_row(model, fields)] * len(batch)))
+            cells.append(None if winner is None else (prep(winner[2], connection), winner[0]))
+        params += statement.row_params(row.pk, cells)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement.sql(len(batch)), params)
         result = cursor.fetchall()
     return {pk: tuple(name for name, ok in zip(fields, flags, strict=True) if ok) for pk, *flags in result}
-
-
-def _postgresql_connection() -> BaseDatabaseWrapper:
-    # Any PostgreSQL connection quotes and casts the same way.
-    return next(c for c in connections.all(initialized_only=False) if c.vendor == "postgresql")
-
-
-@lru_cache(maxsize=512)
-def _postgresql_row(model: type[models.Model], fields: tuple[str, ...]) -> str:
-    """One ``(pk, value, version, ...)`` row of the VALUES list; explicit casts type the NULLs too."""
-    connection = _postgresql_connection()
-    pk_field = model._meta.pk
-    assert pk_field is not None
-    casts = [f"%s::{pk_field.cast_db_type(connection)}"]  # type: ignore[attr-defined]
-    for name in fields:
-        casts += (f"%s::{concrete_field(model, name).cast_db_type(connection)}", "%s::bigint")  # type: ignore[attr-defined]
-    return f"({', '.join(casts)})"
-
-
-@lru_cache(maxsize=512)
-def _postgresql_sql(model: type[models.Model], fields: tuple[str, ...]) -> str:
-    """The batch statement of ``fields`` on ``model``, with a ``{values}`` slot for the VALUES rows.
-
-    The ``locked`` CTE locks the existing rows (in primary key order) and decides each field's guard
-    once, on the newest committed row version: ``FOR NO KEY UPDATE`` (the lock an UPDATE takes) waits
-    for a concurrent writer and then reads its row, as the UPDATE's own recheck would. The UPDATE
-    writes what the guards allow; the outer SELECT returns every existing row with its guard results,
-    so that rows that wrote nothing (stale) are told apart from rows that do not exist (missing).
-    Guard results come from the locked row, not from comparing versions after the write, so a batch
-    run twice reports its second run as stale.
-    """
-    connection = _postgresql_connection()
-    qn = connection.ops.quote_name
-    table = qn(versions_model(model)._meta.db_table)
-    pk = qn(column(model, "pk"))
-    fv = qn(column(model, "field_versions"))
-    lock = qn(column(model, "lock_version"))
-    # Field names go into SQL only as JSON keys; the VALUES columns get neutral aliases.
-    aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
-
-    columns = ", ".join(["pk", *(f"{a}_value, {a}_version" for _name, a in aliases)])
-    selected = [f"t.{pk} AS pk"]
-    for name, a in aliases:
-        stored = f"COALESCE((t.{fv}->>'{name}')::bigint, (t.{fv}->>'{BASE_VERSION_KEY}')::bigint, 0)"
-        selected += [f"v.{a}_value", f"v.{a}_version", f"COALESCE({stored} < v.{a}_version, false) AS {a}_ok"]
-    sets = []
-    for name, a in aliases:
-        quoted = qn(column(model, name))
-        sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
-    pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
-    sets.append(f"{fv} = t.{fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
-    # A change token, as in update_if_newer: a fresh version for every row that is written.
-    sets.append(f"{lock} = nextval('{SEQUENCE_NAME}')")
-    any_ok = " OR ".join(f"l.{a}_ok" for _name, a in aliases)
-    flags = ", ".join(f"l.{a}_ok" for _name, a in aliases)
-    return (
-        f"WITH v ({columns}) AS (VALUES {{values}}), "
-        f"locked AS (SELECT {', '.join(selected)} FROM {table} t JOIN v ON t.{pk} = v.pk "
-        f"ORDER BY t.{pk} FOR NO KEY UPDATE OF t), "
-        f"written AS (UPDATE {table} t SET {', '.join(sets)} FROM locked l "
-        f"WHERE t.{pk} = l.pk AND ({any_ok})) "
-        f"SELECT l.pk, {flags} FROM locked l"
-    )
 
 
 def _write_per_row(

@@ -16,27 +16,13 @@ from safeupdates import conf
 @register(Tags.compatibility)
 def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``."""
-    if not apps.is_installed("django_rq"):
-        return [
-            Error(
-                "django_rq is not in INSTALLED_APPS.",
-                hint="safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
-                "and configure RQ_QUEUES.",
-                id="safeupdates.E001",
-            )
-        ]
-    queues = getattr(settings, "RQ_QUEUES", {}) or {}
-    name = conf.queue_name()
-    if name not in queues:
-        return [
-            Error(
-                f"SAFEUPDATES_QUEUE is {name!r}, which is not a queue in RQ_QUEUES.",
-                hint=f"Add {name!r} to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: "
-                f"{', '.join(sorted(queues)) or '(none configured)'}.",
-                id="safeupdates.E002",
-            )
-        ]
-    return []
+    from safeupdates.queues import queue_problem
+
+    problem = queue_problem()
+    if problem is None:
+        return []
+    message, hint, check_id = problem
+    return [Error(message, hint=hint, id=check_id)]
 
 
 def reserved_change_names() -> dict[str, tuple[str, ...]]:

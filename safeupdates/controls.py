@@ -43,7 +43,7 @@ from rq.utils import as_text, import_attribute
 
 from safeupdates import conf
 from safeupdates.exceptions import InvalidControl
-from safeupdates.tasks import dotted_path, get_queue
+from safeupdates.queues import dotted_path, get_queue
 
 if TYPE_CHECKING:
     from limits import RateLimitItem

@@ -14,6 +14,8 @@ from django.db import connections, models
 from django.db.models import ExpressionWrapper
 from django.db.models.functions import Now
 
+from safeupdates import statements
+
 __all__ = ["LOCK_NOT_AVAILABLE", "database_now", "is_lock_unavailable", "local_lock_timeout", "older_than"]
 
 #: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
@@ -28,7 +30,7 @@ def is_lock_unavailable(exc: BaseException) -> bool:
 def database_now(using: str = "default") -> datetime:
     """The database server's current time, aware (UTC)."""
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT CURRENT_TIMESTAMP")
+        cursor.execute(statements.CURRENT_TIMESTAMP)
         value = cursor.fetchone()[0]
     now: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: a string, UTC
     return now if now.tzinfo else now.replace(tzinfo=UTC)
@@ -53,12 +55,12 @@ def local_lock_timeout(using: str, seconds: float | None, **extra: Any) -> Itera
         return
     milliseconds = max(1, int(seconds * 1000))
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('lock_timeout')")
+        cursor.execute(statements.lock_timeout.current)
         previous = cursor.fetchone()[0]
-        cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+        cursor.execute(statements.lock_timeout.set_local("lock_timeout", milliseconds))
         for name, value in extra.items():
-            cursor.execute(f"SET LOCAL {name} = {int(value)}")
+            cursor.execute(statements.lock_timeout.set_local(name, value))
     yield
     # On an exception the caller's atomic() rolls back, and SET LOCAL with it; else put the old value back.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+        cursor.execute(*statements.lock_timeout.restore(previous))

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidControl", "InvalidUpdate", "LockUnavailable", "SafeUpdatesError", "StaleObjectError"]
+__all__ = [
+    "BackendUnavailable",
+    "InvalidControl",
+    "InvalidUpdate",
+    "LockUnavailable",
+    "RequestNotFound",
+    "SafeUpdatesError",
+    "StaleObjectError",
+]
 
 
 class SafeUpdatesError(Exception):
@@ -23,3 +31,16 @@ class LockUnavailable(SafeUpdatesError):
 
 class InvalidControl(SafeUpdatesError, ValueError):
     """An argument of ``enqueue()``, ``@idempotent`` or ``fan_out()`` is wrong; nothing was enqueued or run."""
+
+
+class RequestNotFound(SafeUpdatesError, LookupError):
+    """An apply job's request is not in the worker's database: the job fails rather than report success."""
+
+
+class BackendUnavailable(SafeUpdatesError):
+    """A relay pass could not reach Redis or the database. Nothing is lost: the next pass delivers."""
+
+    def __init__(self, backend: str, where: str, error: BaseException) -> None:
+        self.backend, self.where = backend, where
+        self.reason = " ".join(str(error).split()) or type(error).__name__  # one line
+        super().__init__(f"{backend} unreachable at {where} ({self.reason})")

@@ -9,11 +9,9 @@ per record with RQ's ``unique=True`` while one is still queued, so a burst also 
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,21 +23,14 @@ from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Case, F, Subquery, Value, When
 from django.db.models.functions import Now
 from django.db.utils import IntegrityError, InterfaceError, OperationalError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq import Queue, Retry, get_current_job
-from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
-from rq.job import JOB_ID_PATTERN, Job, JobStatus
-from rq.scheduler import RQScheduler
-from rq.utils import current_timestamp
 
-from safeupdates import conf, db
-from safeupdates.exceptions import InvalidUpdate, SafeUpdatesError
-from safeupdates.guard import column, statement_cursor, write_if_newer
+from safeupdates import conf, db, queues, statements
+from safeupdates.exceptions import BackendUnavailable, InvalidUpdate, RequestNotFound
+from safeupdates.guard import statement_cursor, write_if_newer
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.tasks import get_queue
+from safeupdates.queues import deliver
 from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_request_id
-from safeupdates.versions import SEQUENCE_NAME, next_version
+from safeupdates.versions import next_version
 
 __all__ = [
     "BackendUnavailable",
@@ -57,14 +48,8 @@ __all__ = [
 logger = logging.getLogger("safeupdates")
 
 
-class RequestNotFound(SafeUpdatesError, LookupError):
-    """An apply job's request is not in the worker's database: the job fails rather than report success."""
-
-
 #: How many pending requests of one record a job locks and merges at a time.
 BATCH_SIZE = 500
-# Job states in which a queued job has not yet read the pending requests: it will see ours.
-_WILL_RUN = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
 
 
 def enqueue_update(
@@ -133,17 +118,17 @@ def enqueue_update(
 
 def _queue_name(queue: str | None) -> str:
     """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``."""
-    queues = getattr(settings, "RQ_QUEUES", None) or {}
+    configured = getattr(settings, "RQ_QUEUES", None) or {}
     name = queue or conf.queue_name()
-    if name in queues:
+    if name in configured:
         return name
-    if queue is None:
-        from safeupdates.checks import check_django_rq
-
+    problem = queues.queue_problem() if queue is None else None
+    if problem is not None:
         # The settings are wrong, not the call: say what the system check says.
-        error = check_django_rq()[0]
-        raise InvalidUpdate(f"{error.msg} {error.hint} ({error.id})")
-    raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {', '.join(queues) or '(none configured)'}.")
+        message, hint, check_id = problem
+        raise InvalidUpdate(f"{message} {hint} ({check_id})")
+    choices = ", ".join(configured) or "(none configured)"
+    raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {choices}.")
 
 
 def _known_request(existing: ProcessedRequest, content_type: ContentType, pk: Any) -> ProcessedRequest:
@@ -165,11 +150,15 @@ def _insert_pending(record: ProcessedRequest, using: str) -> tuple[bool, bool]:
     """
     connection = connections[using]
     changes = ProcessedRequest._meta.get_field("changes").get_db_prep_save(record.changes, connection)
+    sql, params = statements.insert_pending(
+        request_id=record.request_id,
+        content_type_id=record.content_type_id,
+        object_id=record.object_id,
+        changes=changes,
+        queue=record.queue,
+    )
     with statement_cursor(connection) as cursor:
-        cursor.execute(
-            _insert_pending_sql(connection.vendor),
-            [record.request_id, record.content_type_id, record.object_id, changes, record.queue],
-        )
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return False, False
@@ -179,183 +168,9 @@ def _insert_pending(record: ProcessedRequest, using: str) -> tuple[bool, bool]:
     return True, others_pending
 
 
-@functools.cache
-def _insert_pending_sql(vendor: str) -> str:
-    """The INSERT of a new pending update request, with the values of enqueue_update()'s record.
-
-    Five parameters: request_id, content_type_id, object_id, changes, queue. The rest are what a new
-    request always has: no key, no error, no attempts; ``created_at`` (the database's clock) and
-    ``processed_at`` (NULL) keep their column defaults.
-    """
-    connection = next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
-    qn = connection.ops.quote_name
-    names = ("request_id", "content_type", "object_id", "changes", "queue", "kind", "status", "key", "error")
-    columns = ", ".join(qn(column(ProcessedRequest, name)) for name in (*names, "attempts", "version"))
-    values = (
-        f"%s, %s, %s, %s, %s, '{RequestKind.UPDATE}', '{RequestStatus.PENDING}', '', '', 0, nextval('{SEQUENCE_NAME}')"
-    )
-    table = qn(ProcessedRequest._meta.db_table)
-    pk, request_id, content_type, object_id, status, version, created_at = (
-        qn(column(ProcessedRequest, name))
-        for name in ("pk", "request_id", "content_type", "object_id", "status", "version", "created_at")
-    )
-    # Read through the safeupdates_pending index: the record's pending requests, not its history.
-    others_pending = (
-        f"EXISTS (SELECT 1 FROM {table} other WHERE other.{status} = '{RequestStatus.PENDING}' "
-        f"AND other.{content_type} = new.{content_type} AND other.{object_id} = new.{object_id} "
-        f"AND other.{pk} <> new.{pk})"
-    )
-    return (
-        f"INSERT INTO {table} AS new ({columns}) VALUES ({values}) ON CONFLICT ({request_id}) DO NOTHING "
-        f"RETURNING new.{pk}, new.{version}, new.{created_at}, {others_pending}"
-    )
-
-
 async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> ProcessedRequest:
     """Async :func:`enqueue_update`, for async views."""
     return await sync_to_async(enqueue_update)(obj_or_model, pk, **kwargs)
-
-
-def _job_id(content_type_id: int, object_id: str) -> str:
-    key = (
-        object_id
-        if JOB_ID_PATTERN.fullmatch(object_id) and len(object_id) <= 64
-        else (hashlib.sha1(object_id.encode()).hexdigest())
-    )
-    return f"safeupdates-{content_type_id}-{key}"
-
-
-def deliver(
-    request_id: uuid.UUID | str,
-    content_type_id: int,
-    object_id: str,
-    queue_name: str,
-    *,
-    force: bool = False,
-    likely_queued: bool = False,
-) -> Job | None:
-    """Make sure a job will apply ``request_id``; return the job put on the queue, or None if one was
-    already waiting there.
-
-    Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
-    queued (not started), it will read our request when it starts, so no new job is needed. Once it
-    has started it may have read the pending requests already, so a job of our own is enqueued.
-    ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
-    first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
-    ``force=True`` (the relay) also checks that a job RQ calls queued, scheduled or deferred is really
-    on its way to a worker: see :func:`_find_waiting`.
-    """
-    return _deliver(request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued)[0]
-
-
-# What a delivery found or did: enqueued a job, moved the record's job out of RQ's scheduled or deferred
-# registry onto the queue, or found it waiting (in the queue, or scheduled and not yet due).
-_ENQUEUED, _MOVED_SCHEDULED, _MOVED_DEFERRED, _WAITING = "enqueued", "moved scheduled", "moved deferred", "waiting"
-
-
-def _deliver(
-    request_id: uuid.UUID | str,
-    content_type_id: int,
-    object_id: str,
-    queue_name: str,
-    *,
-    force: bool = False,
-    likely_queued: bool = False,
-) -> tuple[Job | None, str]:
-    """:func:`deliver`, and what it found or did (``_ENQUEUED`` ...)."""
-    queue = get_queue(queue_name)
-    job_id = _job_id(content_type_id, object_id)
-    status = _job_status(queue, job_id) if likely_queued else None
-    args = (str(request_id),)
-    if status is None:
-        job = queue.create_job(apply_update, args=args, job_id=job_id, **_job_options(content_type_id, object_id))
-        try:
-            return _enqueue_unique(queue, job, force=force), _ENQUEUED
-        except DuplicateJobError:
-            status = _job_status(queue, job_id)
-    if status in _WILL_RUN:
-        if not force:
-            return None, _WAITING
-        found = _find_waiting(queue, job_id, status)
-        if found is not None:
-            return found
-    return queue.enqueue_call(apply_update, args=args, **_job_options(content_type_id, object_id)), _ENQUEUED
-
-
-def _find_waiting(queue: Queue, job_id: str, status: JobStatus) -> tuple[Job | None, str] | None:
-    """For the relay: is the job that RQ calls queued, scheduled or deferred really on its way?
-
-    Returns ``(None, _WAITING)`` if it is, ``(job, _MOVED_...)`` if it was stuck in a registry and has
-    been moved onto the queue, and None if it is lost (the caller enqueues a new job). How RQ 3.0 keeps
-    them: a job taken off the queue by a worker that was killed before it started it is still "queued"
-    but in no queue. A retry with back-off is "scheduled" in the queue's ScheduledJobRegistry, and only
-    an RQ scheduler (a worker started ``--with-scheduler``) moves it to the queue when it is due: without
-    one it waits forever. A "deferred" job waits in the DeferredJobRegistry for jobs it depends on, and
-    safeupdates never makes a job depend on another.
-    """
-    if status == JobStatus.QUEUED:
-        return (None, _WAITING) if queue.get_job_position(job_id) is not None else None
-    scheduled = status == JobStatus.SCHEDULED
-    registry = queue.scheduled_job_registry if scheduled else queue.deferred_job_registry
-    due_at = queue.connection.zscore(registry.key, job_id)
-    if due_at is None:
-        return None
-    if scheduled and due_at > current_timestamp():
-        return None, _WAITING  # a retry waiting out its back-off (the relay reports a missing scheduler)
-    try:
-        # The registry's ZREM decides who moves the job, should a scheduler take it at the same moment.
-        return registry.requeue(job_id), _MOVED_SCHEDULED if scheduled else _MOVED_DEFERRED
-    except InvalidJobOperation:
-        return None, _WAITING  # a scheduler moved it meanwhile
-    except NoSuchJobError:
-        return None
-
-
-def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
-    """The status of job ``job_id`` (one HGET), or None if there is no such job (or it has no status)."""
-    try:
-        return queue.job_class(job_id, connection=queue.connection).get_status()
-    except InvalidJobOperation:
-        return None
-
-
-def _job_options(content_type_id: int, object_id: str) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "timeout": conf.job_timeout(),
-        "result_ttl": 0,
-        "failure_ttl": 7 * 24 * 3600,
-        "description": f"safeupdates apply {content_type_id}:{object_id}",
-    }
-    retry = conf.retry()
-    if retry.get("max"):
-        options["retry"] = Retry(**retry)
-    return options
-
-
-# Queues this process has registered in RQ's set of queue names (what ``rq info`` lists).
-_registered: set[tuple[int, str]] = set()
-
-
-def _enqueue_unique(queue: Queue, job: Job, *, force: bool) -> Job:
-    """Enqueue ``job`` with RQ's ``unique=True``; raise DuplicateJobError if its id exists.
-
-    RQ runs its unique enqueue as one Lua script (check the id, save the job, push it) at once, but first
-    adds the queue's name to its set of queues in a separate round trip, on every enqueue. That name
-    only needs adding once: here it goes onto a pipeline that runs the first time this process delivers
-    on the queue, and on every relay delivery (``force``), which puts it back after Redis lost its data.
-    An ``enqueue_update()`` then costs one Redis round trip, a plain ``queue.enqueue()`` two.
-    """
-    key = (id(queue.connection), queue.key)
-    with queue.connection.pipeline() as registration:
-        try:
-            return queue.enqueue_job(job, pipeline=registration, unique=True)
-        finally:
-            # RQ 3.0 runs the script outside the pipeline and leaves only that SADD on it. Should a
-            # release queue anything else there, the pipeline runs: slower, never a job left unsent.
-            queued = [args[0] for args, _options in registration.command_stack]
-            if force or key not in _registered or queued != ["SADD"]:
-                registration.execute()
-                _registered.add(key)
 
 
 def apply_update(request_id: str) -> str:
@@ -373,7 +188,7 @@ def apply_update(request_id: str) -> str:
     try:
         rid = clean_request_id(request_id)
     except InvalidUpdate:
-        _fail_without_retry()
+        queues.fail_without_retry()
         raise
     using = router.db_for_write(ProcessedRequest)
     try:
@@ -573,21 +388,9 @@ def _finish(
     return {status: count for status, count in counts.items() if count}
 
 
-def _fail_without_retry() -> None:
-    """Make RQ fail the running job at once: its argument is wrong, and will be wrong on every retry.
-
-    RQ 3.0's worker decides whether to retry from the ``retries_left`` of the very job object that
-    ``get_current_job()`` returns (``Worker.handle_job_failure``: ``job.should_retry``).
-    """
-    job = get_current_job()
-    if job is not None:
-        job.retries_left = 0
-
-
 def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
-    job = get_current_job()
-    final = job is None or not job.retries_left
+    final = not queues.will_retry()
     connection = connections[using]
     try:
         if connection.in_atomic_block:
@@ -600,15 +403,6 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     except DatabaseError:
         # The database is still unreachable: the request stays pending and the relay delivers it again.
         logger.exception("safeupdates: could not record the failure of request %s", rid)
-
-
-class BackendUnavailable(SafeUpdatesError):
-    """A relay pass could not reach Redis or the database. Nothing is lost: the next pass delivers."""
-
-    def __init__(self, backend: str, where: str, error: BaseException) -> None:
-        self.backend, self.where = backend, where
-        self.reason = " ".join(str(error).split()) or type(error).__name__  # one line
-        super().__init__(f"{backend} unreachable at {where} ({self.reason})")
 
 
 @dataclass
@@ -642,6 +436,11 @@ class RelayReport:
         self.warnings.append(message)
 
 
+#: More work for every relay pass, ``step(older_than, *, dry_run, using, report)``: the optional job tools
+#: register theirs when their app is ready (the batches of ``fan_out()``: overdue items and reduces).
+relay_steps: list[Callable[..., Any]] = []
+
+
 def relay(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> RelayReport:
     """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
     (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
@@ -653,8 +452,6 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
     requests must not wait for a queue that no worker serves, nor stop the other records. Raises
     :class:`BackendUnavailable` if Redis or the database cannot be reached.
     """
-    from safeupdates.batches import relay_batches
-
     seconds = conf.relay_after() if older_than is None else older_than
     using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
     report = RelayReport(older_than=seconds, dry_run=dry_run)
@@ -677,18 +474,21 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
             if queue_name is None:
                 continue
             used.add(queue_name)
-            with unreachable_redis(queue_name):
-                _job, outcome = _deliver(request_id, content_type_id, object_id, queue_name, force=True)
-            if outcome == _WAITING:
+            with queues.unreachable_redis(queue_name):
+                _job, outcome = queues.deliver_with_outcome(
+                    request_id, content_type_id, object_id, queue_name, force=True
+                )
+            if outcome == queues.WAITING:
                 report.waiting += 1
                 continue
             report.enqueued += 1
-            if outcome != _ENQUEUED:
+            if outcome != queues.ENQUEUED:
                 report.moved += 1
-            if outcome == _MOVED_SCHEDULED:
+            if outcome == queues.MOVED_SCHEDULED:
                 report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
-    with unreachable_database(using):
-        relay_batches(seconds, dry_run=dry_run, using=using, report=report)
+    for step in relay_steps:
+        with unreachable_database(using):
+            step(seconds, dry_run=dry_run, using=using, report=report)
     for queue_name in sorted(used):
         _check_scheduler(queue_name, report)
     if report.due:
@@ -707,11 +507,11 @@ def relay_pending(older_than: float | None = None, *, dry_run: bool = False, usi
 
 def relay_queue(queue_name: str, what: str, report: RelayReport) -> str | None:
     """The queue on which the relay delivers ``what``'s work, wanted on ``queue_name``; None if none."""
-    queues = getattr(settings, "RQ_QUEUES", None) or {}
-    if queue_name in queues:
+    configured = getattr(settings, "RQ_QUEUES", None) or {}
+    if queue_name in configured:
         return queue_name
     default = conf.queue_name()
-    if default in queues:
+    if default in configured:
         report.warn(f"{what} has work for queue {queue_name!r}, which is not in RQ_QUEUES: delivered on {default!r}.")
         return default
     report.warn(
@@ -719,24 +519,6 @@ def relay_queue(queue_name: str, what: str, report: RelayReport) -> str | None:
         f"{default!r}: not delivered. Fix RQ_QUEUES (system check safeupdates.E002)."
     )
     return None
-
-
-def _check_scheduler(queue_name: str, report: RelayReport) -> None:
-    """Warn if jobs wait in ``queue_name``'s scheduled registry (or were overdue there) with no RQ
-    scheduler running for the queue: RQ's retries with back-off would then only run when the relay
-    moves them. A running scheduler holds RQ's scheduler lock of the queue (renewed every second)."""
-    queue = get_queue(queue_name)
-    with unreachable_redis(queue_name):
-        waiting = int(queue.connection.zcard(queue.scheduled_job_registry.key))
-        running = bool(queue.connection.exists(RQScheduler.get_locking_key(queue_name)))
-    moved = report._moved_scheduled.get(queue_name, 0)
-    if running or not (waiting or moved):
-        return
-    overdue = f", {moved} overdue ones were moved to the queue by this pass" if moved else ""
-    report.warn(
-        f"no RQ scheduler is running for queue {queue_name!r}: {waiting} job(s) wait in its scheduled "
-        f"registry{overdue}. Start the workers with --with-scheduler, or RQ's retries wait for the relay."
-    )
 
 
 @contextmanager
@@ -752,16 +534,16 @@ def unreachable_database(using: str) -> Iterator[None]:
         raise BackendUnavailable(connections[using].display_name, f"{where}{config.get('NAME')}", exc) from exc
 
 
-@contextmanager
-def unreachable_redis(queue_name: str) -> Iterator[None]:
-    """Raise :class:`BackendUnavailable` if the Redis server of queue ``queue_name`` cannot be reached."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        options = get_queue(queue_name).connection.connection_pool.connection_kwargs
-        where = (
-            f"unix://{options['path']}?db={options.get('db', 0)}"
-            if options.get("path")
-            else f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
-        )
-        raise BackendUnavailable("Redis", where, exc) from exc
+def _check_scheduler(queue_name: str, report: RelayReport) -> None:
+    """Warn if jobs wait in ``queue_name``'s scheduled registry (or were overdue there) with no RQ
+    scheduler running for the queue: RQ's retries with back-off would then only run when the relay
+    moves them."""
+    waiting, running = queues.scheduler_state(queue_name)
+    moved = report._moved_scheduled.get(queue_name, 0)
+    if running or not (waiting or moved):
+        return
+    overdue = f", {moved} overdue ones were moved to the queue by this pass" if moved else ""
+    report.warn(
+        f"no RQ scheduler is running for queue {queue_name!r}: {waiting} job(s) wait in its scheduled "
+        f"registry{overdue}. Start the workers with --with-scheduler, or RQ's retries wait for the relay."
+    )

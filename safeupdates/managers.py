@@ -22,7 +22,9 @@ from django.db.models.functions import Now
 
 from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.guard import guarded_update, spans_tables, statement_cursor, write_if_newer
+from safeupdates.guard import statement_cursor, write_if_newer
+from safeupdates.meta import request_log, spans_tables
+from safeupdates.statements import guarded_update
 from safeupdates.validation import (
     clean_changes,
     clean_object_id,
@@ -165,8 +167,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         Returns the recorded status, or None if the request id is known (or was claimed concurrently:
         the statement then failed on the unique request id and wrote nothing).
         """
-        from safeupdates.models import ChangesEncoder, ProcessedRequest
-
+        ProcessedRequest = request_log()
         connection = connections[self.db]
         if spans_tables(self.model):
             return None
@@ -182,7 +183,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             request_id=request_id,
             content_type_id=ContentType.objects.db_manager(self.db).get_for_model(self.model).pk,
             version=version,
-            changes_json=json.dumps(cleaned, cls=ChangesEncoder),
+            changes_json=json.dumps(cleaned, cls=_changes_encoder()),
         )
         # In the caller's transaction a failed statement needs a savepoint to roll back to; in
         # autocommit the statement is its own transaction.
@@ -201,17 +202,16 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
 
     def _reserve_request(self, request_id: uuid.UUID, pk: Any, cleaned: dict[str, Any]) -> ProcessedRequest:
         """Insert the request's log row if it is new, then lock it: a concurrent duplicate waits here."""
-        from safeupdates.models import ChangesEncoder, ProcessedRequest, RequestKind
-
+        ProcessedRequest = request_log()
         log = ProcessedRequest.objects.using(self.db)
         content_type = ContentType.objects.db_manager(self.db).get_for_model(self.model)
-        changes = json.loads(json.dumps(cleaned, cls=ChangesEncoder))
+        changes = json.loads(json.dumps(cleaned, cls=_changes_encoder()))
         log.bulk_create(
             [ProcessedRequest(request_id=request_id, content_type=content_type, object_id=str(pk), changes=changes)],
             ignore_conflicts=True,
         )
         record = log.select_for_update().get(request_id=request_id)
-        if record.kind != RequestKind.UPDATE or (record.content_type_id, record.object_id) != (
+        if record.kind != ProcessedRequest.Kind.UPDATE or (record.content_type_id, record.object_id) != (
             content_type.pk,
             str(pk),
         ):
@@ -227,8 +227,8 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
     def _record(
         self, record: ProcessedRequest, version: int, outcome: Outcome, synced_at: datetime | None = None
     ) -> None:
-        from safeupdates.models import ProcessedRequest, RequestStatus
-
+        ProcessedRequest = request_log()
+        RequestStatus = ProcessedRequest.Status
         status = RequestStatus.REJECTED if outcome is Outcome.MISSING else RequestStatus(outcome.value)
         error = "the target object does not exist" if outcome is Outcome.MISSING else ""
         ProcessedRequest.objects.using(self.db).filter(pk=record.pk).update(
@@ -266,6 +266,11 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                         ) from exc
                     raise
             yield instance
+
+
+def _changes_encoder() -> type[json.JSONEncoder]:
+    """The JSON encoder of the request log's ``changes`` (``ChangesEncoder``), as the field declares it."""
+    return request_log()._meta.get_field("changes").encoder  # type: ignore[attr-defined,no-any-return,return-value]
 
 
 class SafeUpdateQuerySet(SafeUpdateQuerySetMixin[_M], models.QuerySet[_M]):

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from safeupdates import conf
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.meta import request_log
 from safeupdates.versions import MAX_VERSION
 
 #: Fields that only safeupdates itself writes.
@@ -278,10 +279,8 @@ def clean_object_id(model: type[models.Model], pk: Any) -> str:
     A key whose text is longer than the log's ``object_id`` column is refused: truncated, it would name
     another row (or, on PostgreSQL, fail the INSERT).
     """
-    from safeupdates.models import ProcessedRequest  # models imports this module, through the manager
-
     object_id = str(clean_pk(model, pk))
-    limit = ProcessedRequest._meta.get_field("object_id").max_length
+    limit = request_log()._meta.get_field("object_id").max_length
     if limit is not None and len(object_id) > limit:
         raise InvalidUpdate(
             f"{model._meta.label}: primary key {object_id[:10] + '...'!r} has {len(object_id)} characters, and the "

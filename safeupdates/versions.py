@@ -17,15 +17,15 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import F
 
+from safeupdates import statements
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.meta import holds_versions, request_log, version_counter
+from safeupdates.statements import SEQUENCE_NAME
 
 __all__ = ["MAX_VERSION", "SEQUENCE_NAME", "ensure_issued", "last_issued", "next_version", "raise_floor"]
 
-SEQUENCE_NAME = "safeupdates_version_seq"
 #: The largest version a ``BigIntegerField`` holds.
 MAX_VERSION = 2**63 - 1
-_NEXTVAL_SQL = f"SELECT nextval('{SEQUENCE_NAME}')"
-_LAST_VALUE_SQL = f"SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {SEQUENCE_NAME}"
 
 # Per PostgreSQL database: the highest version this process knows the sequence handed out (a cache for
 # ensure_issued). Not kept for the counter table, whose increments roll back with their transaction.
@@ -37,7 +37,7 @@ def next_version(using: str = "default") -> int:
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(_NEXTVAL_SQL)
+            cursor.execute(statements.NEXTVAL)
             version = int(cursor.fetchone()[0])
         # A sequence never goes back, so what it handed out stays handed out: worth remembering.
         _issued[using] = max(_issued.get(using, 0), version)
@@ -50,11 +50,9 @@ def last_issued(using: str = "default") -> int:
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(_LAST_VALUE_SQL)
+            cursor.execute(statements.LAST_VALUE)
             return int(cursor.fetchone()[0])
-    from safeupdates.models import VersionCounter
-
-    value = VersionCounter.objects.using(using).filter(pk=1).values_list("value", flat=True).first()
+    value = version_counter().objects.using(using).filter(pk=1).values_list("value", flat=True).first()
     return int(value or 0)
 
 
@@ -77,9 +75,7 @@ def ensure_issued(version: int, using: str = "default") -> None:
 
 
 def _next_from_counter(using: str) -> int:
-    from safeupdates.models import VersionCounter
-
-    counters = VersionCounter.objects.using(using)
+    counters = version_counter().objects.using(using)
     with transaction.atomic(using=using):
         if not counters.filter(pk=1).update(value=F("value") + 1):
             # The row is created by the migration; a test-suite flush can remove it. Start again above
@@ -93,17 +89,15 @@ def _stored_floor(using: str) -> int:
     from django.apps import apps
     from django.db.models import Max
 
-    from safeupdates.models import LockVersionMixin, ProcessedRequest
-
     connection = connections[using]
     tables = set(connection.introspection.table_names())
     highest = 0
     for model in apps.get_models():
         if model._meta.proxy or model._meta.db_table not in tables:
             continue
-        if model is ProcessedRequest:
+        if model is request_log():
             name = "version"
-        elif issubclass(model, LockVersionMixin) and model._meta.get_field("lock_version").model is model:
+        elif holds_versions(model) and model._meta.get_field("lock_version").model is model:
             name = "lock_version"
         else:
             continue
@@ -123,19 +117,15 @@ def raise_floor(using: str = "default", **kwargs: Any) -> None:
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT to_regclass(%s)", [SEQUENCE_NAME])
+            cursor.execute(*statements.sequence_exists())
             if cursor.fetchone()[0] is None:
                 return  # migrated to zero: no source to move
         floor = _stored_floor(using)
         if floor:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT setval('{SEQUENCE_NAME}', GREATEST(%s, (SELECT last_value FROM {SEQUENCE_NAME})))",
-                    [floor],
-                )
+                cursor.execute(*statements.raise_sequence(floor))
         return
-    from safeupdates.models import VersionCounter
-
+    VersionCounter = version_counter()
     if VersionCounter._meta.db_table not in connection.introspection.table_names():
         return
     floor = _stored_floor(using)

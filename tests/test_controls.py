@@ -25,7 +25,7 @@ from safeupdates.controls import (
     parse_throttle,
     reap_if_abandoned,
 )
-from safeupdates.tasks import dotted_path
+from safeupdates.queues import dotted_path
 from tests.testapp import jobs
 from tests.testapp.jobs import redis_now, runs
 from tests.workers import Workers, wait_until

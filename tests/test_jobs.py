@@ -22,7 +22,7 @@ from django.test import override_settings
 from rq import Queue, Worker
 from rq.suspension import suspend
 
-from safeupdates import enqueue_update, jobs
+from safeupdates import enqueue_update, jobs, queues, statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
@@ -153,7 +153,10 @@ class TestEnqueueValidation:
     def test_the_pending_insert_writes_every_column_as_the_model_would(self, redis, postgres_only):
         """enqueue_update's INSERT lists its columns by hand: a column it leaves out must have a default
         in the database, and the values it writes must be the model's defaults."""
-        columns = re.search(r"AS new \(([^)]*)\)", jobs._insert_pending_sql("postgresql")).group(1)
+        sql, _params = statements.insert_pending(
+            request_id=None, content_type_id=None, object_id="", changes=None, queue=""
+        )
+        columns = re.search(r"AS new \(([^)]*)\)", sql).group(1)
         listed = {name.strip().strip('"') for name in columns.split(",")}
         for field in ProcessedRequest._meta.concrete_fields:
             assert field.column in listed or field.primary_key or field.null or field.has_db_default(), field.name
@@ -485,7 +488,7 @@ class TestApplyInProcess:
         def sadd_calls() -> int:
             return int(redis.info("commandstats").get("cmdstat_sadd", {}).get("calls", 0))
 
-        monkeypatch.setattr(jobs, "_registered", set())
+        monkeypatch.setattr(queues, "_registered", set())
         enqueue_update(ProfileFactory(), active=True)
         assert registered()
         redis.flushdb()  # Redis lost its data, the set of queues with it
@@ -518,7 +521,7 @@ class TestApplyInProcess:
 
     def test_job_hash_without_a_status_gets_a_job_of_its_own(self, redis):
         profile = ProfileFactory()
-        job_id = jobs._job_id(ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
+        job_id = queues.job_id(ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
         redis.hset(f"rq:job:{job_id}", "origin", "default")  # exists, so not unique, but has no status
         request = enqueue_update(profile, active=True)
         [job] = queue().jobs
@@ -568,7 +571,7 @@ class TestWithWorkers:
         """Bad data fails the same way every time: RQ must not retry it."""
         with pytest.raises(InvalidUpdate, match="must be a UUID"):
             apply_update("not-a-uuid")
-        job = queue().enqueue_call(apply_update, args=("not-a-uuid",), **jobs._job_options(1, "1"))
+        job = queue().enqueue_call(apply_update, args=("not-a-uuid",), **queues.job_options(1, "1"))
         assert job.retries_left == 2  # SAFEUPDATES_RETRY of the test settings
         workers.start(1)
         assert wait_until(lambda: job.get_status() == "failed", 30), workers.logs()

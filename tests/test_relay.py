@@ -21,7 +21,7 @@ from django.test import override_settings
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
-from safeupdates import enqueue_update, fan_out, jobs
+from safeupdates import enqueue_update, fan_out, jobs, queues
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import Batch, ProcessedRequest
 from tests.factories import ProfileFactory
@@ -95,7 +95,7 @@ class TestWhatTheRelayEnqueues:
         there (it never is by safeupdates' doing), it would wait forever: the relay moves it."""
         profile = ProfileFactory()
         request = enqueue_update(profile, active=True)
-        job_id = jobs._job_id(ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
+        job_id = queues.job_id(ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
         blocker = queue().create_job(print, args=("never runs",))
         blocker.save()
         redis.delete(queue().key)

@@ -1,0 +1,67 @@
+"""What the write path needs to know about a model, without importing the models that use it.
+
+Field and column lookups, the table that holds a model's versions, and the request log model, found
+through Django's app registry (as ``get_user_model()`` does): the mixins in :mod:`safeupdates.base`
+import the write path, so the write path must not import them back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from django.apps import apps
+from django.db import models
+
+if TYPE_CHECKING:
+    from safeupdates.models import ProcessedRequest, VersionCounter
+
+__all__ = [
+    "column",
+    "concrete_field",
+    "holds_versions",
+    "request_log",
+    "spans_tables",
+    "version_counter",
+    "versions_model",
+]
+
+
+def concrete_field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """The concrete field ``name`` of ``model`` (names were validated before they get here)."""
+    return cast("models.Field[Any, Any]", model._meta.get_field(name))
+
+
+def column(model: type[models.Model], name: str) -> str:
+    """The database column of field ``name`` (or ``"pk"``) of ``model``."""
+    field = model._meta.pk if name == "pk" else concrete_field(model, name)
+    return str(field.column)  # type: ignore[union-attr]
+
+
+def versions_model(model: type[models.Model]) -> type[models.Model]:
+    """The concrete model whose table holds ``lock_version`` and ``field_versions``.
+
+    ``model`` itself, its concrete model for a proxy, and the parent that inherits the mixin for a child
+    of multi-table inheritance.
+    """
+    return cast("type[models.Model]", concrete_field(model, "lock_version").model._meta.concrete_model)
+
+
+def spans_tables(model: type[models.Model]) -> bool:
+    """True for a child of multi-table inheritance: its fields live in more than one table."""
+    return model._meta.concrete_model is not versions_model(model)
+
+
+def holds_versions(model: type[models.Model]) -> bool:
+    """True if ``model`` has the versions of ``LockVersionMixin`` (``lock_version`` and ``field_versions``)."""
+    # A marker that LockVersionMixin sets, rather than issubclass(): that would import the mixin back.
+    return bool(getattr(model, "_safeupdates_versioned", False))
+
+
+def request_log() -> type[ProcessedRequest]:
+    """The request log model, :class:`safeupdates.models.ProcessedRequest`."""
+    return cast("type[ProcessedRequest]", apps.get_model("safeupdates", "ProcessedRequest"))
+
+
+def version_counter() -> type[VersionCounter]:
+    """The version counter model of databases without sequences, :class:`safeupdates.models.VersionCounter`."""
+    return cast("type[VersionCounter]", apps.get_model("safeupdates", "VersionCounter"))

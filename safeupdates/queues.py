@@ -1,0 +1,321 @@
+"""Everything that touches RQ: the django-rq queues, job ids and options, delivery of the apply jobs,
+RQ's registries and scheduler as the relay sees them, and the running job's retries.
+
+The rest of the core never imports ``rq``, ``django_rq`` or ``redis``: :mod:`safeupdates.jobs` tells what
+happens (enqueue -> apply -> relay) and calls this module where a job meets the queue. Functions given to
+workers travel as dotted paths (:func:`dotted_path`), so this module imports nothing of the job path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import django_rq
+from django.apps import apps
+from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq import Queue, Retry, get_current_job
+from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
+from rq.job import JOB_ID_PATTERN, Job, JobStatus
+from rq.scheduler import RQScheduler
+from rq.utils import current_timestamp, import_attribute
+
+from safeupdates import conf
+from safeupdates.exceptions import BackendUnavailable, InvalidControl
+
+__all__ = [
+    "APPLY_UPDATE",
+    "deliver",
+    "deliver_with_outcome",
+    "dotted_path",
+    "fail_without_retry",
+    "get_queue",
+    "job_id",
+    "job_options",
+    "queue_problem",
+    "resolve",
+    "scheduler_state",
+    "unreachable_redis",
+    "will_retry",
+]
+
+# Job states in which a queued job has not yet read the pending requests: it will see ours.
+_WILL_RUN = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
+
+#: The apply job's function, by the dotted path under which workers import it.
+APPLY_UPDATE = "safeupdates.jobs.apply_update"
+
+
+def dotted_path(func: Callable[..., Any] | str) -> str:
+    """Return the dotted path by which a worker imports ``func`` (a module-level callable or a path).
+
+    Raises :class:`~safeupdates.exceptions.InvalidControl` for what a worker could not import: lambdas,
+    nested functions, functions of ``__main__``, paths that do not import or name no callable.
+    """
+    if isinstance(func, str):
+        resolve(func)
+        return func
+    if not callable(func):
+        raise InvalidControl(f"func must be a callable or its dotted path, not {func!r}.")
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        raise InvalidControl(
+            f"{func!r} cannot be imported by a worker; pass a function defined at module level (not a lambda, "
+            "a nested function or one from __main__) or its dotted path."
+        )
+    path = f"{module}.{qualname}"
+    imported: Any = None
+    with contextlib.suppress(ImportError, AttributeError, ValueError):
+        imported = import_attribute(path)
+    if imported is not func and imported != func:
+        raise InvalidControl(f"{func!r} is not importable as {path!r}; pass a module-level function or its path.")
+    return path
+
+
+def resolve(path: str) -> Callable[..., Any]:
+    """Import the callable at dotted ``path``."""
+    try:
+        target = import_attribute(path)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidControl(f"func {path!r} cannot be imported: {exc}") from None
+    if not callable(target):
+        raise InvalidControl(f"func {path!r} names {target!r}, which is not callable.")
+    return target  # type: ignore[no-any-return]
+
+
+_QUEUES: dict[tuple[str, str], Queue] = {}
+
+
+def get_queue(name: str) -> Queue:
+    """The django-rq queue ``name``, built once per configuration and reused.
+
+    ``django_rq.get_queue()`` builds a new Redis client, and so opens a new connection, on every call:
+    that connect was most of the cost of an ``enqueue_update()``. redis-py's pool is thread-safe and
+    resets itself in a forked child. Enqueues happen at once (``commit_mode="auto"``): callers choose the
+    moment, for example in ``on_commit``.
+    """
+    config = repr(settings.RQ_QUEUES.get(name))
+    key = (name, config)
+    queue = _QUEUES.get(key)
+    if queue is None:
+        queue = _QUEUES[key] = django_rq.get_queue(name, commit_mode="auto")
+    return queue
+
+
+def queue_problem() -> tuple[str, str, str] | None:
+    """What is wrong with the queue settings of the job path, as ``(message, hint, check id)``; None if
+    nothing is: django_rq must be installed (E001) and ``SAFEUPDATES_QUEUE`` be one of ``RQ_QUEUES`` (E002)."""
+    if not apps.is_installed("django_rq"):
+        return (
+            "django_rq is not in INSTALLED_APPS.",
+            "safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
+            "and configure RQ_QUEUES.",
+            "safeupdates.E001",
+        )
+    queues = getattr(settings, "RQ_QUEUES", {}) or {}
+    name = conf.queue_name()
+    if name not in queues:
+        return (
+            f"SAFEUPDATES_QUEUE is {name!r}, which is not a queue in RQ_QUEUES.",
+            f"Add {name!r} to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: "
+            f"{', '.join(sorted(queues)) or '(none configured)'}.",
+            "safeupdates.E002",
+        )
+    return None
+
+
+def job_id(content_type_id: int, object_id: str) -> str:
+    """The id that every apply job of one record shares: a short object id as it is, else its digest."""
+    key = (
+        object_id
+        if JOB_ID_PATTERN.fullmatch(object_id) and len(object_id) <= 64
+        else (hashlib.sha1(object_id.encode()).hexdigest())
+    )
+    return f"safeupdates-{content_type_id}-{key}"
+
+
+def deliver(
+    request_id: uuid.UUID | str,
+    content_type_id: int,
+    object_id: str,
+    queue_name: str,
+    *,
+    force: bool = False,
+    likely_queued: bool = False,
+) -> Job | None:
+    """Make sure a job will apply ``request_id``; return the job put on the queue, or None if one was
+    already waiting there.
+
+    Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
+    queued (not started), it will read our request when it starts, so no new job is needed. Once it
+    has started it may have read the pending requests already, so a job of our own is enqueued.
+    ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
+    first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
+    ``force=True`` (the relay) also checks that a job RQ calls queued, scheduled or deferred is really
+    on its way to a worker: see :func:`_find_waiting`.
+    """
+    return deliver_with_outcome(
+        request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued
+    )[0]
+
+
+# What a delivery found or did: enqueued a job, moved the record's job out of RQ's scheduled or deferred
+# registry onto the queue, or found it waiting (in the queue, or scheduled and not yet due).
+ENQUEUED, MOVED_SCHEDULED, MOVED_DEFERRED, WAITING = "enqueued", "moved scheduled", "moved deferred", "waiting"
+
+
+def deliver_with_outcome(
+    request_id: uuid.UUID | str,
+    content_type_id: int,
+    object_id: str,
+    queue_name: str,
+    *,
+    force: bool = False,
+    likely_queued: bool = False,
+) -> tuple[Job | None, str]:
+    """:func:`deliver`, and what it found or did (``ENQUEUED`` ...)."""
+    queue = get_queue(queue_name)
+    record_job = job_id(content_type_id, object_id)
+    status = _job_status(queue, record_job) if likely_queued else None
+    args = (str(request_id),)
+    if status is None:
+        job = queue.create_job(APPLY_UPDATE, args=args, job_id=record_job, **job_options(content_type_id, object_id))
+        try:
+            return _enqueue_unique(queue, job, force=force), ENQUEUED
+        except DuplicateJobError:
+            status = _job_status(queue, record_job)
+    if status in _WILL_RUN:
+        if not force:
+            return None, WAITING
+        found = _find_waiting(queue, record_job, status)
+        if found is not None:
+            return found
+    return queue.enqueue_call(APPLY_UPDATE, args=args, **job_options(content_type_id, object_id)), ENQUEUED
+
+
+def _find_waiting(queue: Queue, job_id: str, status: JobStatus) -> tuple[Job | None, str] | None:
+    """For the relay: is the job that RQ calls queued, scheduled or deferred really on its way?
+
+    Returns ``(None, WAITING)`` if it is, ``(job, _MOVED_...)`` if it was stuck in a registry and has
+    been moved onto the queue, and None if it is lost (the caller enqueues a new job). How RQ 3.0 keeps
+    them: a job taken off the queue by a worker that was killed before it started it is still "queued"
+    but in no queue. A retry with back-off is "scheduled" in the queue's ScheduledJobRegistry, and only
+    an RQ scheduler (a worker started ``--with-scheduler``) moves it to the queue when it is due: without
+    one it waits forever. A "deferred" job waits in the DeferredJobRegistry for jobs it depends on, and
+    safeupdates never makes a job depend on another.
+    """
+    if status == JobStatus.QUEUED:
+        return (None, WAITING) if queue.get_job_position(job_id) is not None else None
+    scheduled = status == JobStatus.SCHEDULED
+    registry = queue.scheduled_job_registry if scheduled else queue.deferred_job_registry
+    due_at = queue.connection.zscore(registry.key, job_id)
+    if due_at is None:
+        return None
+    if scheduled and due_at > current_timestamp():
+        return None, WAITING  # a retry waiting out its back-off (the relay reports a missing scheduler)
+    try:
+        # The registry's ZREM decides who moves the job, should a scheduler take it at the same moment.
+        return registry.requeue(job_id), MOVED_SCHEDULED if scheduled else MOVED_DEFERRED
+    except InvalidJobOperation:
+        return None, WAITING  # a scheduler moved it meanwhile
+    except NoSuchJobError:
+        return None
+
+
+def _job_status(queue: Queue, job_id: str) -> JobStatus | None:
+    """The status of job ``job_id`` (one HGET), or None if there is no such job (or it has no status)."""
+    try:
+        return queue.job_class(job_id, connection=queue.connection).get_status()
+    except InvalidJobOperation:
+        return None
+
+
+def job_options(content_type_id: int, object_id: str) -> dict[str, Any]:
+    """RQ options of an apply job: native timeout, retries with back-off, no result kept."""
+    options: dict[str, Any] = {
+        "timeout": conf.job_timeout(),
+        "result_ttl": 0,
+        "failure_ttl": 7 * 24 * 3600,
+        "description": f"safeupdates apply {content_type_id}:{object_id}",
+    }
+    retry = conf.retry()
+    if retry.get("max"):
+        options["retry"] = Retry(**retry)
+    return options
+
+
+# Queues this process has registered in RQ's set of queue names (what ``rq info`` lists).
+_registered: set[tuple[int, str]] = set()
+
+
+def _enqueue_unique(queue: Queue, job: Job, *, force: bool) -> Job:
+    """Enqueue ``job`` with RQ's ``unique=True``; raise DuplicateJobError if its id exists.
+
+    RQ runs its unique enqueue as one Lua script (check the id, save the job, push it) at once, but first
+    adds the queue's name to its set of queues in a separate round trip, on every enqueue. That name
+    only needs adding once: here it goes onto a pipeline that runs the first time this process delivers
+    on the queue, and on every relay delivery (``force``), which puts it back after Redis lost its data.
+    An ``enqueue_update()`` then costs one Redis round trip, a plain ``queue.enqueue()`` two.
+    """
+    key = (id(queue.connection), queue.key)
+    with queue.connection.pipeline() as registration:
+        try:
+            return queue.enqueue_job(job, pipeline=registration, unique=True)
+        finally:
+            # RQ 3.0 runs the script outside the pipeline and leaves only that SADD on it. Should a
+            # release queue anything else there, the pipeline runs: slower, never a job left unsent.
+            queued = [args[0] for args, _options in registration.command_stack]
+            if force or key not in _registered or queued != ["SADD"]:
+                registration.execute()
+                _registered.add(key)
+
+
+def scheduler_state(queue_name: str) -> tuple[int, bool]:
+    """``(jobs waiting in the queue's scheduled registry, whether an RQ scheduler runs for the queue)``.
+
+    A running scheduler holds RQ's scheduler lock of the queue (renewed every second).
+    """
+    queue = get_queue(queue_name)
+    with unreachable_redis(queue_name):
+        waiting = int(queue.connection.zcard(queue.scheduled_job_registry.key))
+        running = bool(queue.connection.exists(RQScheduler.get_locking_key(queue_name)))
+    return waiting, running
+
+
+@contextmanager
+def unreachable_redis(queue_name: str) -> Iterator[None]:
+    """Raise :class:`BackendUnavailable` if the Redis server of queue ``queue_name`` cannot be reached."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        options = get_queue(queue_name).connection.connection_pool.connection_kwargs
+        where = (
+            f"unix://{options['path']}?db={options.get('db', 0)}"
+            if options.get("path")
+            else f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        )
+        raise BackendUnavailable("Redis", where, exc) from exc
+
+
+def fail_without_retry() -> None:
+    """Make RQ fail the running job at once: its argument is wrong, and will be wrong on every retry.
+
+    RQ 3.0's worker decides whether to retry from the ``retries_left`` of the very job object that
+    ``get_current_job()`` returns (``Worker.handle_job_failure``: ``job.should_retry``).
+    """
+    job = get_current_job()
+    if job is not None:
+        job.retries_left = 0
+
+
+def will_retry() -> bool:
+    """True if RQ will run the current job again should it fail now (False outside a job)."""
+    job = get_current_job()
+    return job is not None and bool(job.retries_left)

@@ -1,0 +1,484 @@
+"""Every hand-written SQL statement of safeupdates, per database vendor, each with its parameters.
+
+The ORM writes everything else. What is here could not be said through it in one statement: the
+guarded UPDATE that checks and writes per-field versions atomically (alone, and with the request log
+in one round trip), the bulk write, the pending INSERT of ``enqueue_update()``, the save()'s versions,
+the version sequence, the database's clock and scoped lock timeouts. Each statement is built next to
+the code that builds its parameters; the guarded statements use named parameters, so that no list has
+to follow the order of the placeholders in a text built elsewhere. ``tests/test_layout.py`` checks that
+no other module holds SQL.
+
+The stored version of a field is one rule, kept here twice, side by side: :func:`stored_version` in
+Python and :func:`stored_version_sql` in SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any
+
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.expressions import RawSQL
+
+from safeupdates.exceptions import SafeUpdatesError
+from safeupdates.meta import column, concrete_field, request_log, versions_model
+
+__all__ = [
+    "BASE_VERSION_KEY",
+    "CURRENT_TIMESTAMP",
+    "LAST_VALUE",
+    "NEXTVAL",
+    "SAVE_VERSION_CTE",
+    "SEQUENCE_NAME",
+    "SUPPORTED_VENDORS",
+    "GuardedUpdate",
+    "bulk_update",
+    "guarded_update",
+    "insert_pending",
+    "lock_timeout",
+    "next_version_expression",
+    "raise_sequence",
+    "saved_versions",
+    "sequence_exists",
+    "stored_version",
+    "stored_version_sql",
+    "vendor_connection",
+]
+
+SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
+
+#: The PostgreSQL sequence that hands out versions (created by the app's migration).
+SEQUENCE_NAME = "safeupdates_version_seq"
+
+#: Key of ``field_versions`` that holds the version of the last full ``save()``: the version of every
+#: field that has no entry of its own.
+BASE_VERSION_KEY = "*"
+
+
+def vendor_connection(vendor: str) -> BaseDatabaseWrapper:
+    """Any connection of ``vendor``: they all quote and cast the same way (none is opened)."""
+    return next(c for c in connections.all(initialized_only=False) if c.vendor == vendor)
+
+
+# --- The stored version of a field: one rule, in Python and in SQL ------------------------------------
+
+
+def stored_version(versions: dict[str, Any] | None, name: str) -> int:
+    """The version of field ``name``'s last write in a ``field_versions`` map, as the guards read it.
+
+    A field's own entry, else ``"*"`` (the last full save), else 0. A JSON null (written on SQLite by
+    earlier releases) counts as no entry.
+    """
+    versions = versions or {}
+    for key in (name, BASE_VERSION_KEY):
+        if versions.get(key) is not None:
+            return int(versions[key])
+    return 0
+
+
+def stored_version_sql(vendor: str, versions_column: str, name: str) -> str:
+    """:func:`stored_version` in SQL: the version of field ``name`` in the (quoted) ``versions_column``."""
+    return f"COALESCE({_entry(vendor, versions_column, name)}, {_entry(vendor, versions_column, BASE_VERSION_KEY)}, 0)"
+
+
+def _entry(vendor: str, versions_column: str, key: str) -> str:
+    """The entry ``key`` of a ``field_versions`` map as a number, NULL if there is none."""
+    if vendor == "postgresql":
+        return f"({versions_column}->>'{key}')::bigint"
+    return f"json_extract({versions_column}, '$.\"{key}\"')"
+
+
+# --- The version source --------------------------------------------------------------------------------
+
+NEXTVAL = f"SELECT nextval('{SEQUENCE_NAME}')"
+LAST_VALUE = f"SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {SEQUENCE_NAME}"
+
+
+def sequence_exists() -> tuple[str, list[Any]]:
+    """One row: the sequence's regclass, NULL once ``migrate safeupdates zero`` dropped it."""
+    return "SELECT to_regclass(%s)", [SEQUENCE_NAME]
+
+
+def raise_sequence(floor: int) -> tuple[str, list[Any]]:
+    """Move the sequence up to ``floor``, never down."""
+    return f"SELECT setval('{SEQUENCE_NAME}', GREATEST(%s, (SELECT last_value FROM {SEQUENCE_NAME})))", [floor]
+
+
+def next_version_expression() -> RawSQL:
+    """A fresh version as a value of an ORM ``update()``, taken inside the statement (PostgreSQL)."""
+    return RawSQL(f"nextval('{SEQUENCE_NAME}')", [], output_field=models.BigIntegerField())
+
+
+# --- The database's clock and scoped lock timeouts -------------------------------------------------------
+
+CURRENT_TIMESTAMP = "SELECT CURRENT_TIMESTAMP"
+
+
+@dataclass(frozen=True)
+class _LockTimeout:
+    """PostgreSQL: read, set for the transaction (``SET LOCAL``) and put back ``lock_timeout``."""
+
+    current: str = "SELECT current_setting('lock_timeout')"
+
+    @staticmethod
+    def set_local(name: str, milliseconds: int) -> str:
+        # SET takes no parameters: the value is an int, the name one of ours.
+        return f"SET LOCAL {name} = {int(milliseconds)}"
+
+    @staticmethod
+    def restore(previous: str) -> tuple[str, list[Any]]:
+        return "SELECT set_config('lock_timeout', %s, true)", [previous]
+
+
+lock_timeout = _LockTimeout()
+
+
+# --- save(): the versions a LockVersionMixin UPDATE writes ----------------------------------------------
+
+#: The WITH clause that a save()'s UPDATE starts with on PostgreSQL: one fresh version for the statement.
+#: A CTE referenced twice is evaluated once, and only when first read: a row that does not match (a
+#: stale save) takes no version.
+SAVE_VERSION_CTE = f"WITH safeupdates_save AS MATERIALIZED (SELECT nextval('{SEQUENCE_NAME}') AS v)"
+_SAVE_VERSION = "(SELECT v FROM safeupdates_save)"
+
+
+def saved_versions(
+    connection: BaseDatabaseWrapper, field: models.Field[Any, Any], names: Sequence[str] | None, version: int | None
+) -> tuple[Any, Any]:
+    """The values of ``lock_version`` and ``field_versions`` in the UPDATE of a ``save()``.
+
+    ``names`` are the fields of ``update_fields`` (None: a full save, every field under ``"*"``); their
+    entries are merged into the row's map in the statement, never written from the instance's copy.
+    ``version`` None (PostgreSQL): the statement takes the version itself, from
+    :data:`SAVE_VERSION_CTE`, which the caller puts in front of it, so that a save is one round trip;
+    ``lock_version`` and the fields' entries get the same version.
+    """
+    quoted = connection.ops.quote_name(field.column)
+    postgresql = connection.vendor == "postgresql"
+    if version is None:
+        lock: Any = RawSQL(_SAVE_VERSION, [], output_field=models.BigIntegerField())
+        value = _SAVE_VERSION
+    else:
+        lock, value = version, "%s"
+    names = [BASE_VERSION_KEY] if names is None else list(names)
+    params: list[Any] = []
+    for name in names:
+        params += [name] if version is None else [name, version]
+    if postgresql:
+        pairs = ", ".join(f"%s::text, {value}" for _name in names)
+        patch = f"jsonb_build_object({pairs})"
+    else:
+        pairs = ", ".join(f"%s, {value}" for _name in names)
+        patch = f"json_object({pairs})"
+    if names == [BASE_VERSION_KEY]:
+        return lock, RawSQL(patch, params, output_field=field)  # a full save: every field at this version
+    if postgresql:
+        return lock, RawSQL(f"COALESCE({quoted}, '{{}}'::jsonb) || {patch}", params, output_field=field)
+    return lock, RawSQL(f"json_patch(COALESCE({quoted}, '{{}}'), {patch})", params, output_field=field)
+
+
+# --- The guarded UPDATE ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuardedUpdate:
+    """The guarded update of ``fields`` on a model for one database vendor.
+
+    A field is written only if the version of its own last write is lower than the incoming version.
+    Because the check sits in the statement's ``WHERE`` and ``CASE`` expressions, the database
+    re-evaluates it on the newest row version after waiting for a concurrent writer's lock
+    (PostgreSQL's READ COMMITTED recheck), so there is no window between check and write.
+
+    ``sql`` runs ``UPDATE ... WHERE pk = %(pk)s AND (any field's guard passes)``; its parameters come
+    from :meth:`params`, by name: ``values`` is one ``(db value, version)`` pair per field, in ``fields``
+    order, so that a merged batch can carry a different version per field. In timestamp mode ``sql``
+    also sets ``last_synced_at`` and requires it to be older. ``recorded_sql`` (PostgreSQL only) also
+    records the request in the request log, in the same statement (:meth:`recorded_params`); it
+    returns the recorded status, or NULL if the request id was already there.
+    """
+
+    fields: tuple[str, ...]
+    sql: str
+    recorded_sql: str | None
+    timestamp: bool
+    versions_column: str
+    vendor: str
+
+    @property
+    def sql_returning_versions(self) -> str:
+        """``sql`` that also returns the row's new ``field_versions`` (no row: nothing written)."""
+        return f"{self.sql} RETURNING {self.versions_column}"
+
+    def load_versions(self, value: Any) -> dict[str, int]:
+        """Decode the ``field_versions`` returned by :attr:`sql_returning_versions`."""
+        return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
+
+    def params(
+        self, pk: Any, values: Sequence[tuple[Any, int]], synced_at: Any = None, *, lock_version: int | None = None
+    ) -> dict[str, Any]:
+        """The parameters of :attr:`sql`. ``lock_version`` is the row's new change token where the
+        database has no sequence to take it from inside the statement (SQLite); PostgreSQL ignores it."""
+        params: dict[str, Any] = {"pk": pk}
+        for index, (value, version) in enumerate(values):
+            params[f"value{index}"], params[f"version{index}"] = value, version
+        if self.vendor != "postgresql":
+            if lock_version is None:
+                raise SafeUpdatesError("a guarded update on this database needs the row's new lock_version.")
+            params["lock_version"] = lock_version
+        if self.timestamp:
+            params["synced_at"] = synced_at
+        return params
+
+    def recorded_params(
+        self,
+        pk: Any,
+        values: Sequence[tuple[Any, int]],
+        *,
+        request_id: Any,
+        content_type_id: int,
+        version: int,
+        changes_json: str,
+    ) -> dict[str, Any]:
+        """The parameters of :attr:`recorded_sql`: those of :attr:`sql`, and the request's."""
+        return {
+            **self.params(pk, values),
+            "request_id": request_id,
+            "content_type_id": content_type_id,
+            "object_id": str(pk),
+            "version": version,
+            "changes": changes_json,
+        }
+
+
+def guarded_update(
+    model: type[models.Model], fields: Sequence[str], connection: BaseDatabaseWrapper, *, timestamp: bool = False
+) -> GuardedUpdate:
+    """Return the (cached) guarded update of ``fields`` on ``model`` for ``connection``'s vendor."""
+    if connection.vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(
+            f"safeupdates supports PostgreSQL and SQLite; database {connection.alias!r} is {connection.vendor}."
+        )
+    return _guarded_update(model, tuple(fields), connection.vendor, timestamp)
+
+
+@lru_cache(maxsize=1024)
+def _guarded_update(model: type[models.Model], fields: tuple[str, ...], vendor: str, timestamp: bool) -> GuardedUpdate:
+    # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
+    # a model field's name is an identifier. Refuse anything else rather than trust that.
+    for name in fields:
+        if not name.isidentifier():
+            raise SafeUpdatesError(f"not a field name: {name!r}")
+    connection = vendor_connection(vendor)
+    qn = connection.ops.quote_name
+    # The table that holds the versions (a proxy's concrete table; callers send a child of multi-table
+    # inheritance, whose fields live in two tables, to write_if_newer's locked path instead).
+    table = qn(versions_model(model)._meta.db_table)
+    fv = qn(column(model, "field_versions"))
+    lock = qn(column(model, "lock_version"))
+    pk_column = qn(column(model, "pk"))
+
+    def guard(index: int, name: str) -> str:
+        return f"{stored_version_sql(vendor, fv, name)} < %(version{index})s"
+
+    sets = []
+    for index, name in enumerate(fields):
+        quoted = qn(column(model, name))
+        value = f"%(value{index})s"
+        if vendor == "postgresql":
+            # Explicit cast: a bare parameter in a CASE branch would be typed as text.
+            value = f"{value}::{concrete_field(model, name).cast_db_type(connection)}"  # type: ignore[attr-defined]
+        sets.append(f"{quoted} = CASE WHEN {guard(index, name)} THEN {value} ELSE {quoted} END")
+    if vendor == "postgresql":
+        pairs = ", ".join(
+            f"'{name}', CASE WHEN {guard(index, name)} THEN %(version{index})s::bigint END"
+            for index, name in enumerate(fields)
+        )
+        sets.append(f"{fv} = {fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
+        # A change token: a fresh version on every write, even when only an older request won a field,
+        # so that no instance loaded before this write can save over it.
+        sets.append(f"{lock} = nextval('{SEQUENCE_NAME}')")
+    else:
+        # A JSON merge patch (json_patch), not json_set: a null in the patch removes a key, so a field
+        # that does not pass and has no entry of its own gets none (json_set wrote a JSON null), and
+        # one that has an entry keeps it.
+        pairs = ", ".join(
+            f"'{name}', CASE WHEN {guard(index, name)} THEN %(version{index})s ELSE {_entry(vendor, fv, name)} END"
+            for index, name in enumerate(fields)
+        )
+        sets.append(f"{fv} = json_patch({fv}, json_object({pairs}))")
+        sets.append(f"{lock} = %(lock_version)s")  # a fresh version from the counter, taken before the statement
+
+    where = f"{pk_column} = %(pk)s AND ({' OR '.join(guard(index, name) for index, name in enumerate(fields))})"
+    if timestamp:
+        synced = qn(column(model, "last_synced_at"))
+        sets.append(f"{synced} = %(synced_at)s")
+        where += f" AND ({synced} IS NULL OR {synced} < %(synced_at)s)"
+    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"
+
+    recorded_sql = None
+    if vendor == "postgresql" and not timestamp:
+        recorded_sql = _recorded(sql, table, pk_column, qn(request_log()._meta.db_table))
+    return GuardedUpdate(
+        fields=fields, sql=sql, recorded_sql=recorded_sql, timestamp=timestamp, versions_column=fv, vendor=vendor
+    )
+
+
+def _recorded(update_sql: str, table: str, pk_column: str, log: str) -> str:
+    """Wrap ``update_sql`` so that it also records the request, in one statement and one round trip.
+
+    The update runs only if the request id is not in the log yet. A concurrent duplicate that passed
+    that test too waits for the first one's row lock, then fails the per-field guard on the recheck
+    (the first one wrote exactly its versions), and its INSERT hits the unique request id: it writes
+    nothing and returns NULL. No ON CONFLICT DO NOTHING: a concurrent call with the same request id
+    passed the NOT EXISTS tests on the same snapshot, and may have written its row already. Its INSERT
+    must fail, so that the whole statement (and with it that write) is undone; the caller then takes
+    the claiming path.
+    """
+    exists = f"EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %(pk)s)"
+    return (
+        f"WITH upd AS ({update_sql} AND NOT EXISTS "
+        f"(SELECT 1 FROM {log} WHERE request_id = %(request_id)s) RETURNING 1), "
+        f"ins AS (INSERT INTO {log} (kind, key, request_id, content_type_id, object_id, version, changes, "
+        f"status, error, attempts, queue, created_at, processed_at) "
+        f"SELECT 'update', '', %(request_id)s, %(content_type_id)s, %(object_id)s, %(version)s, %(changes)s::jsonb, "
+        f"CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 'applied' "
+        f"WHEN {exists} THEN 'stale' ELSE 'rejected' END, "
+        f"CASE WHEN EXISTS (SELECT 1 FROM upd) OR {exists} "
+        f"THEN '' ELSE 'the target object does not exist' END, 1, '', now(), now() "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {log} WHERE request_id = %(request_id)s) RETURNING status) "
+        f"SELECT (SELECT status FROM ins)"
+    )
+
+
+# --- The bulk write (PostgreSQL) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BulkUpdate:
+    """The batch statement of ``fields`` on a model (PostgreSQL): :meth:`sql` for ``rows`` rows, and
+    :meth:`row_params`, the parameters of one row of its VALUES list, in the order of :attr:`row`."""
+
+    fields: tuple[str, ...]
+    template: str
+    row: str
+
+    def sql(self, rows: int) -> str:
+        return self.template.format(values=", ".join([self.row] * rows))
+
+    @staticmethod
+    def row_params(pk: Any, cells: Sequence[tuple[Any, int] | None]) -> list[Any]:
+        """``pk``, then per field ``(db value, version)``, or ``(NULL, NULL)`` where the row has no update."""
+        params = [pk]
+        for cell in cells:
+            params += (None, None) if cell is None else cell
+        return params
+
+
+@lru_cache(maxsize=512)
+def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdate:
+    """The batch statement of ``fields`` on ``model``, with a ``{values}`` slot for the VALUES rows.
+
+    The ``locked`` CTE locks the existing rows (in primary key order) and decides each field's guard
+    once, on the newest committed row version: ``FOR NO KEY UPDATE`` (the lock an UPDATE takes) waits
+    for a concurrent writer and then reads its row, as the UPDATE's own recheck would. The UPDATE
+    writes what the guards allow; the outer SELECT returns every existing row with its guard results,
+    so that rows that wrote nothing (stale) are told apart from rows that do not exist (missing).
+    Guard results come from the locked row, not from comparing versions after the write, so a batch
+    run twice reports its second run as stale.
+    """
+    connection = vendor_connection("postgresql")
+    qn = connection.ops.quote_name
+    table = qn(versions_model(model)._meta.db_table)
+    pk = qn(column(model, "pk"))
+    fv = qn(column(model, "field_versions"))
+    lock = qn(column(model, "lock_version"))
+    # Field names go into SQL only as JSON keys; the VALUES columns get neutral aliases.
+    aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
+
+    # One row of the VALUES list, (pk, value, version, ...): explicit casts type the NULLs too.
+    pk_field = model._meta.pk
+    assert pk_field is not None
+    casts = [f"%s::{pk_field.cast_db_type(connection)}"]  # type: ignore[attr-defined]
+    for name in fields:
+        casts += (f"%s::{concrete_field(model, name).cast_db_type(connection)}", "%s::bigint")  # type: ignore[attr-defined]
+    row = f"({', '.join(casts)})"
+
+    columns = ", ".join(["pk", *(f"{a}_value, {a}_version" for _name, a in aliases)])
+    selected = [f"t.{pk} AS pk"]
+    for name, a in aliases:
+        stored = stored_version_sql("postgresql", f"t.{fv}", name)
+        selected += [f"v.{a}_value", f"v.{a}_version", f"COALESCE({stored} < v.{a}_version, false) AS {a}_ok"]
+    sets = []
+    for name, a in aliases:
+        quoted = qn(column(model, name))
+        sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
+    pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
+    sets.append(f"{fv} = t.{fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
+    # A change token, as in update_if_newer: a fresh version for every row that is written.
+    sets.append(f"{lock} = nextval('{SEQUENCE_NAME}')")
+    any_ok = " OR ".join(f"l.{a}_ok" for _name, a in aliases)
+    flags = ", ".join(f"l.{a}_ok" for _name, a in aliases)
+    template = (
+        f"WITH v ({columns}) AS (VALUES {{values}}), "
+        f"locked AS (SELECT {', '.join(selected)} FROM {table} t JOIN v ON t.{pk} = v.pk "
+        f"ORDER BY t.{pk} FOR NO KEY UPDATE OF t), "
+        f"written AS (UPDATE {table} t SET {', '.join(sets)} FROM locked l "
+        f"WHERE t.{pk} = l.pk AND ({any_ok})) "
+        f"SELECT l.pk, {flags} FROM locked l"
+    )
+    return BulkUpdate(fields=fields, template=template, row=row)
+
+
+# --- The pending INSERT of enqueue_update() (PostgreSQL) ---------------------------------------------------
+
+
+@cache
+def _insert_pending_sql() -> str:
+    log = request_log()
+    qn = vendor_connection("postgresql").ops.quote_name
+    names = ("request_id", "content_type", "object_id", "changes", "queue", "kind", "status", "key", "error")
+    columns = ", ".join(qn(column(log, name)) for name in (*names, "attempts", "version"))
+    update, pending = log.Kind.UPDATE.value, log.Status.PENDING.value
+    values = (
+        "%(request_id)s, %(content_type_id)s, %(object_id)s, %(changes)s, %(queue)s, "
+        f"'{update}', '{pending}', '', '', 0, nextval('{SEQUENCE_NAME}')"
+    )
+    table = qn(log._meta.db_table)
+    pk, request_id, content_type, object_id, status, version, created_at = (
+        qn(column(log, name))
+        for name in ("pk", "request_id", "content_type", "object_id", "status", "version", "created_at")
+    )
+    # Read through the safeupdates_pending index: the record's pending requests, not its history.
+    others_pending = (
+        f"EXISTS (SELECT 1 FROM {table} other WHERE other.{status} = '{pending}' "
+        f"AND other.{content_type} = new.{content_type} AND other.{object_id} = new.{object_id} "
+        f"AND other.{pk} <> new.{pk})"
+    )
+    return (
+        f"INSERT INTO {table} AS new ({columns}) VALUES ({values}) ON CONFLICT ({request_id}) DO NOTHING "
+        f"RETURNING new.{pk}, new.{version}, new.{created_at}, {others_pending}"
+    )
+
+
+def insert_pending(
+    *, request_id: Any, content_type_id: int | None, object_id: str, changes: Any, queue: str
+) -> tuple[str, dict[str, Any]]:
+    """The INSERT of a new pending update request with a fresh version, and its parameters.
+
+    The rest of the columns are what a new request always has: no key, no error, no attempts;
+    ``created_at`` (the database's clock) and ``processed_at`` (NULL) keep their column defaults. A known
+    request id is skipped (``ON CONFLICT DO NOTHING``): no row comes back. The row that comes back is
+    ``(pk, version, created_at, others_pending)``.
+    """
+    params = {
+        "request_id": request_id,
+        "content_type_id": content_type_id,
+        "object_id": object_id,
+        "changes": changes,
+        "queue": queue,
+    }
+    return _insert_pending_sql(), params
