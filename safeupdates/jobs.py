@@ -20,7 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
-from django.db.models import Case, F, Subquery, Value, When
+from django.db.models import Case, F, Q, Subquery, Value, When
 from django.db.models.functions import Now
 from django.db.utils import IntegrityError, InterfaceError, OperationalError
 
@@ -420,14 +420,20 @@ class RelayReport:
     #: Records whose job was found waiting: in its queue, or scheduled for a retry that is not yet due.
     waiting: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: With ``retry_failed``: ``failed`` update requests made ``pending`` again (or that would be).
+    revived: int | None = None
     _moved_scheduled: dict[str, int] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
+        revived = ""
+        if self.revived is not None:
+            revived = f"{self.revived} failed request(s) {'would be' if self.dry_run else ''} made pending again; "
+            revived = revived.replace("  ", " ")
         if self.dry_run:
-            return f"would deliver {self.due} job(s) for work pending > {self.older_than:g}s"
+            return f"{revived}would deliver {self.due} job(s) for work pending > {self.older_than:g}s"
         moved = f" ({self.moved} moved from RQ's scheduled or deferred registry)" if self.moved else ""
         return (
-            f"{self.due} due (pending > {self.older_than:g}s): enqueued {self.enqueued} job(s){moved}, "
+            f"{revived}{self.due} due (pending > {self.older_than:g}s): enqueued {self.enqueued} job(s){moved}, "
             f"{self.waiting} already queued"
         )
 
@@ -441,7 +447,9 @@ class RelayReport:
 relay_steps: list[Callable[..., Any]] = []
 
 
-def relay(older_than: float | None = None, *, dry_run: bool = False, using: str | None = None) -> RelayReport:
+def relay(
+    older_than: float | None = None, *, dry_run: bool = False, using: str | None = None, retry_failed: bool = False
+) -> RelayReport:
     """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
     (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
 
@@ -451,14 +459,27 @@ def relay(older_than: float | None = None, *, dry_run: bool = False, using: str 
     whose queue is no longer in ``RQ_QUEUES`` is delivered on ``SAFEUPDATES_QUEUE``, with a warning: its
     requests must not wait for a queue that no worker serves, nor stop the other records. Raises
     :class:`BackendUnavailable` if Redis or the database cannot be reached.
+
+    ``retry_failed`` first makes every ``failed`` update request ``pending`` again: a request fails when
+    transient database errors outlast RQ's retries (a long outage), and its write was rolled back with
+    them, so delivering it again is safe; it is then due at once.
     """
     seconds = conf.relay_after() if older_than is None else older_than
     using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
     report = RelayReport(older_than=seconds, dry_run=dry_run)
     cutoff = db.older_than(seconds)
+    due = Q(created_at__lte=cutoff)
+    if retry_failed:
+        failed = ProcessedRequest.objects.using(using).filter(kind=RequestKind.UPDATE, status=RequestStatus.FAILED)
+        with unreachable_database(using):
+            revived = list(failed.values_list("pk", flat=True))
+            if not dry_run:
+                failed.filter(pk__in=revived).update(status=RequestStatus.PENDING, processed_at=None)
+        report.revived = len(revived)
+        due |= Q(pk__in=revived)  # due in this very pass, whatever their age
     pending = (
         ProcessedRequest.objects.using(using)
-        .filter(kind=RequestKind.UPDATE, status=RequestStatus.PENDING, created_at__lte=cutoff)
+        .filter(due, kind=RequestKind.UPDATE, status=RequestStatus.PENDING)
         .values_list("content_type_id", "object_id", "request_id", "queue")
     )
     # One delivery per record: its job applies every pending request of the record.

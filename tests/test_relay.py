@@ -236,3 +236,27 @@ def test_the_relay_loop_survives_outages_of_redis_and_postgresql(own_servers, tm
         relay_proc.wait(10)
     errors = err_path.read_text().splitlines()
     assert errors and all(re.search(redis_down, e) or re.search(postgres_down, e) for e in errors), errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_failed_delivers_requests_whose_retries_ran_out(redis):
+    """A request ``failed`` after a database outage outlasted RQ's retries was never written (its
+    transaction rolled back): ``--retry-failed`` makes it pending again, and its job applies it."""
+    profile = ProfileFactory()
+    request = enqueue_update(profile, active=True)
+    ProcessedRequest.objects.filter(pk=request.pk).update(
+        status="failed", error="OperationalError: the database restarted", attempts=4
+    )
+    other = enqueue_update(ProfileFactory(), active=True)
+    ProcessedRequest.objects.filter(pk=other.pk).update(status="rejected", error="bad data")
+    queue().empty()
+
+    assert "1 failed request(s) made pending again" in relay_output("--retry-failed", "--older-than", "3600")
+    [job] = queue().jobs  # delivered in the same pass, however recent the request
+    assert job.args == (str(request.request_id),)
+    apply_update(str(request.request_id))
+    request.refresh_from_db()
+    assert (request.status, request.attempts) == ("applied", 5)
+    assert Profile.objects.get(pk=profile.pk).active is True
+    assert ProcessedRequest.objects.get(pk=other.pk).status == "rejected"  # only failed ones
+    assert "0 failed request(s)" in relay_output("--retry-failed", "--dry-run")

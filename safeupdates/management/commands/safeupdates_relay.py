@@ -29,9 +29,21 @@ class Command(BaseCommand):
         )
         parser.add_argument("--interval", type=float, default=None, help="Keep running, one pass every N seconds.")
         parser.add_argument("--dry-run", action="store_true", help="Count what would be delivered; enqueue nothing.")
+        parser.add_argument(
+            "--retry-failed",
+            action="store_true",
+            help="First make every failed update request pending again (their retries ran out during an "
+            "outage; nothing of them was written), so that this pass delivers them.",
+        )
 
     def handle(
-        self, *args: Any, older_than: float | None, interval: float | None, dry_run: bool, **options: Any
+        self,
+        *args: Any,
+        older_than: float | None,
+        interval: float | None,
+        dry_run: bool,
+        retry_failed: bool,
+        **options: Any,
     ) -> None:
         # float() accepts "nan" and "inf": a NaN compares false with everything, so test for what is valid.
         if older_than is not None and not (math.isfinite(older_than) and older_than >= 0):
@@ -44,7 +56,7 @@ class Command(BaseCommand):
                 # A connection that broke in the last pass (the database restarted) is replaced, not reused.
                 close_old_connections()
             try:
-                report = relay(older_than, dry_run=dry_run)
+                report = relay(older_than, dry_run=dry_run, retry_failed=retry_failed)
             except BackendUnavailable as exc:
                 if interval is None:
                     raise CommandError(f"safeupdates relay: {exc}") from None
