@@ -2,10 +2,11 @@
 
 The per-field semantics are those of :meth:`SafeUpdateQuerySet.update_if_newer`: a field is written
 only if the version of its own last write (else the version under ``"*"``, else 0) is lower than the
-incoming version, and ``lock_version`` becomes the highest version written. Several updates of one row
-are merged in Python first (per field, the highest version wins), so every row appears once; the
-merged rows are then written with one statement per batch on PostgreSQL, and with one guarded
-statement per row (through :mod:`safeupdates.guard`) inside the same transaction elsewhere.
+incoming version, and a row that is written gets a fresh ``lock_version`` (a change token). Several
+updates of one row are merged in Python first (per field, the highest version wins), so every row
+appears once; the merged rows are then written with one statement per batch on PostgreSQL, and with
+one guarded write per row (:func:`safeupdates.guard.write_if_newer`) inside the same transaction
+elsewhere and for multi-table inheritance.
 """
 
 from __future__ import annotations

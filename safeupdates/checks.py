@@ -200,7 +200,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             messages.append(
                 Error(
                     f"{name} is invalid: {exc}",
-                    hint="See the settings table of the README for the expected type.",
+                    hint="See the settings table in docs/deployment.md for the expected type.",
                     id="safeupdates.E005",
                 )
             )

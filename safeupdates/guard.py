@@ -57,7 +57,8 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]
     executor. This cursor binds on the server and prepares each statement once per connection
     (psycopg's prepared statement cache); Django still wraps it, so ``connection.execute_wrapper()``
     sees every statement. ``SAFEUPDATES_PREPARED_STATEMENTS = False`` turns this off, for poolers
-    without prepared statement support (PgBouncer before 1.21 in transaction mode).
+    without prepared statement support (in transaction mode, PgBouncer before 1.22 or without
+    ``max_prepared_statements``; system check W004).
     """
     cursor_class = prepared_cursor_class() if connection.vendor == "postgresql" else None
     # While queries are logged (DEBUG, assertNumQueries), Django's own cursor: the log then shows

@@ -89,7 +89,8 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         """Write ``changes`` to row ``pk`` only where they are newer; never raises on a stale write.
 
         Version mode (``version=``): each field is written only if its own last write carried a lower
-        version; ``lock_version`` becomes ``max(lock_version, version)``. Timestamp mode
+        version; if any field is written, ``lock_version`` (a change token) moves to a fresh version, above
+        every version written, so no instance loaded before can save over it. Timestamp mode
         (``synced_at=``): applies iff ``last_synced_at`` is NULL or older, then sets it and takes a fresh
         version. With ``request_id`` the call is idempotent: the request is recorded in the request log
         in the same transaction as the write, and a request already processed returns ``duplicate``.
