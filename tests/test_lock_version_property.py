@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +93,11 @@ def test_no_sequence_of_writes_loses_one(steps):
             i, (name, value), partial = args
             if instances[i].pk is None:
                 continue  # deleted through this instance
+            if op == "rolled_back_save" and connection.vendor != "postgresql":
+                # SQLite's version counter is a table: a rolled-back save gives its version back, and a
+                # later save may take it again, so the rolled-back instance's version is not unique
+                # there (README, Limits). PostgreSQL's sequence never gives a version back.
+                continue
             may_write = row.exists and row.state in seen[i].states
             if op == "rolled_back_save":
                 with pytest.raises(Rollback), transaction.atomic():
