@@ -155,7 +155,8 @@ def deliver(
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
-    has started it may have read the pending requests already, so a job of our own is enqueued.
+    has started it may have read the pending requests already, so the record's follow-up job (a second
+    shared id) takes the request; once that has started too, a job of our own is enqueued.
     ``likely_queued`` (other requests of the record are pending: a burst) asks for the job's status
     first, one small round trip that usually settles it, instead of a unique enqueue that would fail.
     ``force=True`` (the relay) also checks that a job RQ calls queued, scheduled or deferred is really
@@ -180,23 +181,30 @@ def deliver_with_outcome(
     force: bool = False,
     likely_queued: bool = False,
 ) -> tuple[Job | None, str]:
-    """:func:`deliver`, and what it found or did (``ENQUEUED`` ...)."""
+    """:func:`deliver`, and what it found or did (``ENQUEUED`` ...).
+
+    A record has two job ids, tried in turn: its job, and its follow-up job. While the record's job runs
+    (a slow or cut-off worker), the requests committed meanwhile share the follow-up job instead of
+    getting one job each. Only when both have started (or failed) does a request get a job of its own.
+    """
     queue = get_queue(queue_name)
-    record_job = job_id(content_type_id, object_id)
-    status = _job_status(queue, record_job) if likely_queued else None
     args = (str(request_id),)
-    if status is None:
-        job = queue.create_job(APPLY_UPDATE, args=args, job_id=record_job, **job_options(content_type_id, object_id))
-        try:
-            return _enqueue_unique(queue, job, force=force), ENQUEUED
-        except DuplicateJobError:
-            status = _job_status(queue, record_job)
-    if status in _WILL_RUN:
-        if not force:
-            return None, WAITING
-        found = _find_waiting(queue, record_job, status)
-        if found is not None:
-            return found
+    record_job = job_id(content_type_id, object_id)
+    for candidate in (record_job, f"{record_job}-next"):
+        status = _job_status(queue, candidate) if likely_queued else None
+        if status is None:
+            job = queue.create_job(APPLY_UPDATE, args=args, job_id=candidate, **job_options(content_type_id, object_id))
+            try:
+                return _enqueue_unique(queue, job, force=force), ENQUEUED
+            except DuplicateJobError:
+                status = _job_status(queue, candidate)
+        if status in _WILL_RUN:
+            if not force:
+                return None, WAITING
+            found = _find_waiting(queue, candidate, status)
+            if found is not None:
+                return found
+        # Started, failed, or lost on its way: it may have read the pending requests already.
     return queue.enqueue_call(APPLY_UPDATE, args=args, **job_options(content_type_id, object_id)), ENQUEUED
 
 

@@ -706,6 +706,22 @@ class TestWithWorkers:
         assert set(ProcessedRequest.objects.values_list("status", flat=True)) == {"applied"}
         assert {first.pk, second.pk} == set(ProcessedRequest.objects.values_list("pk", flat=True))
 
+    def test_requests_while_a_job_of_the_record_runs_share_one_follow_up_job(self, workers, postgres_only):
+        """A burst that lands while the record's job runs (a slow or cut-off worker) costs one more job,
+        not one job per toggle: the record's follow-up job, queued once, applies them all."""
+        profile = ProfileFactory()
+        workers.start(1)
+        row = RowLock(Profile, profile.pk).start()
+        enqueue_update(profile, active=True)
+        assert wait_until(lambda: _waiting_on_lock(), 20)
+        for value in (False, True, False, True):
+            enqueue_update(profile, active=value)
+        assert queue().count == 1  # before: 4, one per toggle
+        row.release()
+        assert all_done(30)  # no relay ran
+        assert Profile.objects.get(pk=profile.pk).active is True
+        assert set(ProcessedRequest.objects.values_list("status", flat=True)) <= {"applied", "stale"}
+
     def test_transient_error_is_retried(self, workers, postgres_only):
         """The job's connection is terminated mid-statement: RQ retries it and it applies once."""
         profile = ProfileFactory()
