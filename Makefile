@@ -59,8 +59,12 @@ bench: install
 	$(PY) benchmarks/bench.py
 
 # Mutation testing of the core modules with mutmut (not in CI: it takes hours; [mutmut] in setup.cfg).
-# Needs PostgreSQL and Redis like make test. Interrupted (Ctrl-C), it still prints the figures so far;
-# run it again to go on. Prints the kill rate and the surviving mutants (`mutmut show NAME` for a diff).
+# Needs PostgreSQL and Redis like make test. MUTATION_BUDGET=SECONDS stops the run after that long;
+# stopped that way or with Ctrl-C, it still prints the figures so far, and the next run goes on from
+# there. Prints the surviving mutants (`.venv/bin/mutmut show NAME` shows one) and the kill rate.
+# MUTANTS="safeupdates.guard.* safeupdates.versions.*" runs only those mutants (names as listed).
+MUTATION_BUDGET ?=
+MUTANTS ?=
 MUTMUT := $(VENV)/bin/mutmut
 KILL_RATE := import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
 	checked = sum(s[k] for k in ("killed", "timeout", "survived", "suspicious", "no_tests", "segfault")); \
@@ -71,10 +75,11 @@ KILL_RATE := import json; s = json.load(open("mutants/mutmut-cicd-stats.json"));
 
 mutation: install
 	$(PY) -m pip install --quiet -r requirements-mutation.txt
-	-$(MUTMUT) run --max-children 1
-	@$(MUTMUT) export-cicd-stats >/dev/null
-	@$(MUTMUT) results
-	@$(PY) -c '$(KILL_RATE)'
+	@trap : INT; status=0; \
+	$(if $(MUTATION_BUDGET),timeout -s INT $(MUTATION_BUDGET)) $(MUTMUT) run --max-children 1 \
+	    $(foreach name,$(MUTANTS),'$(name)') || status=$$?; \
+	$(MUTMUT) export-cicd-stats >/dev/null && $(MUTMUT) results && $(PY) -c '$(KILL_RATE)'; \
+	[ $$status = 0 ] || [ $$status = 124 ] || exit $$status
 
 # The documentation site (Sphinx + MyST) in docs/_build/html; any Sphinx warning fails the build.
 # Its own venv, so that the docs tools never enter the test environment.
@@ -90,4 +95,4 @@ docs: $(DOCS_VENV)/.installed
 	$(DOCS_VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 clean:
-	rm -rf $(VENV) demo.sqlite3 test.sqlite3 .coverage htmlcov .tox
+	rm -rf $(VENV) demo.sqlite3 test.sqlite3 .coverage htmlcov .tox mutants
