@@ -167,3 +167,32 @@ def test_changes_keep_microseconds():
         '{"at": "2026-11-29T10:00:00.123456Z", "t": "10:00:00.123456"}'
     )
     assert json.dumps({"n": 1.5}, cls=ChangesEncoder) == '{"n": 1.5}'
+
+
+def test_a_save_writes_its_own_row_only_when_rows_share_a_lock_version():
+    """Rows made by bulk_create() all carry lock_version 0: the checked UPDATE must still name its row."""
+    first, second = Document.objects.bulk_create([Document(title="a"), Document(title="b")])
+    loaded = Document.objects.get(pk=first.pk)
+    assert loaded.lock_version == Document.objects.get(pk=second.pk).lock_version == 0
+    loaded.title = "changed"
+    loaded.save()
+    assert Document.objects.get(pk=second.pk).title == "b"
+    assert Document.objects.get(pk=second.pk).lock_version == 0
+    stale = Document.objects.get(pk=second.pk)
+    Document.objects.get(pk=second.pk).save()
+    with pytest.raises(StaleObjectError):
+        stale.delete()
+    assert Document.objects.filter(pk=first.pk).exists()
+
+
+def test_a_field_never_written_has_version_zero():
+    document = Document.objects.bulk_create([Document(title="a")])[0]
+    document.refresh_from_db()
+    assert document.field_versions == {}
+    assert document.field_version("title") == 0
+
+
+def test_version_counter_str():
+    from safeupdates.models import VersionCounter
+
+    assert str(VersionCounter(value=7)) == "7"
