@@ -406,5 +406,7 @@ def test_check_w002_is_registered():
     from django.core import checks
 
     with override_settings(SAFEUPDATES_SLOW_QUEUE="video"):
-        ids = [message.id for message in checks.run_checks()]
+        # Only the compatibility checks: Django 6.1's run_checks() also runs the database checks of the
+        # model fields by default, which a test without database access may not.
+        ids = [message.id for message in checks.run_checks(tags=[checks.Tags.compatibility])]
     assert "safeupdates.W002" in ids
