@@ -173,38 +173,6 @@ def test_long_keys_are_stored_with_a_digest_never_truncated_into_a_collision():
     assert task_log_key("k" * 255) == "k" * 255
 
 
-@pytest.mark.django_db(transaction=True)
-def test_task_rows_of_before_migration_0006_are_still_found():
-    """Rows written when a task was its request id ``uuid5(TASK_NAMESPACE, key)``, with the key truncated."""
-    from importlib import import_module
-
-    from django.apps import apps
-    from django.db import connection as default_connection
-
-    migration = import_module("safeupdates.migrations.0006_task_key_namespace")
-    short, long = "legacy:short", "legacy:" + "x" * 400
-    exactly = "e" * 255
-    for key in (short, long, exactly):
-        ProcessedRequest.objects.create(
-            kind=RequestKind.TASK,
-            key=key[:255],
-            request_id=uuid.uuid5(TASK_NAMESPACE, key),
-            status=RequestStatus.APPLIED,
-        )
-    with default_connection.schema_editor() as schema_editor:
-        migration.rewrite_truncated_task_keys(apps, schema_editor)
-
-    ran = []
-
-    @idempotent(key=lambda key: key)
-    def task(key: str) -> None:
-        ran.append(key)
-
-    assert [task(key) for key in (short, long, exactly)] == [SKIPPED] * 3
-    assert ran == []
-    assert ProcessedRequest.objects.count() == 3
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Namespaces: no client request id can collide with or squat a task's key
 
