@@ -20,9 +20,9 @@ from rq import Worker
 from rq.job import JobStatus
 
 from safeupdates import enqueue, enqueue_update, idempotent
-from safeupdates.controls import InvalidControl
+from safeupdates.contrib.controls.jobs import InvalidControl
+from safeupdates.contrib.idempotent.decorators import SKIPPED, TASK_NAMESPACE, task_log_key
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.idempotency import SKIPPED, TASK_NAMESPACE, task_log_key
 from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
