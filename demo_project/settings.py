@@ -34,6 +34,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_rq",
     "safeupdates",
+    "safeupdates.contrib.batches",
+    "safeupdates.contrib.controls",
+    "safeupdates.contrib.idempotent",
     "demo_project.toggles",
 ]
 

@@ -10,9 +10,9 @@ __all__ = ["__version__", "aenqueue_update", "enqueue", "enqueue_update", "fan_o
 
 if TYPE_CHECKING:
     from safeupdates.audit import replay
-    from safeupdates.batches import fan_out
-    from safeupdates.controls import enqueue
-    from safeupdates.idempotency import idempotent
+    from safeupdates.contrib.batches.jobs import fan_out
+    from safeupdates.contrib.controls.jobs import enqueue
+    from safeupdates.contrib.idempotent.decorators import idempotent
     from safeupdates.jobs import aenqueue_update, enqueue_update
 
 # Public name -> module that defines it. Imported lazily, so that importing the package does not import
@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "enqueue_update": "safeupdates.jobs",
     "aenqueue_update": "safeupdates.jobs",
-    "enqueue": "safeupdates.controls",
-    "idempotent": "safeupdates.idempotency",
-    "fan_out": "safeupdates.batches",
+    "enqueue": "safeupdates.contrib.controls.jobs",
+    "idempotent": "safeupdates.contrib.idempotent.decorators",
+    "fan_out": "safeupdates.contrib.batches.jobs",
     "replay": "safeupdates.audit",
 }
 

@@ -35,7 +35,7 @@ from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin, shown_fields
 from safeupdates.guard import stored_version
-from safeupdates.models import Batch, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
 if TYPE_CHECKING:
     _ModelAdminBase = admin.ModelAdmin[Any]
@@ -44,7 +44,6 @@ else:
     _ModelAdminBase = _InlineBase = object
 
 __all__ = [
-    "BatchAdmin",
     "ProcessedRequestAdmin",
     "SafeUpdateAdminMixin",
     "SafeUpdateInlineMixin",
@@ -550,91 +549,3 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         except NoReverseMatch:
             return f"{name}: held by v{version} (request {holder.request_id})"
         return format_html('{}: held by v{} (request <a href="{}">{}</a>)', name, version, url, holder.request_id)
-
-
-@admin.register(Batch)
-class BatchAdmin(ReadOnlyAdmin):
-    """Fan-out batches with their progress, and links to the items that failed; written by safeupdates only."""
-
-    list_display = [
-        "batch_id",
-        "item_func",
-        "then",
-        "progress_display",
-        "succeeded",
-        "failed_display",
-        "total",
-        "status",
-    ]
-    list_filter = ["status", "queue"]
-    search_fields = ["=batch_id", "item_func", "then"]
-    date_hierarchy = "created_at"
-    ordering = ["-created_at", "-id"]
-    readonly_fields = [
-        "batch_id",
-        "item_func",
-        "then",
-        "queue",
-        "retries",
-        "total",
-        "succeeded",
-        "failed",
-        "failed_items",
-        "progress_display",
-        "status",
-        "created_at",
-        "finished_at",
-        "reduced_at",
-        "reduce_attempts",
-        "reduce_error",
-        "reduce_failed_at",
-    ]
-    fields = readonly_fields  # type: ignore[assignment]
-
-    @admin.display(description=_("progress"))
-    def progress_display(self, obj: Batch) -> str:
-        return format_html(
-            '<progress value="{}" max="100"></progress> {}%', round(obj.progress * 100), round(obj.progress * 100)
-        )
-
-    def _items_url(self, obj: Batch) -> str:
-        query = {
-            "kind__exact": RequestKind.BATCH_ITEM,
-            "key__startswith": f"{obj.batch_id}:",
-            "status__exact": "failed",
-        }
-        return f"{reverse('admin:safeupdates_processedrequest_changelist')}?{urlencode(query)}"
-
-    @admin.display(description=_("failed"), ordering="failed")
-    def failed_display(self, obj: Batch) -> str:
-        if not obj.failed:
-            return "0"
-        return format_html('<a href="{}">{} failed</a>', self._items_url(obj), obj.failed)
-
-    @admin.display(description=_("failed items"))
-    def failed_items(self, obj: Batch) -> str:
-        """Says so when items failed, with a link to each (and its error)."""
-        if not obj.failed:
-            return "none"
-        items = ProcessedRequest.objects.filter(
-            kind=RequestKind.BATCH_ITEM, key__startswith=f"{obj.batch_id}:", status=RequestStatus.FAILED
-        ).order_by("id")[:50]
-        links = format_html_join(
-            mark_safe("<br>"),
-            '<a href="{}">item {}</a>: {}',
-            (
-                (
-                    reverse("admin:safeupdates_processedrequest_change", args=[item.pk]),
-                    item.key.split(":", 1)[-1],
-                    item.error,
-                )
-                for item in items
-            ),
-        )
-        head = format_html(
-            '{} item{} failed (<a href="{}">all of them in the request log</a>):',
-            obj.failed,
-            "" if obj.failed == 1 else "s",
-            self._items_url(obj),
-        )
-        return format_html("{}<br>{}", head, links)

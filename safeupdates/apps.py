@@ -13,11 +13,7 @@ class SafeUpdatesConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from safeupdates import checks  # noqa: F401  (registers the system checks)
-        from safeupdates.batches import relay_batches
-        from safeupdates.jobs import relay_steps
         from safeupdates.versions import raise_floor
 
         # After every migrate: the source may have been dropped and created again at 1.
         post_migrate.connect(raise_floor, sender=self, dispatch_uid="safeupdates.raise_floor")
-        if relay_batches not in relay_steps:
-            relay_steps.append(relay_batches)

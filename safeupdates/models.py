@@ -1,4 +1,4 @@
-"""The app's concrete tables: the request log, the version counter and the batches of ``fan_out()``.
+"""The app's concrete tables: the request log and the version counter.
 
 ``ProcessedRequest`` is the request log: outbox for the job path, idempotency record, and audit trail in
 one table. The abstract mixins live in :mod:`safeupdates.base`; they are importable from here too.
@@ -21,8 +21,6 @@ from safeupdates.base import BASE_VERSION_KEY, LockVersionMixin, SafeUpdateModel
 
 __all__ = [
     "BASE_VERSION_KEY",
-    "Batch",
-    "BatchStatus",
     "ChangesEncoder",
     "LockVersionMixin",
     "ProcessedRequest",
@@ -149,52 +147,10 @@ class VersionCounter(models.Model):
         return str(self.value)
 
 
-class BatchStatus(models.TextChoices):
-    """Status of a :class:`Batch`."""
+def __getattr__(name: str) -> Any:
+    # The batches of fan_out() moved to their app; imported on use, so that the core loads without it.
+    if name in ("Batch", "BatchStatus"):
+        from safeupdates.contrib.batches import models as batches
 
-    RUNNING = "running", _("running")
-    DONE = "done", _("done")
-    REDUCE_FAILED = "reduce_failed", _("reduce failed")
-
-
-class Batch(models.Model):
-    """A fan-out of item jobs and the reduce that runs once every item has finished.
-
-    ``succeeded`` and ``failed`` are counted in PostgreSQL, each item once, in the transaction that
-    records the item's outcome; the transaction that counts the last item marks the batch ``done`` and
-    enqueues the reduce. ``reduced_at`` is set when the reduce has run, exactly once. A reduce that
-    raises is counted in ``reduce_attempts`` and run again by the relay, at most once every
-    ``SAFEUPDATES_RELAY_AFTER`` seconds, until ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed: the
-    batch is then ``reduce_failed``.
-    """
-
-    Status = BatchStatus
-
-    batch_id = models.UUIDField(_("batch id"), unique=True, default=uuid.uuid4, editable=False)
-    item_func = models.CharField(_("item function"), max_length=255)
-    then = models.CharField(_("reduce function"), max_length=255, blank=True, default="")
-    queue = models.CharField(_("queue"), max_length=100)
-    retries = models.PositiveIntegerField(_("retries per item"), default=0)
-    total = models.PositiveIntegerField(_("items"))
-    succeeded = models.PositiveIntegerField(_("succeeded"), default=0)
-    failed = models.PositiveIntegerField(_("failed"), default=0)
-    status = models.CharField(_("status"), max_length=16, choices=BatchStatus.choices, default=BatchStatus.RUNNING)
-    created_at = models.DateTimeField(_("created at"), db_default=Now())
-    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
-    reduced_at = models.DateTimeField(_("reduced at"), null=True, blank=True)
-    reduce_attempts = models.PositiveIntegerField(_("failed reduce attempts"), default=0)
-    reduce_error = models.TextField(_("last reduce error"), blank=True, default="")
-    reduce_failed_at = models.DateTimeField(_("last reduce failure"), null=True, blank=True)
-
-    class Meta:
-        verbose_name = _("batch")
-        verbose_name_plural = _("batches")
-        indexes = [models.Index(fields=["status", "created_at"], name="safeupdates_batch_status")]
-
-    def __str__(self) -> str:
-        return f"batch {self.batch_id} {self.succeeded + self.failed}/{self.total}"
-
-    @property
-    def progress(self) -> float:
-        """Fraction of the items that have finished, from 0.0 to 1.0."""
-        return (self.succeeded + self.failed) / self.total if self.total else 1.0
+        return getattr(batches, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

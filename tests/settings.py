@@ -22,6 +22,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_rq",
     "safeupdates",
+    "safeupdates.contrib.batches",
+    "safeupdates.contrib.controls",
+    "safeupdates.contrib.idempotent",
     "tests.testapp",
     "demo_project.toggles",
 ]

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from safeupdates.admin import ProcessedRequestAdmin
-from safeupdates.models import Batch, ProcessedRequest
+from safeupdates.contrib.batches.models import Batch
+from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.testapp.models import Gadget, Profile
@@ -143,10 +144,12 @@ def test_a_batch_with_failed_items_says_so_and_links_them(admin_client):
     failed = ProcessedRequest.objects.create(
         kind="batch_item", key=f"{batch.batch_id}:1", status="failed", error="ValueError: bad"
     )
-    ProcessedRequest.objects.create(kind="batch_item", key=f"{batch.batch_id}:0", status="applied")
-    page = admin_client.get(reverse("admin:safeupdates_batch_change", args=[batch.pk])).content.decode()
+    applied = ProcessedRequest.objects.create(kind="batch_item", key=f"{batch.batch_id}:0", status="applied")
+    batch.items.create(index=1, request_id=failed.request_id)
+    batch.items.create(index=0, request_id=applied.request_id)
+    page = admin_client.get(reverse("admin:safeupdates_batches_batch_change", args=[batch.pk])).content.decode()
     assert "1 item failed" in page
     assert reverse("admin:safeupdates_processedrequest_change", args=[failed.pk]) in page
     assert "ValueError: bad" in page
-    listed = admin_client.get(reverse("admin:safeupdates_batch_changelist")).content.decode()
+    listed = admin_client.get(reverse("admin:safeupdates_batches_batch_changelist")).content.decode()
     assert "1 failed" in listed

@@ -12,10 +12,11 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from safeupdates import fan_out
-from safeupdates.batches import relay_batches, run_batch_item, run_batch_reduce
+from safeupdates.contrib.batches.jobs import relay_batches, run_batch_item, run_batch_reduce
+from safeupdates.contrib.batches.models import Batch, BatchItem
 from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import RequestNotFound, relay_pending
-from safeupdates.models import Batch, ProcessedRequest
+from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.testapp.batch_jobs import add_score, failing_reduce, hold_until_released, record_reduce
 from tests.testapp.jobs import record
@@ -109,7 +110,7 @@ def test_empty_batch_reduces_at_once(redis):
     batch = fan_out(add_score, [], then=record_reduce)
     assert batch.status == "done" and batch.total == 0
     job = django_rq.get_queue("default").jobs[0]
-    assert job.func_name == "safeupdates.batches.run_batch_reduce"
+    assert job.func_name == "safeupdates.contrib.batches.jobs.run_batch_reduce"
 
 
 @pytest.mark.django_db
@@ -146,7 +147,7 @@ def test_admin_shows_progress(admin_client, db):
     from django.urls import reverse
 
     fan_out(add_score, [{"pk": 1, "points": 1}] * 2)
-    page = admin_client.get(reverse("admin:safeupdates_batch_changelist")).content.decode()
+    page = admin_client.get(reverse("admin:safeupdates_batches_batch_changelist")).content.decode()
     assert '<progress value="0" max="100">' in page
 
 
@@ -238,3 +239,12 @@ def test_an_item_locked_by_its_running_job_is_already_running(redis, postgres_on
         release.set()
         thread.join()
     assert run_batch_item(str(item.request_id)) == "succeeded"
+
+
+@pytest.mark.django_db
+def test_items_point_at_their_batch(redis):
+    batch = fan_out(add_score, [{"pk": 1, "points": 1}] * 3)
+    items = BatchItem.objects.filter(batch=batch).order_by("index")
+    assert [item.index for item in items] == [0, 1, 2]
+    logged = ProcessedRequest.objects.filter(kind="batch_item").values_list("request_id", flat=True)
+    assert {item.request_id for item in items} == set(logged)

@@ -18,7 +18,7 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
 from safeupdates import conf, enqueue
 from safeupdates.checks import check_queue_settings
-from safeupdates.controls import (
+from safeupdates.contrib.controls.jobs import (
     REAP_GRACE,
     UNIQUE_TTL,
     InvalidControl,

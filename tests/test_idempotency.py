@@ -20,9 +20,9 @@ from rq import Worker
 from rq.job import JobStatus
 
 from safeupdates import enqueue, enqueue_update, idempotent
-from safeupdates.controls import InvalidControl
+from safeupdates.contrib.controls.jobs import InvalidControl
+from safeupdates.contrib.idempotent.decorators import SKIPPED, TASK_NAMESPACE, task_log_key
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.idempotency import SKIPPED, TASK_NAMESPACE, task_log_key
 from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
@@ -171,38 +171,6 @@ def test_long_keys_are_stored_with_a_digest_never_truncated_into_a_collision():
     }
     assert len(task_log_key("k" * 300)) == 255
     assert task_log_key("k" * 255) == "k" * 255
-
-
-@pytest.mark.django_db(transaction=True)
-def test_task_rows_of_before_migration_0006_are_still_found():
-    """Rows written when a task was its request id ``uuid5(TASK_NAMESPACE, key)``, with the key truncated."""
-    from importlib import import_module
-
-    from django.apps import apps
-    from django.db import connection as default_connection
-
-    migration = import_module("safeupdates.migrations.0006_task_key_namespace")
-    short, long = "legacy:short", "legacy:" + "x" * 400
-    exactly = "e" * 255
-    for key in (short, long, exactly):
-        ProcessedRequest.objects.create(
-            kind=RequestKind.TASK,
-            key=key[:255],
-            request_id=uuid.uuid5(TASK_NAMESPACE, key),
-            status=RequestStatus.APPLIED,
-        )
-    with default_connection.schema_editor() as schema_editor:
-        migration.rewrite_truncated_task_keys(apps, schema_editor)
-
-    ran = []
-
-    @idempotent(key=lambda key: key)
-    def task(key: str) -> None:
-        ran.append(key)
-
-    assert [task(key) for key in (short, long, exactly)] == [SKIPPED] * 3
-    assert ran == []
-    assert ProcessedRequest.objects.count() == 3
 
 
 # ---------------------------------------------------------------------------------------------------------

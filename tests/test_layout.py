@@ -148,3 +148,27 @@ def test_no_sql_outside_the_statements_module():
         for line, text in sql_literals(tree)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_old_import_paths_of_the_job_tools_still_work():
+    """Jobs already queued name ``safeupdates.batches.run_batch_item`` ...: those paths must import."""
+    from rq.utils import import_attribute
+
+    import safeupdates
+    import safeupdates.models
+    from safeupdates.contrib.batches import jobs as batches
+    from safeupdates.contrib.batches import models
+    from safeupdates.contrib.controls import jobs as controls
+    from safeupdates.contrib.idempotent import decorators
+
+    for name in ("run_batch_item", "run_batch_reduce", "fan_out", "relay_batches"):
+        assert import_attribute(f"safeupdates.batches.{name}") is getattr(batches, name)
+    for name in ("controlled_call", "reap_if_abandoned", "enqueue"):
+        assert import_attribute(f"safeupdates.controls.{name}") is getattr(controls, name)
+    assert import_attribute("safeupdates.idempotency.idempotent") is decorators.idempotent
+    assert (safeupdates.fan_out, safeupdates.enqueue, safeupdates.idempotent) == (
+        batches.fan_out,
+        controls.enqueue,
+        decorators.idempotent,
+    )
+    assert (safeupdates.models.Batch, safeupdates.models.BatchStatus) == (models.Batch, models.BatchStatus)

@@ -24,7 +24,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tests.workers import _kill_tree
+from tests.workers import kill_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "docs" / "quickstart.md"
@@ -225,7 +225,7 @@ def test_the_quickstart_runs_as_written(tmp_path, database, redis):
         worker.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             worker.wait(10)  # RQ's warm shutdown
-        _kill_tree(worker.pid, signal.SIGKILL)
+        kill_tree(worker.pid, signal.SIGKILL)
         worker.wait()
     assert "database is locked" not in log.read_text()
 

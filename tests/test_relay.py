@@ -22,8 +22,9 @@ from rq.scheduler import RQScheduler
 from rq.utils import now
 
 from safeupdates import enqueue_update, fan_out, jobs, queues
+from safeupdates.contrib.batches.models import Batch
 from safeupdates.jobs import apply_update, relay, relay_pending
-from safeupdates.models import Batch, ProcessedRequest
+from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.servers import OwnPostgres, OwnRedis, TcpProxy
 from tests.testapp.batch_jobs import add_score

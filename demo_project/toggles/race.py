@@ -33,10 +33,10 @@ from rq.utils import as_text
 from rq.worker import Worker
 from tqdm import tqdm
 
+from demo_project.processes import Workers, wait_until
 from demo_project.toggles.jobs import naive_update
 from demo_project.toggles.models import Profile
 from demo_project.toggles.plan import FIELDS, Plan, RoundResult
-from demo_project.toggles.processes import WorkerPool
 from safeupdates.jobs import apply_update, enqueue_update, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 
@@ -160,8 +160,8 @@ class RaceDemo:
 
     def run_one_job(self) -> None:
         """Start a worker that runs exactly one job, then exits."""
-        pool = WorkerPool(RACE_QUEUE, name="race-demo-step", output=self.worker_output)
-        pool.start(1, burst=True, max_jobs=1)
+        pool = Workers(name="race-demo-step", output=self.worker_output)
+        pool.start(1, (RACE_QUEUE,), scheduler=False, burst=True, max_jobs=1, verbosity=0)
         try:
             if not pool.wait(60):
                 raise CommandError("the worker did not finish its job within 60 s; is the database locked?")
@@ -268,7 +268,7 @@ class RaceDemo:
 
     def _round(self, name: str, plan: Plan, profiles: Sequence[Profile], *, safe: bool) -> RoundResult:
         self.reset(profiles)
-        pool = WorkerPool(RACE_QUEUE, name=f"race-demo-{name}", output=self.worker_output)
+        pool = Workers(name=f"race-demo-{name}", output=self.worker_output)
         requests: dict[int, ProcessedRequest] = {}
         duplicate_jobs: list[str] = []
         delivered: set[int] = set()
@@ -279,7 +279,7 @@ class RaceDemo:
         killer = _Killer(pool, self.queue.connection, at=expected_jobs // 2)
         relayed: int | None = None
         try:
-            pool.start(self.workers)
+            pool.start(self.workers, (RACE_QUEUE,), scheduler=False, verbosity=0)
             self._wait_ready(pool)
             started = time.monotonic()
             done = 0
@@ -352,7 +352,7 @@ class RaceDemo:
         bar.update(max(0, min(done, bar.total) - bar.n))
         return done
 
-    def _drain(self, bar: tqdm[Any], expected: int, pool: WorkerPool, killer: _Killer, started: float) -> None:
+    def _drain(self, bar: tqdm[Any], expected: int, pool: Workers, killer: _Killer, started: float) -> None:
         """Wait until every delivered job ran, or the queue is empty and nothing moved (a job was lost)."""
         last, quiet_since = -1, time.monotonic()
         while True:
@@ -363,7 +363,7 @@ class RaceDemo:
                 last, quiet_since = done, now
             # The job the killed worker had taken, if any, never finishes: one job fewer to wait for.
             finished = done >= expected - 1 or now - quiet_since > QUIET_SECONDS
-            if finished and killer.done and self.queue.count == 0 and not any(pool.busy(i) for i in pool.alive()):
+            if finished and killer.done and self.queue.count == 0 and not any(pool.busy(i) for i in pool.running()):
                 return
             if not pool.alive():
                 raise CommandError("every worker died; run with -v 2 to see their output.")
@@ -371,7 +371,7 @@ class RaceDemo:
                 raise CommandError(f"the round did not settle within {ROUND_TIMEOUT:.0f} s.")
             time.sleep(0.05)
 
-    def _wait_ready(self, pool: WorkerPool) -> None:
+    def _wait_ready(self, pool: Workers) -> None:
         """Wait until every worker of ``pool`` has registered with Redis: it then listens to the queue."""
         names = {pool.worker_name(index) for index in range(len(pool.procs))}
 
@@ -379,16 +379,16 @@ class RaceDemo:
             registered = {w.name for w in Worker.all(queue=self.queue)}
             return names <= registered
 
-        if not _wait_for(ready, timeout=60.0, interval=0.1):
+        if not wait_until(ready, timeout=60.0, interval=0.1):
             raise CommandError("the workers did not start within 60 s; run with -v 2 to see their output.")
 
-    def _relay(self, pool: WorkerPool, profiles: Sequence[Profile], started: float) -> int:
+    def _relay(self, pool: Workers, profiles: Sequence[Profile], started: float) -> int:
         """Deliver again whatever is still pending (as ``safeupdates_relay`` does), until nothing is."""
         pending = self.requests_of(profiles).filter(status=RequestStatus.PENDING)
         relayed = 0
         while pending.exists():
             relayed += relay_pending(older_than=0)
-            _wait_for(lambda: not pending.exists(), timeout=5.0)
+            wait_until(lambda: not pending.exists(), timeout=5.0)
             if time.monotonic() - started > ROUND_TIMEOUT:
                 raise CommandError(f"requests still pending after {ROUND_TIMEOUT:.0f} s: {pending.count()}.")
         return relayed
@@ -400,7 +400,7 @@ class _Killer:
     #: How long to keep waiting for worker 0 to be busy before killing it anyway.
     PATIENCE = 3.0
 
-    def __init__(self, pool: WorkerPool, redis: Any, *, at: int) -> None:
+    def __init__(self, pool: Workers, redis: Any, *, at: int) -> None:
         self.pool, self.redis, self.at = pool, redis, at
         self.done = False
         self.busy = False
@@ -414,7 +414,7 @@ class _Killer:
         state = self.redis.hget(Worker.redis_worker_namespace_prefix + self.pool.worker_name(0), "state")
         if as_text(state or b"") == "busy":
             # RQ marks the worker busy just before it forks the work horse that runs the job.
-            _wait_for(lambda: self.pool.busy(0), timeout=0.2, interval=0.005)
+            wait_until(lambda: self.pool.busy(0), timeout=0.2, interval=0.005)
         elif time.monotonic() - self._since < self.PATIENCE:
             return
         self.busy = self.pool.kill(0)
@@ -429,12 +429,3 @@ def finished_results(queue: Queue, job_ids: Sequence[str]) -> list[Any]:
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
-
-
-def _wait_for(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

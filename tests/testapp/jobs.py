@@ -14,7 +14,7 @@ import django_rq
 from django.db.models import F
 from redis import Redis
 
-from safeupdates.idempotency import idempotent
+from safeupdates.contrib.idempotent.decorators import idempotent
 from tests.testapp.models import Profile
 
 

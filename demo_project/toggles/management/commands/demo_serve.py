@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from demo_project.toggles.processes import WorkerPool, manage_py
+from demo_project.processes import Workers, manage_py
 from safeupdates import conf
 
 
@@ -31,11 +31,11 @@ class Command(BaseCommand):
         queue, slow_queue = conf.queue_name(), conf.slow_queue()
         server = manage_py("runserver", options["addrport"])
         # Separate pools, as in production: toggles never wait behind a slow job.
-        pool = WorkerPool(queue, name="demo-serve", output=None)
-        pool.start(options["workers"], scheduler=True, verbosity=1)
-        slow_pool = WorkerPool(slow_queue, name="demo-serve-slow", output=None)
+        pool = Workers(name="demo-serve", output=None)
+        pool.start(options["workers"], (queue,), verbosity=1)
+        slow_pool = Workers(name="demo-serve-slow", output=None)
         if slow_queue != queue:
-            slow_pool.start(1, scheduler=True, verbosity=1)
+            slow_pool.start(1, (slow_queue,), verbosity=1)
         interval = options["relay_interval"]
         relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
         threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()

@@ -1,0 +1,258 @@
+"""Real ``manage.py rqworker`` (and ``runserver``, relay ...) subprocesses, for the demo commands and the tests.
+
+A subprocess gets the settings module, the database and the Redis of the process that starts it, so a
+worker started by ``race_demo`` under ``DATABASE_URL=postgres://...``, or by a test on the test database,
+works on that same database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Literal
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connections
+
+ROOT = Path(__file__).resolve().parent.parent
+MANAGE_PY = ROOT / "manage.py"
+
+
+def database_url(alias: str = "default") -> str:
+    """The URL of database ``alias`` as this process uses it (absolute SQLite path; under pytest, the test
+    database), for subprocesses."""
+    db = connections[alias].settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{Path(db['NAME']).resolve()}"
+    user = quote(db.get("USER") or "postgres", safe="")
+    password = f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a child ``manage.py``: same settings module, database and Redis as ours;
+    ``extra`` overrides any of it."""
+    env = dict(os.environ)
+    # Under override_settings, SETTINGS_MODULE is None: the environment still names the module.
+    if settings.SETTINGS_MODULE:
+        env["DJANGO_SETTINGS_MODULE"] = settings.SETTINGS_MODULE
+    env["DATABASE_URL"] = database_url()
+    if getattr(settings, "REDIS_URL", None):
+        env["REDIS_URL"] = settings.REDIS_URL
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def manage_py(
+    *args: str,
+    stdout: IO[Any] | int | None = None,
+    stderr: IO[Any] | int | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``python manage.py *args`` in its own session, so that it can be stopped as a group;
+    ``env`` overrides its environment."""
+    return subprocess.Popen(
+        [sys.executable, str(MANAGE_PY), *args],
+        cwd=ROOT,
+        env=subprocess_env(**(env or {})),
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, by parent id, from ``/proc``."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The command name (2nd field) is in parentheses and may contain spaces: split after it.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return parents
+
+
+def children(pid: int) -> list[int]:
+    """The ids of the direct children of process ``pid`` (an RQ worker's work horse)."""
+    return _parents().get(pid, [])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``. RQ's work horse leaves the worker's process group (setpgrp), so a
+    group kill would miss it: walk the parent links instead."""
+    parents = _parents()
+    found, todo = [], [pid]
+    while todo:
+        below = parents.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def kill_tree(pid: int, sig: signal.Signals) -> None:
+    """Freeze ``pid`` (so it forks no new horse, nor sees its horse die and carries on), then signal it
+    and all its descendants."""
+    with contextlib.suppress(ProcessLookupError):  # it exited already
+        os.kill(pid, signal.SIGSTOP)
+    for victim in [*descendants(pid), pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, sig)
+    if sig != signal.SIGKILL:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+class Workers:
+    """A pool of real ``manage.py rqworker`` processes, started and stopped (or killed) by the caller.
+
+    Killing a worker also kills its work horse and scheduler process. By default each worker's output
+    goes to a log file in ``log_dir`` (a pipe that nobody reads would block the worker once full);
+    ``output`` sends it elsewhere instead (``None``: ours; ``subprocess.DEVNULL``). A pool with a
+    ``name`` names its workers in RQ (:meth:`worker_name`), so that they can be looked up there.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path | None = None,
+        *,
+        name: str | None = None,
+        output: IO[Any] | int | Literal["log"] | None = "log",
+    ) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.name = name
+        self.output = output
+        self._log_dir = log_dir
+        #: The RQ names of the named workers killed so far (their registrations linger in Redis).
+        self.killed: list[str] = []
+
+    @property
+    def log_dir(self) -> Path:
+        if self._log_dir is None:
+            self._log_dir = Path(tempfile.mkdtemp(prefix="safeupdates-workers-"))
+        return self._log_dir
+
+    def worker_name(self, index: int) -> str:
+        """The RQ name of worker ``index`` of a named pool: unique per pool and process."""
+        return f"{self.name}-{os.getpid()}-{index}"
+
+    def start(
+        self,
+        count: int = 1,
+        queues: tuple[str, ...] = ("default",),
+        *,
+        scheduler: bool = True,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        verbosity: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start ``count`` workers on ``queues``; ``burst`` workers exit once the queues are empty;
+        ``env`` overrides their environment (``DATABASE_URL`` ...)."""
+        for _ in range(count):
+            args = ["rqworker", *queues]
+            if self.name is not None:
+                args += ["--name", self.worker_name(len(self.procs))]
+            if verbosity is not None:
+                args += ["-v", str(verbosity)]
+            if burst:
+                args.append("--burst")
+            if max_jobs is not None:
+                args += ["--max-jobs", str(max_jobs)]
+            if scheduler:
+                args.append("--with-scheduler")
+            if self.output == "log":
+                with open(self.log_dir / f"worker-{len(self.procs)}.log", "wb") as log:  # the process keeps its own
+                    proc = manage_py(*args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            else:
+                proc = manage_py(*args, stdout=self.output, stderr=self.output, env=env)
+            self.procs.append(proc)
+
+    def busy(self, index: int) -> bool:
+        """True while worker ``index`` runs a job: RQ forks one work horse process per job."""
+        return self.procs[index].poll() is None and bool(children(self.procs[index].pid))
+
+    def kill(self, index: int = 0) -> bool:
+        """SIGKILL worker ``index`` with its work horse and scheduler, as a crash or an OOM kill would.
+
+        Returns whether it was running a job (had a work horse).
+        """
+        proc = self.procs[index]
+        had_horse = self.busy(index)
+        kill_tree(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if self.name is not None:
+            self.killed.append(self.worker_name(index))
+        return had_horse
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until every worker has exited (burst workers do so by themselves); False on timeout."""
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Stop every worker: SIGTERM (RQ's warm shutdown finishes the job in hand), then SIGKILL what
+        is left 10 s later (and any horse or scheduler left behind)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for index, proc in enumerate(self.procs):
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                if self.name is not None:
+                    self.killed.append(self.worker_name(index))
+            kill_tree(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self.procs.clear()
+
+    def alive(self) -> int:
+        """How many workers are still running."""
+        return len(self.running())
+
+    def running(self) -> list[int]:
+        """Indexes of the workers still running."""
+        return [index for index, proc in enumerate(self.procs) if proc.poll() is None]
+
+    def rq_states(self) -> list[str]:
+        """The states that the live workers report to RQ (``idle``, ``busy``, ``suspended`` ...), sorted.
+        Workers killed earlier stay registered until their key expires: they are left out."""
+        import django_rq
+        from rq import Worker
+
+        live = {proc.pid for proc in self.procs if proc.poll() is None}
+        registered = Worker.all(connection=django_rq.get_connection("default"))
+        return sorted(worker.get_state() for worker in registered if worker.pid in live)
+
+    def logs(self) -> str:
+        """Everything the workers wrote to their log files, for a failing test's message."""
+        if self._log_dir is None:
+            return ""
+        return "\n".join(path.read_text(errors="replace") for path in sorted(self._log_dir.glob("*.log")))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

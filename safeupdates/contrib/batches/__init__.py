@@ -1,0 +1,2 @@
+"""Fan-out / fan-in batches: :func:`~safeupdates.contrib.batches.jobs.fan_out` runs one job per item and
+the reduce exactly once at the end. Add ``"safeupdates.contrib.batches"`` to ``INSTALLED_APPS`` to use it."""

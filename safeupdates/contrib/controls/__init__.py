@@ -1,0 +1,2 @@
+"""Job controls on RQ (:func:`~safeupdates.contrib.controls.jobs.enqueue`): unique-while-queued, per-key
+serial (FIFO) and throttled jobs. Add ``"safeupdates.contrib.controls"`` to ``INSTALLED_APPS`` to use them."""
