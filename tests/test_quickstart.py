@@ -241,3 +241,15 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], *, check: bool = True) 
     if check:
         assert done.returncode == 0, f"{shlex.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def test_the_readmes_quick_start_is_taken_from_the_tested_guide():
+    """Every Python block of README.md's quick start stands, whole, in docs/quickstart.md, whose blocks
+    the tests above run: the README cannot drift from working code."""
+    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "quickstart.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks, "README.md's quick start has no Python block"
+    for block in blocks:
+        assert block in guide, f"README.md's quick start block is not in docs/quickstart.md:\n{block}"
