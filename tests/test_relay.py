@@ -18,6 +18,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import override_settings
+from rq import Worker
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
@@ -155,10 +156,15 @@ def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis, postg
     proxy = TcpProxy(host, port)  # the workers' way to PostgreSQL: stopped, it looks like a restart
     url = worker_db_url().replace(f"@{host}:{port}/", f"@127.0.0.1:{proxy.port}/")
     profiles = [ProfileFactory() for _ in range(5)]
-    requests = [enqueue_update(p, active=True) for p in profiles]
     registry = queue().scheduled_job_registry
     try:
-        workers.start(1, scheduler=False, env={"DATABASE_URL": url})  # PostgreSQL is "down": no proxy yet
+        # The worker starts while PostgreSQL is up (Django 6.1's management commands run the database
+        # checks at start), then PostgreSQL goes "down" before the requests' jobs run.
+        proxy.start()
+        workers.start(1, scheduler=False, env={"DATABASE_URL": url})
+        assert wait_until(lambda: len(Worker.all(queue=queue())) == 1, 60), workers.logs()
+        proxy.stop()
+        requests = [enqueue_update(p, active=True) for p in profiles]
         # SAFEUPDATES_RETRY of the test settings: the first retry at once, the second after 1 s (scheduled).
         assert wait_until(lambda: registry.count == 5 and queue().count == 0, 60), workers.logs()
         proxy.start()  # PostgreSQL is back
