@@ -197,7 +197,11 @@ def test_redis_sentinel_failover_mid_burst(make_site):
     burst.run(TOGGLES, hooks={FAULT_AT: lambda: fault.append(run_in_thread(kill_primary))}, pace=0.004)
     clock.burst_end = time.monotonic()
     converge(site, burst, clock, fault[0], "Redis Sentinel failover (primary SIGKILLed)")
-    assert site.relay_enqueued() > 0, f"the relay delivered nothing: luck, not the relay\n{site.logs()}"
+    # Unlike the restart above, the replica may have received every queued job before the primary died,
+    # and a request whose delivery failed during the failover is applied by its record's job if that job
+    # survived on the replica: so whether the relay had to enqueue anything depends on timing, and is
+    # reported, not asserted. What is asserted is in converge(): nothing lost, nothing wrong.
+    print(f"  relay enqueued {site.relay_enqueued()} job(s)")
 
 
 def test_two_hosts_one_cut_off_mid_job(make_site):
