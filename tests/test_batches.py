@@ -205,7 +205,8 @@ def test_a_duplicate_of_a_running_item_returns_at_once(workers, redis, postgres_
     try:
         # The second worker takes the duplicate, then the marker: only if the duplicate let it go.
         assert wait_until(lambda: redis.llen("marker-runs") == 1, 15), workers.logs()
-        assert marker.get_status() in ("finished", None)  # result_ttl may have dropped it
+        # The job body ran; the worker marks it finished just after (result_ttl may drop it).
+        assert wait_until(lambda: marker.get_status() in ("finished", None), 15), workers.logs()
     finally:
         redis.rpush("release-item", "go")
     assert wait_until(lambda: reduced(batch), 30), workers.logs()
