@@ -1,4 +1,4 @@
-"""Suggested tests for the proposed patches (prepared guarded statements, one-INSERT enqueue)."""
+"""The guarded writes run as prepared statements on PostgreSQL; enqueue_update() is one INSERT."""
 
 from __future__ import annotations
 
