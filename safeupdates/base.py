@@ -11,15 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar, NamedTuple
 
-from django.db import connections, models, router, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
-from safeupdates.internals import UPDATE_RETURNS_ROWS, update_returning
+from safeupdates.guard import statement_cursor
+from safeupdates.internals import UPDATE_RETURNS_ROWS, bound_values, from_db, update_returning
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.meta import concrete_field, versions_model
-from safeupdates.statements import BASE_VERSION_KEY, SAVE_VERSION_CTE, saved_versions, stored_version
+from safeupdates.statements import (
+    BASE_VERSION_KEY,
+    SAVE_VERSION_CTE,
+    checked_save,
+    saved_versions,
+    stored_version,
+)
 from safeupdates.versions import next_version
 
 __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SafeUpdateModel", "SyncedAtMixin"]
@@ -151,29 +158,25 @@ class LockVersionMixin(models.Model):
             # Not called from save() (fixture loading, save_base(raw=True), is not checked), or the
             # child table of multi-table inheritance: the parent's table, saved first, was checked.
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
-        lock_field, versions_field = (concrete_field(type(self), name) for name in ("lock_version", "field_versions"))
-        lock_value, versions_value = saved_versions(
-            connections[using or "default"], versions_field, save.names, save.version
-        )
-        values = [
-            (field, model, {lock_field: lock_value, versions_field: versions_value}.get(field, value))
-            for field, model, value in values
-        ]
+        connection = connections[using or DEFAULT_DB_ALIAS]
+        model = base_qs.model
+        lock_field, versions_field = (concrete_field(model, name) for name in ("lock_version", "field_versions"))
         # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
         asked: list[Any] = list(returning[0]) if returning and returning[0] else []
-        fields = [*asked, lock_field, versions_field]
-        loaded, *earlier = save.expected
-        rows = base_qs.filter(pk=pk_val)
-        # PostgreSQL: the statement takes its version itself (SAVE_VERSION_CTE), one round trip in all.
-        with_clause = SAVE_VERSION_CTE if save.version is None else ""
-        updated = update_returning(rows.filter(lock_version=loaded), values, fields, with_clause=with_clause)
-        if not updated and earlier:
-            # A save of this instance whose transaction rolled back left it a version the row never got.
-            updated = update_returning(rows.filter(lock_version__in=earlier), values, fields, with_clause=with_clause)
-        if updated:
-            *returned, self.lock_version, self.field_versions = updated[0]
+        written = [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
+        bound = None
+        if not asked and not base_qs.query.has_filters():
+            bound = bound_values(connection, written)
+        if bound is not None:
+            updated = self._checked_update(connection, model, pk_val, written, bound, save)
+        else:
+            updated = self._compiled_update(connection, base_qs.filter(pk=pk_val), written, asked, save)
+        if updated is not None:
+            returned: list[Any]
+            *returned, self.lock_version, self.field_versions = updated
             return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
-        if rows.exists():
+        loaded = save.expected[0]
+        if base_qs.filter(pk=pk_val).exists():
             raise StaleObjectError(
                 f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
                 f"(lock_version {loaded}); reload it with refresh_from_db() and apply your change again."
@@ -187,6 +190,60 @@ class LockVersionMixin(models.Model):
         # A new instance with a primary key of its own: Django falls back to an INSERT (or raises,
         # under force_update or update_fields). It took its version before the statement.
         return [] if UPDATE_RETURNS_ROWS else False
+
+    def _checked_update(
+        self,
+        connection: BaseDatabaseWrapper,
+        model: type[models.Model],
+        pk_val: Any,
+        written: list[tuple[Any, Any, Any]],
+        bound: list[Any],
+        save: _Save,
+    ) -> tuple[int, dict[str, Any]] | None:
+        """Run the save's :class:`~safeupdates.statements.CheckedSave`, built once per shape of save and
+        run prepared: the new ``lock_version`` and ``field_versions``, None if no row matched.
+
+        ``written`` are the fields ``_do_update`` received, without the versions; ``bound`` their values
+        as the database takes them (:func:`~safeupdates.internals.bound_values`)."""
+        statement = checked_save(
+            model,
+            connection.vendor,
+            tuple(field.column for field, _model, _value in written),
+            save.names,
+            save.version is None,
+        )
+        pk = model._meta.pk.get_db_prep_value(pk_val, connection)  # type: ignore[union-attr]
+        with statement_cursor(connection) as cursor:
+            cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        if statement.returns_versions:
+            return row[0], from_db(connection, concrete_field(model, "field_versions"), row[1])
+        return row[0], {BASE_VERSION_KEY: row[0]}
+
+    def _compiled_update(
+        self,
+        connection: BaseDatabaseWrapper,
+        rows: models.QuerySet[Any],
+        written: list[tuple[Any, Any, Any]],
+        asked: list[Any],
+        save: _Save,
+    ) -> tuple[Any, ...] | None:
+        """The save's UPDATE compiled by the ORM, for values that need its compiler (expressions) and
+        the fields Django 6 asks back: those fields, then the new versions; None if no row matched."""
+        expected = [version for version in save.expected if version is not None]
+        if not expected:
+            return None  # lock_version None: no row carries it
+        model = rows.model
+        lock_field, versions_field = (concrete_field(model, name) for name in ("lock_version", "field_versions"))
+        lock_value, versions_value = saved_versions(connection, versions_field, save.names, save.version)
+        values = [(lock_field, None, lock_value), (versions_field, None, versions_value), *written]
+        # PostgreSQL: the statement takes its version itself (SAVE_VERSION_CTE), one round trip in all.
+        with_clause = SAVE_VERSION_CTE if save.version is None else ""
+        fields = [*asked, lock_field, versions_field]
+        updated = update_returning(rows.filter(lock_version__in=expected), values, fields, with_clause=with_clause)
+        return updated[0] if updated else None
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the row if it still carries this instance's ``lock_version``, else raise

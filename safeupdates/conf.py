@@ -89,5 +89,6 @@ def slow_queue() -> str:
 
 
 def prepared_statements() -> bool:
-    """Whether guarded writes run as server-side prepared statements on PostgreSQL (default True)."""
+    """Whether guarded writes and checked saves run as server-side prepared statements on PostgreSQL
+    (default True)."""
     return bool(_get("PREPARED_STATEMENTS", True))

@@ -6,6 +6,9 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
   bool. ``LockVersionMixin`` passes the argument through untouched (:data:`UPDATE_RETURNS_ROWS` says
   which result to give back) and runs its checked UPDATE with :func:`update_returning`, which works
   on every version.
+- A ``save()`` runs its own cached UPDATE (:class:`~safeupdates.statements.CheckedSave`) with the
+  values bound as the ORM's update compiler would bind them (:func:`bound_values`), and converts
+  what it returns as the ORM would (:func:`from_db`).
 - The guarded statements run as server-side prepared statements through Django's
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
 
@@ -20,9 +23,10 @@ from typing import Any
 
 import django
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import sql
 
-__all__ = ["UPDATE_RETURNS_ROWS", "prepared_cursor_class", "update_returning"]
+__all__ = ["UPDATE_RETURNS_ROWS", "bound_values", "from_db", "prepared_cursor_class", "update_returning"]
 
 #: Django 6.0+: ``Model._do_update`` returns the updated rows' returned values, not a bool.
 UPDATE_RETURNS_ROWS = django.VERSION >= (6, 0)
@@ -58,6 +62,43 @@ def update_returning(
     if converters:
         rows = list(compiler.apply_converters(rows, converters))
     return [tuple(row) for row in rows]
+
+
+def bound_values(connection: BaseDatabaseWrapper, values: Sequence[tuple[Any, Any, Any]]) -> list[Any] | None:
+    """The parameters the ORM's UPDATE compiler would bind for ``values``, or None if one needs it.
+
+    ``values`` are ``(field, model, value)`` triples as ``Model._do_update`` receives them. A plain value
+    is bound as ``field.get_db_prep_save()`` returns it, as ``SQLUpdateCompiler`` does; an expression (an
+    ``F()``, a function), a model instance, a field with a placeholder of its own (GIS) or a prepared
+    value that compiles itself need the compiler, and the caller takes the ORM's path.
+    """
+    bound = []
+    for field, _model, value in values:
+        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
+            return None
+        value = field.get_db_prep_save(value, connection=connection)
+        if hasattr(value, "as_sql") or _placeholder(field, value, connection) != "%s":
+            return None
+        bound.append(value)
+    return bound
+
+
+def _placeholder(field: models.Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> str | None:
+    """The placeholder the compiler would write for ``value``: ``%s``, or what the field says (None if
+    only the compiler can say)."""
+    if not hasattr(field, "get_placeholder"):
+        return "%s"
+    if isinstance(field, models.BinaryField):
+        return str(connection.ops.binary_placeholder_sql(value))  # what BinaryField.get_placeholder returns
+    return None  # GIS fields and others: their placeholder may depend on the compiler
+
+
+def from_db(connection: BaseDatabaseWrapper, field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` of ``field`` as read from the database, converted as the ORM converts query results."""
+    col = field.get_col(field.model._meta.db_table)
+    for converter in connection.ops.get_db_converters(col) + col.get_db_converters(connection):
+        value = converter(value, col, connection)
+    return value
 
 
 #: psycopg's prepare threshold that is never reached: automatic preparing stays off.

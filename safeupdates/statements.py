@@ -35,8 +35,10 @@ __all__ = [
     "SAVE_VERSION_CTE",
     "SEQUENCE_NAME",
     "SUPPORTED_VENDORS",
+    "CheckedSave",
     "GuardedUpdate",
     "bulk_update",
+    "checked_save",
     "guarded_update",
     "insert_pending",
     "lock_timeout",
@@ -137,7 +139,7 @@ class _LockTimeout:
 lock_timeout = _LockTimeout()
 
 
-# --- save(): the versions a LockVersionMixin UPDATE writes ----------------------------------------------
+# --- save(): the checked UPDATE of a LockVersionMixin ------------------------------------------------------
 
 #: The WITH clause that a save()'s UPDATE starts with on PostgreSQL: one fresh version for the statement.
 #: A CTE referenced twice is evaluated once, and only when first read: a row that does not match (a
@@ -146,39 +148,114 @@ SAVE_VERSION_CTE = f"WITH safeupdates_save AS MATERIALIZED (SELECT nextval('{SEQ
 _SAVE_VERSION = "(SELECT v FROM safeupdates_save)"
 
 
+def _saved_versions_sql(vendor: str, versions_column: str, keys: Sequence[str], version: str, full: bool) -> str:
+    """The new value of (quoted) ``versions_column`` after a save, as SQL.
+
+    ``keys`` are the placeholders of the names written, ``version`` the SQL of their version. A full
+    save writes ``{"*": version}``: every field at this version. A save with ``update_fields`` merges
+    its fields' entries into the row's map, in the statement, never from the instance's copy.
+    """
+    if vendor == "postgresql":
+        patch = f"jsonb_build_object({', '.join(f'{key}::text, {version}' for key in keys)})"
+        return patch if full else f"COALESCE({versions_column}, '{{}}'::jsonb) || {patch}"
+    patch = f"json_object({', '.join(f'{key}, {version}' for key in keys)})"
+    return patch if full else f"json_patch(COALESCE({versions_column}, '{{}}'), {patch})"
+
+
 def saved_versions(
     connection: BaseDatabaseWrapper, field: models.Field[Any, Any], names: Sequence[str] | None, version: int | None
 ) -> tuple[Any, Any]:
-    """The values of ``lock_version`` and ``field_versions`` in the UPDATE of a ``save()``.
+    """The values of ``lock_version`` and ``field_versions`` in an ORM-compiled UPDATE of a ``save()``.
 
-    ``names`` are the fields of ``update_fields`` (None: a full save, every field under ``"*"``); their
-    entries are merged into the row's map in the statement, never written from the instance's copy.
-    ``version`` None (PostgreSQL): the statement takes the version itself, from
-    :data:`SAVE_VERSION_CTE`, which the caller puts in front of it, so that a save is one round trip;
-    ``lock_version`` and the fields' entries get the same version.
+    For the saves that :class:`CheckedSave` does not take (values that are expressions). ``names`` are
+    the fields of ``update_fields`` (None: a full save, every field under ``"*"``). ``version`` None
+    (PostgreSQL): the statement takes the version itself, from :data:`SAVE_VERSION_CTE`, which the
+    caller puts in front of it; ``lock_version`` and the fields' entries get the same version.
     """
-    quoted = connection.ops.quote_name(field.column)
-    postgresql = connection.vendor == "postgresql"
+    keys = [BASE_VERSION_KEY] if names is None else list(names)
+    params: list[Any]
     if version is None:
         lock: Any = RawSQL(_SAVE_VERSION, [], output_field=models.BigIntegerField())
-        value = _SAVE_VERSION
+        value, params = _SAVE_VERSION, [*keys]
     else:
-        lock, value = version, "%s"
-    names = [BASE_VERSION_KEY] if names is None else list(names)
-    params: list[Any] = []
-    for name in names:
-        params += [name] if version is None else [name, version]
-    if postgresql:
-        pairs = ", ".join(f"%s::text, {value}" for _name in names)
-        patch = f"jsonb_build_object({pairs})"
+        lock, value, params = version, "%s", [p for key in keys for p in (key, version)]
+    quoted = connection.ops.quote_name(field.column)
+    sql = _saved_versions_sql(connection.vendor, quoted, ["%s"] * len(keys), value, names is None)
+    return lock, RawSQL(sql, params, output_field=field)
+
+
+@dataclass(frozen=True)
+class CheckedSave:
+    """The UPDATE of a ``LockVersionMixin.save()`` of an existing row, for one shape of save.
+
+    ``UPDATE table SET lock_version = <new>, field_versions = <new>, column = %(value0)s, ...
+    WHERE pk = %(pk)s AND lock_version IN <%(expected)s> RETURNING lock_version[, field_versions]``
+
+    It matches only a row that still carries a version this instance loaded or wrote. ``expected`` is
+    one parameter, an array on PostgreSQL and a JSON list on SQLite, so that the statement stays the
+    same however many there are (they add up in a transaction that saves one instance again and
+    again). It writes a fresh version: on PostgreSQL taken inside the statement
+    (:data:`SAVE_VERSION_CTE`), on SQLite passed in. ``field_versions`` comes back only from a save
+    with ``update_fields``, whose entries are merged into the row's map; after a full save it is
+    ``{"*": lock_version}``. The ORM would compile this statement anew on every save; built once per
+    shape (:func:`checked_save`) and run prepared, a checked save costs what Django's unchecked one
+    does.
+    """
+
+    sql: str
+    vendor: str
+    names: tuple[str, ...] | None  # the fields of update_fields; None: a full save
+    takes_version: bool  # the statement takes its own version (PostgreSQL)
+    returns_versions: bool  # RETURNING field_versions too
+
+    def params(
+        self, values: Sequence[Any], pk: Any, expected: Sequence[int | None], version: int | None
+    ) -> dict[str, Any]:
+        """The statement's parameters: ``values`` as the database takes them, in the order of the
+        shape's columns; ``expected`` the versions the row may carry."""
+        params: dict[str, Any] = {f"value{index}": value for index, value in enumerate(values)}
+        params["expected"] = list(expected) if self.vendor == "postgresql" else json.dumps(list(expected))
+        keys = (BASE_VERSION_KEY,) if self.names is None else self.names
+        params.update({f"key{index}": name for index, name in enumerate(keys)})
+        params["pk"] = pk
+        if not self.takes_version:
+            params["version"] = version
+        return params
+
+
+@lru_cache(maxsize=1024)
+def checked_save(
+    model: type[models.Model],
+    vendor: str,
+    columns: tuple[str, ...],
+    names: tuple[str, ...] | None,
+    takes_version: bool,
+) -> CheckedSave:
+    """Return the (cached) :class:`CheckedSave` that writes ``columns`` of ``model``'s table (the one
+    that holds its versions); ``takes_version`` on PostgreSQL, where the statement takes its version."""
+    if vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    qn = vendor_connection(vendor).ops.quote_name
+    lock, versions = qn(column(model, "lock_version")), qn(column(model, "field_versions"))
+    keys = [f"%(key{index})s" for index in range(1 if names is None else len(names))]
+    version = _SAVE_VERSION if takes_version else "%(version)s"
+    sets = [
+        f"{lock} = {version}",
+        f"{versions} = {_saved_versions_sql(vendor, versions, keys, version, names is None)}",
+        *(f"{qn(name)} = %(value{index})s" for index, name in enumerate(columns)),
+    ]
+    if vendor == "postgresql":
+        matches = f"{lock} = ANY(%(expected)s::bigint[])"
     else:
-        pairs = ", ".join(f"%s, {value}" for _name in names)
-        patch = f"json_object({pairs})"
-    if names == [BASE_VERSION_KEY]:
-        return lock, RawSQL(patch, params, output_field=field)  # a full save: every field at this version
-    if postgresql:
-        return lock, RawSQL(f"COALESCE({quoted}, '{{}}'::jsonb) || {patch}", params, output_field=field)
-    return lock, RawSQL(f"json_patch(COALESCE({quoted}, '{{}}'), {patch})", params, output_field=field)
+        matches = f"{lock} IN (SELECT value FROM json_each(%(expected)s))"
+    returning = f"{lock}, {versions}" if names is not None else lock
+    sql = (
+        f"UPDATE {qn(versions_model(model)._meta.db_table)} SET {', '.join(sets)} "
+        f"WHERE {qn(column(model, 'pk'))} = %(pk)s AND {matches} RETURNING {returning}"
+    )
+    if takes_version:
+        sql = f"{SAVE_VERSION_CTE} {sql}"
+    return CheckedSave(sql, vendor, names, takes_version, names is not None)
 
 
 # --- The guarded UPDATE ------------------------------------------------------------------------------------

@@ -126,3 +126,61 @@ class Chapter(LockVersionMixin):
 
     def __str__(self) -> str:
         return self.title
+
+
+class _Specimen(models.Model):
+    """One field of each kind the ORM binds in its own way (``get_db_prep_save``)."""
+
+    amount = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    ratio = models.FloatField(default=0.0)
+    big = models.BigIntegerField(default=0)
+    text = models.TextField(default="")
+    happened_at = models.DateTimeField(null=True)
+    day = models.DateField(null=True)
+    at = models.TimeField(null=True)
+    took = models.DurationField(null=True)
+    token = models.UUIDField(null=True)
+    data = models.JSONField(null=True)
+    blob = models.BinaryField(null=True)
+    address = models.GenericIPAddressField(null=True)
+    document = models.ForeignKey(Document, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        abstract = True
+
+
+class PlainSpecimen(_Specimen):
+    """Saved by Django's own ``save()``: what ``Specimen`` must store for the same values."""
+
+    def __str__(self) -> str:
+        return f"plain specimen {self.pk}"
+
+
+class Specimen(LockVersionMixin, _Specimen):
+    """Saved by ``LockVersionMixin.save()``, whose UPDATE binds the values itself."""
+
+    def __str__(self) -> str:
+        return f"specimen {self.pk}"
+
+
+class ShelfManager(models.Manager["Shelved"]):
+    """A base manager that hides shelved rows (Django advises against it; some projects do it)."""
+
+    def get_queryset(self) -> models.QuerySet[Shelved]:
+        return super().get_queryset().filter(shelved=False)
+
+
+class Shelved(LockVersionMixin):
+    """A model whose base manager filters: ``save()`` matches only rows that manager sees, as Django's."""
+
+    title = models.CharField(max_length=40, default="")
+    shelved = models.BooleanField(default=False)
+
+    objects = models.Manager()
+    on_shelf = ShelfManager()
+
+    class Meta:
+        base_manager_name = "on_shelf"
+
+    def __str__(self) -> str:
+        return self.title

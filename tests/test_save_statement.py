@@ -1,0 +1,164 @@
+"""``LockVersionMixin.save()`` runs its own UPDATE (``statements.CheckedSave``), built once per shape of
+save, with the values bound as the ORM binds them: it must store exactly what Django's ``save()`` stores,
+refuse what Django's base manager would not match, and run prepared on PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import F, Value
+from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from safeupdates.exceptions import StaleObjectError
+from safeupdates.statements import SAVE_VERSION_CTE, checked_save
+from tests.testapp.models import Document, PlainSpecimen, Profile, Shelved, Specimen, Tag
+
+pytestmark = pytest.mark.django_db
+
+FIELDS = [f.attname for f in PlainSpecimen._meta.concrete_fields if not f.primary_key]
+
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+values = st.fixed_dictionaries(
+    {
+        "amount": st.decimals(min_value=-(10**7), max_value=10**7, places=4, allow_nan=False, allow_infinity=False),
+        "ratio": st.floats(allow_nan=False, allow_infinity=False, width=64),
+        "big": st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        "text": text,
+        "happened_at": st.none() | st.datetimes(timezones=st.just(datetime.UTC)),
+        "day": st.none() | st.dates(),
+        "at": st.none() | st.times(),
+        "took": st.none()
+        | st.timedeltas(min_value=datetime.timedelta(days=-9999), max_value=datetime.timedelta(days=9999)),
+        "token": st.none() | st.uuids(),
+        "data": st.none()
+        | st.recursive(
+            st.none() | st.booleans() | st.integers(-(2**53), 2**53) | text,
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+            max_leaves=6,
+        ),
+        "blob": st.none() | st.binary(max_size=20),
+        "address": st.none() | st.ip_addresses().map(str),
+        "with_document": st.booleans(),
+    }
+)
+
+
+def stored(model: Any, pk: int) -> dict[str, Any]:
+    row = model.objects.values(*FIELDS).get(pk=pk)
+    if row["blob"] is not None:
+        row["blob"] = bytes(row["blob"])  # memoryview on PostgreSQL, bytes on SQLite
+    return row
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=values, second=values)
+def test_a_save_stores_every_kind_of_value_as_djangos_own_save(first: dict[str, Any], second: dict[str, Any]) -> None:
+    document = Document.objects.create(title="d")
+    plain, ours = PlainSpecimen.objects.create(), Specimen.objects.create()
+    statements = checked_save.cache_info()
+    for change in (first, second):
+        for instance in (plain, ours):
+            for name, value in change.items():
+                if name == "with_document":
+                    instance.document = document if value else None
+                else:
+                    setattr(instance, name, value)
+            instance.save()
+        assert stored(Specimen, ours.pk) == stored(PlainSpecimen, plain.pk)
+        assert Specimen.objects.get(pk=ours.pk).lock_version == ours.lock_version
+    now = checked_save.cache_info()
+    assert now.hits + now.misses == statements.hits + statements.misses + 2  # both saves ran a CheckedSave
+
+
+def test_a_save_with_update_fields_merges_the_versions_and_returns_them() -> None:
+    ours = Specimen.objects.create(text="a")
+    first = ours.lock_version
+    ours.text, ours.big = "b", 7
+    ours.save(update_fields=["text"])
+    row = Specimen.objects.get(pk=ours.pk)
+    assert (row.text, row.big) == ("b", 0)
+    assert ours.lock_version > first and row.lock_version == ours.lock_version
+    assert ours.field_versions == row.field_versions == {"*": first, "text": ours.lock_version}
+
+
+def test_expressions_take_the_orms_path_with_the_same_check() -> None:
+    ours = Specimen.objects.create(big=1, text="a")
+    stale = Specimen.objects.get(pk=ours.pk)
+    ours.big, ours.text = F("big") + 41, Value("b")
+    ours.save()
+    ours.refresh_from_db()
+    assert (ours.big, ours.text) == (42, "b")
+    stale.big = F("big") + 1
+    with pytest.raises(StaleObjectError):
+        stale.save()
+    ours.lock_version, ours.big = None, F("big") + 1  # no row carries lock_version None
+    with pytest.raises(StaleObjectError):
+        ours.save()
+    assert Specimen.objects.get(pk=ours.pk).big == 42
+
+
+def test_a_row_the_base_manager_hides_is_not_written() -> None:
+    """Django's save() matches only rows its base manager returns; so does the checked save."""
+    book = Shelved.objects.create(title="a")
+    Shelved.objects.filter(pk=book.pk).update(shelved=True)
+    book.title = "b"
+    with pytest.raises(StaleObjectError), transaction.atomic():
+        book.save()
+    assert Shelved.objects.get(pk=book.pk).title == "a"
+    visible = Shelved.objects.create(title="c")
+    visible.title = "d"
+    visible.save()
+    assert Shelved.objects.get(pk=visible.pk).title == "d"
+
+
+def prepared_saves() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"{SAVE_VERSION_CTE}%"])
+        return int(cursor.fetchone()[0])
+
+
+def test_a_save_is_one_statement_prepared_once_per_connection(postgres_only: None) -> None:
+    profile = Profile.objects.create(name="p")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    for value in (True, False, True):
+        profile.active = value
+        profile.save()
+    assert prepared_saves() == 1
+    assert Profile.objects.get(pk=profile.pk).active is True
+
+
+def test_a_save_is_not_prepared_when_prepared_statements_are_off(postgres_only: None, settings: Any) -> None:
+    settings.SAFEUPDATES_PREPARED_STATEMENTS = False
+    profile = Profile.objects.create(name="p")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    profile.active = True
+    profile.save()
+    assert prepared_saves() == 0
+    assert Profile.objects.get(pk=profile.pk).active is True
+
+
+def test_logged_queries_show_the_save_with_its_values() -> None:
+    profile = Profile.objects.create(name="p")
+    profile.name = "logged-name"
+    with CaptureQueriesContext(connection) as queries:
+        profile.save()
+    [statement] = [q["sql"] for q in queries.captured_queries if "logged-name" in q["sql"]]
+    assert "UPDATE" in statement and '"lock_version" = ' in statement
+
+
+def test_a_save_of_a_row_with_a_text_primary_key_is_checked() -> None:
+    tag = Tag.objects.create(code="a b/ü'", label="x")
+    stale = Tag.objects.get(pk="a b/ü'")
+    tag.label = "y"
+    tag.save()
+    stale.label = "z"
+    with pytest.raises(StaleObjectError), transaction.atomic():
+        stale.save()
+    assert Tag.objects.get(pk="a b/ü'").label == "y"
