@@ -15,7 +15,7 @@ check and the write raises :class:`~safeupdates.exceptions.StaleObjectError` the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -87,12 +87,18 @@ class Conflict:
         """Names of the fields that changed."""
         return [change.name for change in self.changes]
 
-    def message(self) -> str:
-        """A person's explanation, listing every changed field."""
+    def message(self, marked: Collection[str] = ()) -> str:
+        """A person's explanation, listing every changed field but those in ``marked``: a form tells
+        those on the fields themselves, and its summary need not say it again."""
         head = f"{self.label} {self.pk} was changed by someone else after you opened it"
         if not self.changes:
             return f"{head} (no field you saw differs). Reload it and save again."
-        return f"{head}: " + "; ".join(change.describe() for change in self.changes) + ". Reload it to see them."
+        listed = [change.describe() for change in self.changes if change.name not in marked]
+        if not listed:
+            return f"{head}: see the fields marked below. Reload it to see the changes."
+        if len(listed) < len(self.changes):
+            return f"{head}: {'; '.join(listed)}; and the fields marked below. Reload it to see them."
+        return f"{head}: {'; '.join(listed)}. Reload it to see them."
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, for API error bodies (409/412)."""

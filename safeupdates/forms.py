@@ -115,10 +115,11 @@ class SafeUpdateFormMixin(forms.Form):
         conflict = find_conflict(current, seen_version, seen)
         if conflict is not None:
             self.safeupdates_conflict = conflict
+            marked = [change.name for change in conflict.changes if change.name in self.fields]
             for change in conflict.changes:
-                if change.name in self.fields:
+                if change.name in marked:
                     self.add_error(change.name, ValidationError(change.describe(), code="stale"))
-            raise ValidationError(conflict.message(), code="stale")
+            raise ValidationError(conflict.message(marked), code="stale")
         # save() writes only if the row still carries the version the form was shown with, whatever
         # happens between this check and the save: the database decides, not this comparison.
         instance.lock_version = seen_version

@@ -76,3 +76,17 @@ def test_a_forged_or_foreign_token_is_refused():
         read_edit_token(token[:-2] + "xx", profile)
     with pytest.raises(InvalidUpdate, match="not valid"):
         read_edit_token("", profile)
+
+
+def test_the_message_leaves_out_the_changes_a_form_marks_on_its_fields() -> None:
+    profile = Profile.objects.create(name="a")
+    seen_version, seen = read_edit_token(edit_token(profile, ["name", "active", "score"]), profile)
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True, score=3)
+    conflict = find_conflict(Profile.objects.get(pk=profile.pk), seen_version, seen)
+    assert conflict is not None and conflict.fields == ["active", "score"]
+    every = conflict.message()
+    assert "Active: you saw False, now True" in every and "Score: you saw 0, now 3" in every
+    some = conflict.message(["active"])
+    assert "Active" not in some and "Score: you saw 0, now 3" in some and "the fields marked below" in some
+    none = conflict.message(["active", "score"])
+    assert "Active" not in none and "Score" not in none and "see the fields marked below" in none

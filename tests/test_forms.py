@@ -40,8 +40,9 @@ def test_a_stale_form_is_a_form_error_not_an_overwrite(client: Client) -> None:
     assert response.status_code == 200
     form = response.context["form"]
     assert form.safeupdates_conflict.fields == ["active"]
-    assert f"Active: you saw False, now True (request {rid} at" in form.non_field_errors()[0]
+    assert f"Active: you saw False, now True (request {rid} at" in form.errors["active"][0]
     assert [e.code for e in form.errors.as_data()["active"]] == ["stale"]
+    assert "marked below" in form.non_field_errors()[0]  # the summary does not repeat the field's error
     assert "score" not in form.errors and "name" not in form.errors
     assert "you saw False, now True" in unescape(response.content.decode())
     fresh = Profile.objects.get(pk=profile.pk)
@@ -105,6 +106,8 @@ def test_a_write_between_the_check_and_the_save_is_a_form_error_too(client: Clie
     data = form_data(client.get(url(profile)).content, "profile")
     response = client.post(f"/raced/{profile.pk}/", {**data, "name": "b"})
     assert response.status_code == 200
-    assert "Active: you saw False, now True" in response.context["form"].non_field_errors()[0]
+    form = response.context["form"]
+    assert "Active: you saw False, now True" in form.errors["active"][0]
+    assert "was changed by someone else" in form.non_field_errors()[0]
     fresh = Profile.objects.get(pk=profile.pk)
     assert (fresh.name, fresh.active) == ("a", True)
