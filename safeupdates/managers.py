@@ -143,7 +143,17 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             # The request id is known: a duplicate, or a pending request from enqueue_update; or a
             # concurrent call claimed it first. The claiming path below tells which.
 
-        with transaction.atomic(using=self.db):
+        # In autocommit, one guarded statement is atomic by itself (PostgreSQL, one table, version
+        # given, nothing to record): no transaction around it, which would cost two more round trips.
+        # In the caller's transaction the savepoint stays, so that an error leaves it usable.
+        one_statement = (
+            request_id is None
+            and version is not None
+            and connection.vendor == "postgresql"
+            and not connection.in_atomic_block
+            and not spans_tables(self.model)
+        )
+        with nullcontext() if one_statement else transaction.atomic(using=self.db):
             record = None if request_id is None else self._reserve_request(request_id, pk, cleaned)
             if record is not None and record.is_terminal:
                 return UpdateResult(False, Outcome.DUPLICATE, record.version)

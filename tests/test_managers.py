@@ -9,7 +9,7 @@ from datetime import timezone as dt_timezone
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -604,3 +604,37 @@ class TestVersionsBeyondTheSource:
             )
             version = cursor.fetchone()[0]
         assert Profile.objects.update_if_newer(profile.pk, version=version, active=True).applied
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_version_mode_write_without_request_id_is_one_statement_in_autocommit(postgres_only):
+    """One guarded statement is atomic by itself: no transaction around it (BEGIN and COMMIT would be
+    two more round trips than the ORM update it replaces)."""
+    profile = Profile.objects.create(name="p")
+    seen = []
+
+    def watch(execute, sql, params, many, context):
+        seen.append((sql.split()[0], connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        result = Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)
+    assert result.outcome is Outcome.APPLIED
+    assert [atomic for verb, atomic in seen if verb == "UPDATE"] == [False]
+    assert Profile.objects.get(pk=profile.pk).active is True
+    seen.clear()
+    with connection.execute_wrapper(watch):
+        stale = Profile.objects.update_if_newer(profile.pk, version=1, active=False)
+    assert stale.outcome is Outcome.STALE
+    assert [verb for verb, _atomic in seen] == ["UPDATE", "SELECT"]  # the write, then exists() for the outcome
+    assert not any(atomic for _verb, atomic in seen)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_write_in_the_callers_transaction_leaves_it_usable(postgres_only):
+    profile = Profile.objects.create(name="p")
+    with transaction.atomic():
+        with pytest.raises(IntegrityError):
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), score=-13)  # the check constraint
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), score=2)
+    assert Profile.objects.get(pk=profile.pk).score == 2
