@@ -81,6 +81,14 @@ class TestSerializer:
 
 
 class TestViewSet:
+    def test_a_create_answers_the_etag_of_the_new_record(self, api):
+        """A client that creates a record can send its next write with If-Match at once, no GET between."""
+        response = api.post("/profiles/", {"name": "new"}, "json")
+        created = Profile.objects.get()
+        assert response.status_code == 201 and response["ETag"] == etag_for(created)
+        again = api.patch(f"/profiles/{created.pk}/", {"name": "b"}, "json", headers={"if_match": response["ETag"]})
+        assert again.status_code == 200 and Profile.objects.get().name == "b"
+
     def test_if_none_match_gives_304(self, api):
         profile = ProfileFactory()
         response = api.get(f"/profiles/{profile.pk}/", headers={"if_none_match": etag_for(profile)})

@@ -5,7 +5,8 @@ on viewsets. Needs the extra: ``pip install "django-safeupdates[drf]"``.
   version the client saw: the update writes through the checked ``save()``, against that version, and a
   stale one is answered 409 Conflict with the fields written since.
 - :class:`ConditionalViewSetMixin` gives a detail route an ETag, 304 on ``If-None-Match``, and checks
-  ``If-Match`` in the write (412 on a mismatch, 428 with ``require_if_match``), as the view decorator.
+  ``If-Match`` in the write (412 on a mismatch, 428 with ``require_if_match``), as the view decorator;
+  a create answers the new record's ETag.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class _Answer(Exception):
 
 
 class ConditionalViewSetMixin:
-    """ETag, If-None-Match and If-Match on the detail routes of a ``GenericAPIView`` / ``ViewSet``.
+    """ETag, If-None-Match and If-Match on the detail routes of a ``GenericAPIView`` / ``ViewSet``; the
+    ETag of the new record on a create.
 
     ``get_object()`` evaluates the preconditions and returns the record carrying the version If-Match
     names, so the update's (or the destroy's) checked write is the check: a row written since is
@@ -144,6 +146,11 @@ class ConditionalViewSetMixin:
         context: dict[str, Any] = super().get_serializer_context()  # type: ignore[misc]
         context["if_match_version"] = self._if_match_version
         return context
+
+    def perform_create(self, serializer: Any) -> None:
+        super().perform_create(serializer)  # type: ignore[misc]
+        # The 201 carries the new record's ETag: the client's next write can send If-Match at once.
+        self._conditional_object = serializer.instance
 
     def perform_destroy(self, instance: Any) -> None:
         expected = instance.lock_version
