@@ -1,8 +1,10 @@
-"""The guarded writes run as prepared statements on PostgreSQL; enqueue_update() is one INSERT."""
+"""The guarded writes and the checked save() run as prepared statements on PostgreSQL; enqueue_update() is
+one INSERT."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -10,16 +12,21 @@ from django.test.utils import CaptureQueriesContext
 
 from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest
+from safeupdates.statements import SAVE_VERSION_CTE
 from safeupdates.versions import next_version
 from tests.testapp.models import Profile
 
 pytestmark = pytest.mark.django_db
 
 
-def prepared_guarded_statements() -> int:
+def prepared_statements(prefix: str) -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["WITH upd AS%"])
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"{prefix}%"])
         return int(cursor.fetchone()[0])
+
+
+def prepared_guarded_statements() -> int:
+    return prepared_statements("WITH upd AS")
 
 
 def test_the_recorded_guarded_write_is_prepared_once_per_connection(postgres_only: None) -> None:
@@ -64,3 +71,29 @@ def test_enqueue_update_is_one_insert_and_a_known_request_id_keeps_the_transacti
         assert Profile.objects.filter(pk=profile.pk).exists()  # the transaction is not aborted
     assert ProcessedRequest.objects.filter(request_id=first.request_id).count() == 1
     assert first.version > 0 and first.created_at is not None and not first._state.adding
+
+
+def prepared_saves() -> int:
+    return prepared_statements(SAVE_VERSION_CTE)
+
+
+def test_a_save_is_one_statement_prepared_once_per_connection(postgres_only: None) -> None:
+    profile = Profile.objects.create(name="p")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    for value in (True, False, True):
+        profile.active = value
+        profile.save()
+    assert prepared_saves() == 1
+    assert Profile.objects.get(pk=profile.pk).active is True
+
+
+def test_a_save_is_not_prepared_when_prepared_statements_are_off(postgres_only: None, settings: Any) -> None:
+    settings.SAFEUPDATES_PREPARED_STATEMENTS = False
+    profile = Profile.objects.create(name="p")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    profile.active = True
+    profile.save()
+    assert prepared_saves() == 0
+    assert Profile.objects.get(pk=profile.pk).active is True

@@ -1,6 +1,6 @@
 """``LockVersionMixin.save()`` runs its own UPDATE (``statements.CheckedSave``), built once per shape of
 save, with the values bound as the ORM binds them: it must store exactly what Django's ``save()`` stores,
-refuse what Django's base manager would not match, and run prepared on PostgreSQL."""
+and refuse what Django's base manager would not match (it runs prepared: ``test_prepared.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safeupdates.exceptions import StaleObjectError
-from safeupdates.statements import SAVE_VERSION_CTE, checked_save
+from safeupdates.statements import checked_save
 from tests.testapp.models import Document, PlainSpecimen, Profile, Shelved, Specimen, Tag
 
 pytestmark = pytest.mark.django_db
@@ -114,34 +114,6 @@ def test_a_row_the_base_manager_hides_is_not_written() -> None:
     visible.title = "d"
     visible.save()
     assert Shelved.objects.get(pk=visible.pk).title == "d"
-
-
-def prepared_saves() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"{SAVE_VERSION_CTE}%"])
-        return int(cursor.fetchone()[0])
-
-
-def test_a_save_is_one_statement_prepared_once_per_connection(postgres_only: None) -> None:
-    profile = Profile.objects.create(name="p")
-    with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
-    for value in (True, False, True):
-        profile.active = value
-        profile.save()
-    assert prepared_saves() == 1
-    assert Profile.objects.get(pk=profile.pk).active is True
-
-
-def test_a_save_is_not_prepared_when_prepared_statements_are_off(postgres_only: None, settings: Any) -> None:
-    settings.SAFEUPDATES_PREPARED_STATEMENTS = False
-    profile = Profile.objects.create(name="p")
-    with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
-    profile.active = True
-    profile.save()
-    assert prepared_saves() == 0
-    assert Profile.objects.get(pk=profile.pk).active is True
 
 
 def test_logged_queries_show_the_save_with_its_values() -> None:
