@@ -68,29 +68,36 @@ def bound_values(connection: BaseDatabaseWrapper, values: Sequence[tuple[Any, An
     """The parameters the ORM's UPDATE compiler would bind for ``values``, or None if one needs it.
 
     ``values`` are ``(field, model, value)`` triples as ``Model._do_update`` receives them. A plain value
-    is bound as ``field.get_db_prep_save()`` returns it, as ``SQLUpdateCompiler`` does; an expression (an
-    ``F()``, a function), a model instance, a field with a placeholder of its own (GIS) or a prepared
-    value that compiles itself need the compiler, and the caller takes the ORM's path.
+    is bound as ``field.get_db_prep_save()`` returns it, as ``SQLUpdateCompiler`` does (5.2 and 6.x); an
+    expression (an ``F()``, a function), a model instance, a field with a placeholder of its own (arrays,
+    ranges, GIS) or a prepared value that compiles itself need the compiler, and the caller takes the
+    ORM's path.
     """
     bound = []
     for field, _model, value in values:
         if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
             return None
+        if not _binds_plainly(field):
+            return None
         value = field.get_db_prep_save(value, connection=connection)
-        if hasattr(value, "as_sql") or _placeholder(field, value, connection) != "%s":
+        if hasattr(value, "as_sql"):
             return None
         bound.append(value)
     return bound
 
 
-def _placeholder(field: models.Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> str | None:
-    """The placeholder the compiler would write for ``value``: ``%s``, or what the field says (None if
-    only the compiler can say)."""
-    if not hasattr(field, "get_placeholder"):
-        return "%s"
-    if isinstance(field, models.BinaryField):
-        return str(connection.ops.binary_placeholder_sql(value))  # what BinaryField.get_placeholder returns
-    return None  # GIS fields and others: their placeholder may depend on the compiler
+def _binds_plainly(field: models.Field[Any, Any]) -> bool:
+    """Whether the compiler writes a bare ``%s`` for a value of ``field``.
+
+    Fields with a placeholder of their own (``get_placeholder`` on 5.2, ``get_placeholder_sql`` on 6.x:
+    arrays, ranges, GIS) need the compiler. ``BinaryField``'s is the backend's binary placeholder, a bare
+    ``%s`` on PostgreSQL and SQLite (only MySQL differs), unless a subclass overrides it.
+    """
+    for name in ("get_placeholder", "get_placeholder_sql"):
+        method = getattr(type(field), name, None)
+        if method is not None and method is not getattr(models.BinaryField, name, None):
+            return False
+    return True
 
 
 def from_db(connection: BaseDatabaseWrapper, field: models.Field[Any, Any], value: Any) -> Any:

@@ -8,7 +8,7 @@ from django.db import DatabaseError
 from django.db.models import F
 
 from safeupdates.exceptions import StaleObjectError
-from safeupdates.internals import UPDATE_RETURNS_ROWS, update_returning
+from safeupdates.internals import UPDATE_RETURNS_ROWS, bound_values, update_returning
 from tests.testapp.models import Invoice, Profile
 
 pytestmark = pytest.mark.django_db
@@ -77,3 +77,22 @@ def test_update_fields_on_a_row_deleted_since_it_was_loaded_is_stale():
     profile.name = "b"
     with pytest.raises(StaleObjectError, match="deleted after it was loaded"):
         profile.save(update_fields=["name"])
+
+
+def test_fields_with_a_placeholder_of_their_own_take_the_compilers_path():
+    """Django 5.2 names it get_placeholder, 6.x get_placeholder_sql: either way the ORM binds the value."""
+    from django.contrib.postgres.fields import ArrayField
+    from django.db import connection, models
+
+    class CastBinary(models.BinaryField):
+        def get_placeholder(self, value, compiler, connection):  # a placeholder of its own
+            return "decode(%s, 'hex')"
+
+        def get_placeholder_sql(self, value, compiler, connection):
+            return "decode(%s, 'hex')", (value,)
+
+    assert bound_values(connection, [(ArrayField(models.IntegerField()), None, [1, 2])]) is None
+    assert bound_values(connection, [(CastBinary(), None, b"ab")]) is None
+    assert bound_values(connection, [(models.IntegerField(), None, F("x"))]) is None
+    plain = bound_values(connection, [(models.BinaryField(), None, b"ab"), (models.IntegerField(), None, "7")])
+    assert plain is not None and len(plain) == 2 and plain[1] == 7  # prepared: "7" is the int 7
