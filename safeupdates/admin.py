@@ -9,6 +9,7 @@ what the person saw, what is there now, and which request wrote it when; it is n
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -57,6 +58,10 @@ _Form = TypeVar("_Form", bound=forms.BaseForm)
 
 #: POST key of the changelist's signed row tokens, checked by every action.
 ROWS_FIELD = "_safeupdates_rows"
+
+#: Django 6.1+: where an admin action is offered, the change list or (new) the change form.
+_LOCATIONS: Any = getattr(admin, "ActionLocation", None)
+_CHANGE_LIST: Any = None if _LOCATIONS is None else _LOCATIONS.CHANGE_LIST
 # A save that raises StaleObjectError is shown again; this bounds how often a row may move meanwhile.
 _ATTEMPTS = 3
 
@@ -288,17 +293,26 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             )
         return response
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions: dict[str, Any] = super().get_actions(request)
-        checked = {}
-        for name, (func, action_name, description) in actions.items():
+    def get_actions(self, request: HttpRequest, action_location: Any = _CHANGE_LIST) -> dict[str, Any]:
+        # Django 6.1 offers actions on the change form too (action_location) and gives Action objects;
+        # 5.2 and 6.0 give (func, name, description) tuples.
+        if action_location is _CHANGE_LIST:
+            actions: dict[str, Any] = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)  # type: ignore[call-arg]
+        on_form = _LOCATIONS is not None and action_location == _LOCATIONS.CHANGE_FORM
+        checked: dict[str, Any] = {}
+        for name, action in actions.items():
+            func = action[0] if isinstance(action, tuple) else action.func
             if not getattr(func, "safeupdates_unchecked", False):
-                func = self._checked(func)
-            checked[name] = (func, action_name, description)
+                func = self._checked(func, on_form=on_form)
+            checked[name] = (func, *action[1:]) if isinstance(action, tuple) else dataclasses.replace(action, func=func)
         return checked
 
-    def _checked(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        """``func`` run in a transaction that locks the selected rows and refuses those that moved on."""
+    def _checked(self, func: Callable[..., Any], *, on_form: bool = False) -> Callable[..., Any]:
+        """``func`` run in a transaction that locks the selected rows and refuses those that moved on.
+
+        ``on_form``: an action of the change form (Django 6.1), checked with the form's own token."""
 
         @functools.wraps(func)
         def checked(modeladmin: Any, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
@@ -307,7 +321,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                 rows = self.model._base_manager.using(using).filter(pk__in=queryset.values("pk"))
                 if connections[using].features.has_select_for_update:
                     rows = rows.select_for_update()
-                problems = self._row_conflicts(request, list(rows))
+                problems = self._row_conflicts(request, list(rows), on_form=on_form)
                 if problems:
                     return self._refuse(request, problems, back=request.get_full_path())
                 response = func(modeladmin, request, queryset)
@@ -318,11 +332,18 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
 
         return checked
 
-    def _row_conflicts(self, request: HttpRequest, rows: Sequence[Any]) -> list[dict[str, Any]]:
-        try:
-            tokens = json.loads(request.POST.get(ROWS_FIELD) or "null")
-        except ValueError:
-            tokens = None
+    def _row_conflicts(
+        self, request: HttpRequest, rows: Sequence[Any], *, on_form: bool = False
+    ) -> list[dict[str, Any]]:
+        tokens: Any
+        if on_form:
+            # The change form carries its record's token; Django posts its one object as the selection.
+            tokens = {str(obj.pk): request.POST.get(TOKEN_FIELD) or "" for obj in rows}
+        else:
+            try:
+                tokens = json.loads(request.POST.get(ROWS_FIELD) or "null")
+            except ValueError:
+                tokens = None
         if not isinstance(tokens, dict):
             return [
                 {

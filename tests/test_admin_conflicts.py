@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import uuid
+import warnings
 from html import unescape
 from typing import Any
 
 import pytest
+from django.contrib import admin
 from django.db.models.signals import pre_save
 from django.test import Client
 from django.urls import reverse
@@ -23,6 +25,11 @@ pytestmark = pytest.mark.django_db
 
 def change_url(profile: Profile) -> str:
     return reverse("admin:testapp_profile_change", args=[profile.pk])
+
+
+def change_form(client: Client, profile: Profile) -> dict[str, Any]:
+    """The change form's fields as a browser posts them when Save is clicked."""
+    return {**form_data(client.get(change_url(profile)).content, "profile_form"), "_save": "Save"}
 
 
 def queued_update(profile: Profile, **changes: Any) -> uuid.UUID:
@@ -47,7 +54,7 @@ def text(response: Any) -> str:
 def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_client: Client) -> None:
     profile = ProfileFactory(name="ann")
     page = admin_client.get(change_url(profile))
-    data = form_data(page.content, "profile_form")
+    data = {**form_data(page.content, "profile_form"), "_save": "Save"}  # as a browser posts it
     assert data["safeupdates_token"]
     rid = queued_update(profile, active=True, score=3)  # lands while the form is open
     before = row(profile)
@@ -74,7 +81,7 @@ def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_
     # The same form posted again is refused again; the reloaded one saves.
     assert admin_client.post(change_url(profile), data).status_code == 200
     assert row(profile) == before
-    fresh = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    fresh = change_form(admin_client, profile)
     fresh.update(name="anna")
     assert admin_client.post(change_url(profile), fresh).status_code == 302
     assert row(profile)[:4] == ("anna", True, False, 3)
@@ -83,7 +90,7 @@ def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_
 def test_a_write_to_a_field_not_on_the_form_refuses_it_too(admin_client: Client) -> None:
     # A full save would write the form's old copy of every field: the row moved, so it is refused.
     profile = ProfileFactory()
-    data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    data = change_form(admin_client, profile)
     Profile.objects.filter(pk=profile.pk).update(lock_version=next_version())  # a write the form did not show
     response = admin_client.post(change_url(profile), {**data, "name": "x"})
     assert response.status_code == 200
@@ -93,7 +100,7 @@ def test_a_write_to_a_field_not_on_the_form_refuses_it_too(admin_client: Client)
 
 def test_a_forged_or_missing_token_is_refused(admin_client: Client) -> None:
     profile = ProfileFactory(name="a")
-    data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    data = change_form(admin_client, profile)
     for token in ["", data["safeupdates_token"][:-3] + "abc"]:
         response = admin_client.post(change_url(profile), {**data, "name": "b", "safeupdates_token": token})
         assert response.status_code == 200
@@ -106,7 +113,7 @@ def test_a_write_between_the_check_and_the_save_is_refused_by_save(admin_client:
     """The form's check passes; another connection commits a write before the UPDATE: save()'s own
     StaleObjectError refuses it, and the page shows the conflict (no compare-then-write)."""
     profile = ProfileFactory(name="a")
-    data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+    data = change_form(admin_client, profile)
     rids: list[uuid.UUID] = []
 
     def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -290,6 +297,39 @@ def test_an_action_without_the_rows_versions_is_refused(admin_client: Client) ->
     assert response.status_code == 409
     assert "cannot be checked against later changes" in text(response)
     assert row(profile)[3] == 1
+
+
+def test_the_admin_uses_the_actions_api_of_this_django_without_deprecation_warnings(admin_client: Client) -> None:
+    """Django 6.1 passes ``action_location`` to ``get_actions()`` and gives ``Action`` objects, not tuples."""
+    profile = ProfileFactory(score=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert admin_client.get(reverse(CHANGELIST)).status_code == 200
+        assert admin_client.get(change_url(profile)).status_code == 200
+        assert (
+            admin_client.post(reverse(CHANGELIST), action_data(admin_client, "add_a_point", profile)).status_code == 302
+        )
+    assert [str(w.message) for w in caught if "action" in str(w.message).lower()] == []
+    assert row(profile)[3] == 2
+
+
+@pytest.mark.skipif(not hasattr(admin, "ActionLocation"), reason="actions on the change form are new in Django 6.1")
+def test_an_action_on_the_change_form_of_a_record_that_moved_on_is_refused(admin_client: Client) -> None:
+    profile = ProfileFactory(score=1)
+
+    def action_on_the_form() -> dict[str, Any]:
+        data = form_data(admin_client.get(change_url(profile)).content, "profile_form")
+        assert "CHANGE_FORM-action" in data  # offered on the change form
+        return {**data, "CHANGE_FORM-action": "add_a_point", "_selected_action": str(profile.pk)}
+
+    stale = action_on_the_form()
+    rid = queued_update(profile, score=5)
+    response = admin_client.post(change_url(profile), stale)
+    assert response.status_code == 409
+    assert f"Score: you saw 1, now 5 (request {rid} at" in text(response)
+    assert row(profile)[3] == 5
+    assert admin_client.post(change_url(profile), action_on_the_form()).status_code == 302
+    assert row(profile)[3] == 6
 
 
 def test_delete_selected_of_rows_that_moved_on_is_refused(admin_client: Client) -> None:

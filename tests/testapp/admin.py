@@ -8,6 +8,13 @@ from django.http import HttpRequest
 from safeupdates.admin import SafeUpdateModelAdmin
 from tests.testapp.models import Chapter, Document, Profile
 
+#: Django 6.1+: the action is offered on the change form too.
+EVERYWHERE: dict[str, Any] = (
+    {"location": [admin.ActionLocation.CHANGE_LIST, admin.ActionLocation.CHANGE_FORM]}
+    if hasattr(admin, "ActionLocation")
+    else {}
+)
+
 
 @admin.register(Profile)
 class ProfileAdmin(SafeUpdateModelAdmin):
@@ -16,7 +23,7 @@ class ProfileAdmin(SafeUpdateModelAdmin):
     fields = ["name", "active", "newsletter", "score", "note"]
     actions = ["add_a_point"]
 
-    @admin.action(description="Add a point")
+    @admin.action(description="Add a point", **EVERYWHERE)
     def add_a_point(self, request: HttpRequest, queryset: Any) -> None:
         for profile in queryset:
             profile.score += 1
