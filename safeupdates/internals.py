@@ -129,8 +129,9 @@ def prepared_cursor_class() -> type[Any] | None:
 
     class PreparedCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            if self.connection.prepare_threshold is None:
-                self.connection.prepare_threshold = _NEVER
-            return super().execute(query, params, prepare=True, **kwargs)
+            connection: Any = self.connection  # type: ignore[attr-defined]
+            if connection.prepare_threshold is None:
+                connection.prepare_threshold = _NEVER
+            return super().execute(query, params, prepare=True, **kwargs)  # type: ignore[misc]
 
     return PreparedCursor

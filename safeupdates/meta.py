@@ -59,9 +59,9 @@ def holds_versions(model: type[models.Model]) -> bool:
 
 def request_log() -> type[ProcessedRequest]:
     """The request log model, :class:`safeupdates.models.ProcessedRequest`."""
-    return cast("type[ProcessedRequest]", apps.get_model("safeupdates", "ProcessedRequest"))
+    return cast("type[ProcessedRequest]", apps.get_model("safeupdates", "ProcessedRequest"))  # type: ignore[redundant-cast]
 
 
 def version_counter() -> type[VersionCounter]:
     """The version counter model of databases without sequences, :class:`safeupdates.models.VersionCounter`."""
-    return cast("type[VersionCounter]", apps.get_model("safeupdates", "VersionCounter"))
+    return cast("type[VersionCounter]", apps.get_model("safeupdates", "VersionCounter"))  # type: ignore[redundant-cast]

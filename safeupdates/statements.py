@@ -179,7 +179,7 @@ def saved_versions(
         value, params = _SAVE_VERSION, [*keys]
     else:
         lock, value, params = version, "%s", [p for key in keys for p in (key, version)]
-    quoted = connection.ops.quote_name(field.column)
+    quoted = connection.ops.quote_name(str(field.column))
     sql = _saved_versions_sql(connection.vendor, quoted, ["%s"] * len(keys), value, names is None)
     return lock, RawSQL(sql, params, output_field=field)
 

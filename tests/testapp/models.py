@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import models
 
@@ -17,7 +17,7 @@ class Profile(SafeUpdateModel):
     score = models.IntegerField(default=0)
     note = models.TextField(blank=True, default="")
 
-    safe_update_fields = ("name", "active", "newsletter", "dark_mode", "score")
+    safe_update_fields: ClassVar[tuple[str, ...]] = ("name", "active", "newsletter", "dark_mode", "score")
 
     class Meta:
         # A rule only the database knows, for the tests of values the database refuses.
@@ -82,7 +82,7 @@ class Place(SafeUpdateModel):
     name = models.CharField(max_length=40, default="")
     open = models.BooleanField(default=False)
 
-    safe_update_fields = ("name", "open")
+    safe_update_fields: ClassVar[tuple[str, ...]] = ("name", "open")
 
 
 class Restaurant(Place):
