@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from tests.faults.harness import Site
 
@@ -31,6 +32,9 @@ def _missing_binaries() -> str | None:
 def make_site(tmp_path: Path, django_db_blocker: Any) -> Iterator[Callable[..., Site]]:
     """Build a :class:`~tests.faults.harness.Site` (``sentinel=True``: Redis behind Sentinels); it is
     torn down after the test, also when the test or the set-up fails."""
+    if connections["default"].vendor != "postgresql":
+        # The test process is the site's web process: its default database connection must be PostgreSQL.
+        pytest.skip("the fault scenarios run in the PostgreSQL pass (DATABASE_URL is not PostgreSQL)")
     missing = _missing_binaries()
     if missing:
         pytest.skip(missing)
