@@ -577,8 +577,8 @@ class TestWithWorkers:
         assert wait_until(lambda: job.get_status() == "failed", 30), workers.logs()
         [worker] = Worker.all(queue=queue())
         assert worker.failed_job_count == 1, workers.logs()  # one run, no retry
-        job.refresh()
-        assert "InvalidUpdate: request_id must be a UUID, got 'not-a-uuid'" in job.exc_info
+        result = job.latest_result()
+        assert result is not None and "InvalidUpdate: request_id must be a UUID, got 'not-a-uuid'" in result.exc_string
         assert ProcessedRequest.objects.count() == 0
 
     def test_a_worker_on_another_database_fails_the_job(self, workers, tmp_path):
@@ -592,8 +592,10 @@ class TestWithWorkers:
         failed = queue().failed_job_registry
         assert wait_until(lambda: failed.count == 1, 30), workers.logs()
         [job] = [queue().fetch_job(job_id) for job_id in failed.get_job_ids()]
-        assert f"RequestNotFound: request {request.request_id} is not in database 'default'" in job.exc_info
-        assert "other.sqlite3" in job.exc_info
+        result = job.latest_result()
+        assert result is not None and result.exc_string is not None
+        assert f"RequestNotFound: request {request.request_id} is not in database 'default'" in result.exc_string
+        assert "other.sqlite3" in result.exc_string
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
 
     def test_a_late_older_request_is_stale(self, workers, postgres_only):
