@@ -26,6 +26,7 @@ from safeupdates.statements import (
     checked_save,
     saved_versions,
     stored_version,
+    versioned_insert,
 )
 from safeupdates.versions import next_version
 
@@ -93,10 +94,9 @@ class LockVersionMixin(models.Model):
         loaded_version = self.lock_version
         loaded_versions = self.__dict__.get("field_versions", _DEFERRED)
         connection = connections[using]
-        # On PostgreSQL an UPDATE takes its versions from the sequence inside the statement: one round
-        # trip, as a plain save. An INSERT (and SQLite) takes it first.
-        inserting = self._state.adding or kwargs.get("force_insert")
-        version = None if connection.vendor == "postgresql" and not inserting else next_version(using)
+        # On PostgreSQL the UPDATE or INSERT takes its version from the sequence inside the statement:
+        # one round trip, as a plain save. SQLite takes it first.
+        version = None if connection.vendor == "postgresql" else next_version(using)
         if version is not None:
             self.lock_version = version
             if names is None:
@@ -188,8 +188,40 @@ class LockVersionMixin(models.Model):
                 "creates it again, if that is what you mean."
             )
         # A new instance with a primary key of its own: Django falls back to an INSERT (or raises,
-        # under force_update or update_fields). It took its version before the statement.
+        # under force_update or update_fields), which takes its own version (_do_insert).
         return [] if UPDATE_RETURNS_ROWS else False
+
+    def _do_insert(
+        self, manager: models.Manager[Any], using: str, fields: Any, returning_fields: Any, raw: bool
+    ) -> Any:
+        save = self._safeupdates_save
+        model: type[models.Model] = manager.model
+        if save is None or save.version is not None or raw or model is not versions_model(type(self)):
+            # Not from save(), a version taken already (SQLite), or the child table of multi-table
+            # inheritance: Django's INSERT.
+            return super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
+        connection = connections[using]
+        lock_field, versions_field = (concrete_field(model, name) for name in ("lock_version", "field_versions"))
+        written = [(field, None, field.pre_save(self, True)) for field in fields]
+        written = [value for value in written if value[0] is not lock_field and value[0] is not versions_field]
+        bound = bound_values(connection, written)
+        if bound is None:
+            # A value that needs the compiler (an expression, a database default): the version first.
+            version = next_version(using)
+            self.lock_version, self.field_versions = version, {BASE_VERSION_KEY: version}
+            return super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
+        statement = versioned_insert(
+            model,
+            tuple(field.column for field, _model, _value in written),
+            tuple(field.column for field in returning_fields),
+        )
+        with statement_cursor(connection) as cursor:
+            cursor.execute(statement.sql, statement.params(bound))
+            *returned, version = cursor.fetchone()
+        self.lock_version, self.field_versions = version, {BASE_VERSION_KEY: version}
+        return [
+            tuple(from_db(connection, field, value) for field, value in zip(returning_fields, returned, strict=True))
+        ]
 
     def _checked_update(
         self,

@@ -37,6 +37,7 @@ __all__ = [
     "SUPPORTED_VENDORS",
     "CheckedSave",
     "GuardedUpdate",
+    "VersionedInsert",
     "bulk_update",
     "checked_save",
     "guarded_update",
@@ -49,6 +50,7 @@ __all__ = [
     "stored_version",
     "stored_version_sql",
     "vendor_connection",
+    "versioned_insert",
 ]
 
 SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
@@ -256,6 +258,49 @@ def checked_save(
     if takes_version:
         sql = f"{SAVE_VERSION_CTE} {sql}"
     return CheckedSave(sql, vendor, names, takes_version, names is not None)
+
+
+@dataclass(frozen=True)
+class VersionedInsert:
+    """The INSERT of a new ``LockVersionMixin`` row on PostgreSQL, taking its version in the statement.
+
+    ``WITH safeupdates_save AS MATERIALIZED (SELECT nextval(...) AS v) INSERT INTO table (lock_version,
+    field_versions, column, ...) VALUES (v, {"*": v}, %(value0)s, ...) RETURNING returned..., lock_version``
+
+    One round trip, as Django's own INSERT, instead of ``nextval`` first. The new row's every field is
+    at the version (``"*"``): a request allocated before it, for a row re-created under its old primary
+    key, is stale. Built once per shape (:func:`versioned_insert`).
+    """
+
+    sql: str
+
+    @staticmethod
+    def params(values: Sequence[Any]) -> dict[str, Any]:
+        """``values`` as the database takes them, in the order of the shape's columns."""
+        params: dict[str, Any] = {f"value{index}": value for index, value in enumerate(values)}
+        params["key0"] = BASE_VERSION_KEY
+        return params
+
+
+@lru_cache(maxsize=1024)
+def versioned_insert(
+    model: type[models.Model], columns: tuple[str, ...], returning: tuple[str, ...]
+) -> VersionedInsert:
+    """Return the (cached) :class:`VersionedInsert` of ``columns`` into ``model``'s table (the one that
+    holds its versions), returning the columns ``returning`` and then ``lock_version``."""
+    qn = vendor_connection("postgresql").ops.quote_name
+    lock, versions = qn(column(model, "lock_version")), qn(column(model, "field_versions"))
+    names = [lock, versions, *(qn(name) for name in columns)]
+    values = [
+        _SAVE_VERSION,
+        _saved_versions_sql("postgresql", versions, ["%(key0)s"], _SAVE_VERSION, full=True),
+        *(f"%(value{index})s" for index in range(len(columns))),
+    ]
+    sql = (
+        f"{SAVE_VERSION_CTE} INSERT INTO {qn(versions_model(model)._meta.db_table)} ({', '.join(names)}) "
+        f"VALUES ({', '.join(values)}) RETURNING {', '.join([*(qn(name) for name in returning), lock])}"
+    )
+    return VersionedInsert(sql)
 
 
 # --- The guarded UPDATE ------------------------------------------------------------------------------------

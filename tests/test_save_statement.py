@@ -10,13 +10,15 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.db.models import F, Value
+from django.db.models.functions import Lower
 from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.statements import checked_save
-from tests.testapp.models import Document, PlainSpecimen, Profile, Shelved, Specimen, Tag
+from safeupdates.versions import next_version
+from tests.testapp.models import Document, PlainSpecimen, Profile, Restaurant, Shelved, Specimen, Tag
 
 pytestmark = pytest.mark.django_db
 
@@ -59,9 +61,9 @@ def stored(model: Any, pk: int) -> dict[str, Any]:
 @given(first=values, second=values)
 def test_a_save_stores_every_kind_of_value_as_djangos_own_save(first: dict[str, Any], second: dict[str, Any]) -> None:
     document = Document.objects.create(title="d")
-    plain, ours = PlainSpecimen.objects.create(), Specimen.objects.create()
+    plain, ours = PlainSpecimen(), Specimen()
     statements = checked_save.cache_info()
-    for change in (first, second):
+    for change in (first, second):  # the first save inserts, the second updates
         for instance in (plain, ours):
             for name, value in change.items():
                 if name == "with_document":
@@ -72,7 +74,7 @@ def test_a_save_stores_every_kind_of_value_as_djangos_own_save(first: dict[str, 
         assert stored(Specimen, ours.pk) == stored(PlainSpecimen, plain.pk)
         assert Specimen.objects.get(pk=ours.pk).lock_version == ours.lock_version
     now = checked_save.cache_info()
-    assert now.hits + now.misses == statements.hits + statements.misses + 2  # both saves ran a CheckedSave
+    assert now.hits + now.misses == statements.hits + statements.misses + 1  # the update ran a CheckedSave
 
 
 def test_a_save_with_update_fields_merges_the_versions_and_returns_them() -> None:
@@ -134,3 +136,45 @@ def test_a_save_of_a_row_with_a_text_primary_key_is_checked() -> None:
     with pytest.raises(StaleObjectError), transaction.atomic():
         stale.save()
     assert Tag.objects.get(pk="a b/ü'").label == "y"
+
+
+def test_a_create_takes_its_version_in_its_insert(postgres_only: None) -> None:
+    """One statement, as Django's own create(): the version comes from the sequence inside the INSERT."""
+    before = next_version()
+    with CaptureQueriesContext(connection) as queries:
+        profile = Profile.objects.create(name="new")
+    statements = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(statements) == 1 and statements[0].startswith("WITH safeupdates_save")
+    row = Profile.objects.get(pk=profile.pk)
+    assert profile.lock_version == row.lock_version > before
+    assert profile.field_versions == row.field_versions == {"*": profile.lock_version}
+    assert profile.pk is not None and not profile._state.adding
+
+
+def test_a_create_with_values_that_need_the_compiler_takes_a_version_first() -> None:
+    specimen = Specimen.objects.create(text=Lower(Value("ABC")), big=7)
+    row = Specimen.objects.get(pk=specimen.pk)
+    assert (row.text, row.big) == ("abc", 7)
+    assert specimen.lock_version == row.lock_version > 0 and row.field_versions == {"*": row.lock_version}
+
+
+def test_a_created_child_of_multi_table_inheritance_has_its_versions() -> None:
+    restaurant = Restaurant.objects.create(name="r", seats=3)
+    row = Restaurant.objects.get(pk=restaurant.pk)
+    assert (row.name, row.seats) == ("r", 3)
+    assert restaurant.lock_version == row.lock_version > 0 and row.field_versions == {"*": row.lock_version}
+    stale = Restaurant.objects.get(pk=restaurant.pk)
+    restaurant.seats = 4
+    restaurant.save()
+    stale.seats = 5
+    with pytest.raises(StaleObjectError), transaction.atomic():
+        stale.save()
+    assert Restaurant.objects.get(pk=restaurant.pk).seats == 4
+
+
+def test_a_created_row_supersedes_requests_allocated_before_it() -> None:
+    """Re-created under a primary key of its own, a row carries a fresh version for every field."""
+    older = next_version()
+    Tag.objects.create(code="t", label="new")
+    result = Tag.objects.update_if_newer("t", version=older, label="from an older request")
+    assert not result.applied and Tag.objects.get(pk="t").label == "new"
