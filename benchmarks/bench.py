@@ -724,6 +724,65 @@ def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
         report.check(f"save(): {label} refuses the save of a stale instance", refused, error.__name__)
 
 
+def bench_create(report: Report, rounds: int, ops: int, slices: int) -> None:
+    """``Model.objects.create()`` of a new row: plain Django vs django-concurrency vs ``LockVersionMixin``.
+
+    The three tables of section 5; each create inserts one row in autocommit and reads back its
+    primary key (and, for the versioned contenders, its version).
+    """
+    contenders_models: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
+        "plain": PlainRow,
+        "concurrency": ConcurrencyRow,
+        "lock_version": LockVersionRow,
+    }
+    per_slice = ops // slices
+
+    def creator(model: type[PlainRow | ConcurrencyRow | LockVersionRow]) -> Slice:
+        def run(_index: int) -> float:
+            start = time.perf_counter()
+            for i in range(per_slice):
+                model.objects.create(name=f"new {i}")
+            return time.perf_counter() - start
+
+        return run
+
+    contenders: list[tuple[str, Slice]] = [(name, creator(model)) for name, model in contenders_models.items()]
+    rows = {
+        "plain": report.row("5", "plain Django Model.objects.create()", "creates/s"),
+        "concurrency": report.row("5", "django-concurrency IntegerVersionField model create()", "creates/s"),
+        "lock_version": report.row("5", "LockVersionMixin model create()", "creates/s"),
+    }
+    interleaved(contenders, 1, 0)  # warm-up
+    per_round = []
+    for round_ in range(rounds):
+        seconds = interleaved(contenders, slices, round_)
+        for name, total in seconds.items():
+            rows[name].figures.append(per_slice * slices / total)
+        per_round.append(seconds)
+        _progress(f"  5. create(): round {round_ + 1}/{rounds} done")
+    report.ratio(
+        "5",
+        "create(): LockVersionMixin / plain Django",
+        [s["plain"] / s["lock_version"] for s in per_round],
+        ">= 0.85x",
+        lambda x: x >= 0.85,
+    )
+    report.ratio(
+        "5",
+        "create(): LockVersionMixin / django-concurrency",
+        [s["concurrency"] / s["lock_version"] for s in per_round],
+        "> 1.0x",
+        lambda x: x > 1.0,
+    )
+    created = LockVersionRow.objects.create(name="check")
+    stored = LockVersionRow.objects.values_list("lock_version", "field_versions").get(pk=created.pk)
+    report.check(
+        "create(): LockVersionMixin stores the version it returns",
+        stored == (created.lock_version, {"*": created.lock_version}) and created.lock_version > 0,
+        f"lock_version {created.lock_version}",
+    )
+
+
 # --- main ------------------------------------------------------------------------------------------
 
 
@@ -761,6 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench_bulk(report, args.rounds, 6000 // scale, 10 // scale)
         if "5" in sections:
             bench_save(report, args.rounds, 3000 // scale, 30 // scale)
+            bench_create(report, args.rounds, 1500 // scale, 30 // scale)
         if "2" in sections:
             bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
     finally:
