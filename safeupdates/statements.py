@@ -39,7 +39,9 @@ __all__ = [
     "GuardedUpdate",
     "VersionedInsert",
     "bulk_update",
+    "checked_delete",
     "checked_save",
+    "expected_versions",
     "guarded_update",
     "insert_pending",
     "lock_timeout",
@@ -216,7 +218,7 @@ class CheckedSave:
         """The statement's parameters: ``values`` as the database takes them, in the order of the
         shape's columns; ``expected`` the versions the row may carry."""
         params: dict[str, Any] = {f"value{index}": value for index, value in enumerate(values)}
-        params["expected"] = list(expected) if self.vendor == "postgresql" else json.dumps(list(expected))
+        params["expected"] = expected_versions(self.vendor, expected)
         keys = (BASE_VERSION_KEY,) if self.names is None else self.names
         params.update({f"key{index}": name for index, name in enumerate(keys)})
         params["pk"] = pk
@@ -246,10 +248,7 @@ def checked_save(
         f"{versions} = {_saved_versions_sql(vendor, versions, keys, version, names is None)}",
         *(f"{qn(name)} = %(value{index})s" for index, name in enumerate(columns)),
     ]
-    if vendor == "postgresql":
-        matches = f"{lock} = ANY(%(expected)s::bigint[])"
-    else:
-        matches = f"{lock} IN (SELECT value FROM json_each(%(expected)s))"
+    matches = _carries_one_of(vendor, lock)
     returning = f"{lock}, {versions}" if names is not None else lock
     sql = (
         f"UPDATE {qn(versions_model(model)._meta.db_table)} SET {', '.join(sets)} "
@@ -301,6 +300,30 @@ def versioned_insert(
         f"VALUES ({', '.join(values)}) RETURNING {', '.join([*(qn(name) for name in returning), lock])}"
     )
     return VersionedInsert(sql)
+
+
+@lru_cache(maxsize=256)
+def checked_delete(model: type[models.Model], vendor: str) -> str:
+    """``DELETE`` of ``model``'s row ``%(pk)s`` if it still carries one of the versions ``%(expected)s``
+    (an array on PostgreSQL, a JSON list on SQLite), for a row that nothing cascades from."""
+    if vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    qn = vendor_connection(vendor).ops.quote_name
+    table, pk = qn(versions_model(model)._meta.db_table), qn(column(model, "pk"))
+    return f"DELETE FROM {table} WHERE {pk} = %(pk)s AND {_carries_one_of(vendor, qn(column(model, 'lock_version')))}"
+
+
+def _carries_one_of(vendor: str, lock: str) -> str:
+    """The condition that (quoted) ``lock`` is one of the versions of the parameter ``%(expected)s``."""
+    if vendor == "postgresql":
+        return f"{lock} = ANY(%(expected)s::bigint[])"
+    return f"{lock} IN (SELECT value FROM json_each(%(expected)s))"
+
+
+def expected_versions(vendor: str, versions: Sequence[int | None]) -> Any:
+    """The versions a row may carry, as the parameter ``%(expected)s`` of a checked save or delete: an
+    array on PostgreSQL, a JSON list on SQLite, so that the statement stays the same however many."""
+    return list(versions) if vendor == "postgresql" else json.dumps(list(versions))
 
 
 # --- The guarded UPDATE ------------------------------------------------------------------------------------

@@ -8,13 +8,15 @@ before that write can never save over it; deferred or ``None`` versions never sa
 from __future__ import annotations
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models.signals import pre_delete
+from django.test.utils import CaptureQueriesContext
 
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.models import BASE_VERSION_KEY
 from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import Document, Profile
+from tests.testapp.models import Chapter, Document, Profile
 
 pytestmark = pytest.mark.django_db
 
@@ -216,3 +218,47 @@ class TestRollback:
         with pytest.raises(StaleObjectError):
             stale.save()
         assert Profile.objects.get(pk=profile.pk).name == "c"
+
+
+class TestDeleteStatements:
+    """A row that nothing cascades from is deleted by one checked statement, as Django deletes it."""
+
+    def test_a_row_without_cascades_is_deleted_in_one_statement(self):
+        profile = ProfileFactory()
+        pk = profile.pk
+        with CaptureQueriesContext(connection) as queries:
+            assert profile.delete() == (1, {"testapp.Profile": 1})
+        statements = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+        assert len(statements) == 1 and statements[0].startswith("DELETE")
+        assert profile.pk is None and not Profile.objects.filter(pk=pk).exists()
+
+    def test_a_row_deleted_already_is_no_error(self):
+        profile = ProfileFactory()
+        Profile.objects.filter(pk=profile.pk).delete()
+        assert profile.delete() == (0, {"testapp.Profile": 0})
+
+    def test_a_receiver_of_delete_signals_gets_them(self):
+        seen = []
+
+        def receiver(sender, instance, **kwargs):
+            seen.append((sender, instance.pk))
+
+        profile = ProfileFactory()
+        pk = profile.pk
+        pre_delete.connect(receiver, sender=Profile)
+        try:
+            profile.delete()
+        finally:
+            pre_delete.disconnect(receiver, sender=Profile)
+        assert seen == [(Profile, pk)] and not Profile.objects.filter(pk=pk).exists()
+
+    def test_cascades_still_run_and_a_stale_parent_deletes_nothing(self):
+        document = DocumentFactory()
+        Chapter.objects.create(document=document, title="c")
+        stale = Document.objects.get(pk=document.pk)
+        document.title = "moved on"
+        document.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert Chapter.objects.filter(document=document).count() == 1
+        assert document.delete() == (2, {"testapp.Chapter": 1, "testapp.Document": 1})
