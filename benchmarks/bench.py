@@ -783,6 +783,63 @@ def bench_create(report: Report, rounds: int, ops: int, slices: int) -> None:
     )
 
 
+def bench_delete(report: Report, rounds: int, ops: int, slices: int) -> None:
+    """``delete()`` of a loaded row: plain Django vs ``LockVersionMixin`` (checked) vs django-concurrency.
+
+    The three tables of section 5; the rows of a slice are created and loaded before the clock starts,
+    then deleted one by one in autocommit. django-concurrency does not check deletes: its row is for
+    information.
+    """
+    contenders_models: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
+        "plain": PlainRow,
+        "concurrency": ConcurrencyRow,
+        "lock_version": LockVersionRow,
+    }
+    per_slice = ops // slices
+
+    def deleter(model: type[PlainRow | ConcurrencyRow | LockVersionRow]) -> Slice:
+        def run(_index: int) -> float:
+            created = [model.objects.create(name=f"doomed {i}") for i in range(per_slice)]
+            start = time.perf_counter()
+            for obj in created:
+                obj.delete()
+            return time.perf_counter() - start
+
+        return run
+
+    contenders: list[tuple[str, Slice]] = [(name, deleter(model)) for name, model in contenders_models.items()]
+    rows = {
+        "plain": report.row("5", "plain Django Model.delete()", "deletes/s"),
+        "concurrency": report.row("5", "(django-concurrency model delete(), unchecked)", "deletes/s"),
+        "lock_version": report.row("5", "LockVersionMixin.delete()", "deletes/s"),
+    }
+    interleaved(contenders, 1, 0)  # warm-up
+    per_round = []
+    for round_ in range(rounds):
+        seconds = interleaved(contenders, slices, round_)
+        for name, total in seconds.items():
+            rows[name].figures.append(per_slice * slices / total)
+        per_round.append(seconds)
+        _progress(f"  5. delete(): round {round_ + 1}/{rounds} done")
+    report.ratio(
+        "5",
+        "delete(): LockVersionMixin / plain Django",
+        [s["plain"] / s["lock_version"] for s in per_round],
+        ">= 0.85x",
+        lambda x: x >= 0.85,
+    )
+    doomed = LockVersionRow.objects.create(name="doomed")
+    stale = LockVersionRow.objects.get(pk=doomed.pk)
+    doomed.save()
+    try:
+        stale.delete()
+    except StaleObjectError:
+        refused = LockVersionRow.objects.filter(pk=doomed.pk).exists()
+    else:
+        refused = False
+    report.check("delete(): LockVersionMixin refuses the delete of a stale instance", refused, "StaleObjectError")
+
+
 # --- main ------------------------------------------------------------------------------------------
 
 
@@ -821,6 +878,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "5" in sections:
             bench_save(report, args.rounds, 3000 // scale, 30 // scale)
             bench_create(report, args.rounds, 1500 // scale, 30 // scale)
+            bench_delete(report, args.rounds, 1500 // scale, 30 // scale)
         if "2" in sections:
             bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
     finally:
