@@ -6,9 +6,9 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
   bool. ``LockVersionMixin`` passes the argument through untouched (:data:`UPDATE_RETURNS_ROWS` says
   which result to give back) and runs its checked UPDATE with :func:`update_returning`, which works
   on every version.
-- A ``save()`` runs its own cached UPDATE (:class:`~safeupdates.statements.CheckedSave`) with the
-  values bound as the ORM's update compiler would bind them (:func:`bound_values`), and converts
-  what it returns as the ORM would (:func:`from_db`).
+- A ``save()`` runs its own cached UPDATE or INSERT (:class:`~safeupdates.statements.CheckedSave`,
+  :class:`~safeupdates.statements.VersionedInsert`) with the values bound as the ORM's compiler would
+  bind them (:func:`bound_values`), and converts what it returns as the ORM would (:func:`from_db`).
 - The guarded statements run as server-side prepared statements through Django's
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
 
@@ -65,10 +65,11 @@ def update_returning(
 
 
 def bound_values(connection: BaseDatabaseWrapper, values: Sequence[tuple[Any, Any, Any]]) -> list[Any] | None:
-    """The parameters the ORM's UPDATE compiler would bind for ``values``, or None if one needs it.
+    """The parameters the ORM's compiler would bind for ``values``, or None if one needs it.
 
-    ``values`` are ``(field, model, value)`` triples as ``Model._do_update`` receives them. A plain value
-    is bound as ``field.get_db_prep_save()`` returns it, as ``SQLUpdateCompiler`` does (5.2 and 6.x); an
+    ``values`` are ``(field, model, value)`` triples as ``Model._do_update`` receives them (an INSERT's
+    values are given the same way). A plain value is bound as ``field.get_db_prep_save()`` returns it,
+    as ``SQLUpdateCompiler`` and ``SQLInsertCompiler`` do (5.2 and 6.x); an
     expression (an ``F()``, a function), a model instance, a field with a placeholder of its own (arrays,
     ranges, GIS) or a prepared value that compiles itself need the compiler, and the caller takes the
     ORM's path.

@@ -143,7 +143,7 @@ class _LockTimeout:
 lock_timeout = _LockTimeout()
 
 
-# --- save(): the checked UPDATE of a LockVersionMixin ------------------------------------------------------
+# --- save(), create() and delete() of a LockVersionMixin -------------------------------------------------
 
 #: The WITH clause that a save()'s UPDATE starts with on PostgreSQL: one fresh version for the statement.
 #: A CTE referenced twice is evaluated once, and only when first read: a row that does not match (a
