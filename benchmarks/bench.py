@@ -622,6 +622,45 @@ def bench_bulk(report: Report, rounds: int, count: int, slices: int) -> None:
 # --- 5. save() of an existing row ------------------------------------------------------------------
 
 
+def timed_rounds(
+    contenders: Sequence[tuple[str, Slice]],
+    rows: dict[str, Row],
+    rounds: int,
+    slices: int,
+    per_slice: int,
+    what: str,
+) -> list[dict[str, float]]:
+    """A warm-up, then ``rounds`` interleaved rounds: each contender's rate per round goes to its row.
+    Returns the seconds each contender took, per round."""
+    interleaved(contenders, 1, 0)  # warm-up
+    per_round = []
+    for round_ in range(rounds):
+        seconds = interleaved(contenders, slices, round_)
+        for name, total in seconds.items():
+            rows[name].figures.append(per_slice * slices / total)
+        per_round.append(seconds)
+        _progress(f"  {what}: round {round_ + 1}/{rounds} done")
+    return per_round
+
+
+def versioned_ratios(report: Report, what: str, per_round: Sequence[dict[str, float]]) -> None:
+    """The targets of section 5: ``LockVersionMixin`` at least 0.85x plain Django, ahead of django-concurrency."""
+    report.ratio(
+        "5",
+        f"{what}: LockVersionMixin / plain Django",
+        [s["plain"] / s["lock_version"] for s in per_round],
+        ">= 0.85x",
+        lambda x: x >= 0.85,
+    )
+    report.ratio(
+        "5",
+        f"{what}: LockVersionMixin / django-concurrency",
+        [s["concurrency"] / s["lock_version"] for s in per_round],
+        "> 1.0x",
+        lambda x: x > 1.0,
+    )
+
+
 def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
     """``save()`` of a loaded, existing row: plain Django vs django-concurrency vs ``LockVersionMixin``.
 
@@ -674,28 +713,8 @@ def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
         "lock_version": report.row("5", "LockVersionMixin.save()", "saves/s"),
         "unprepared": report.row("5", "LockVersionMixin.save(), prepared statements off", "saves/s"),
     }
-    interleaved(contenders, 1, 0)  # warm-up
-    per_round = []
-    for round_ in range(rounds):
-        seconds = interleaved(contenders, slices, round_)
-        for name, total in seconds.items():
-            rows[name].figures.append(per_slice * slices / total)
-        per_round.append(seconds)
-        _progress(f"  5. save(): round {round_ + 1}/{rounds} done")
-    report.ratio(
-        "5",
-        "save(): LockVersionMixin / plain Django",
-        [s["plain"] / s["lock_version"] for s in per_round],
-        ">= 0.85x",
-        lambda x: x >= 0.85,
-    )
-    report.ratio(
-        "5",
-        "save(): LockVersionMixin / django-concurrency",
-        [s["concurrency"] / s["lock_version"] for s in per_round],
-        "> 1.0x",
-        lambda x: x > 1.0,
-    )
+    per_round = timed_rounds(contenders, rows, rounds, slices, per_slice, "5. save()")
+    versioned_ratios(report, "save()", per_round)
     report.ratio(
         "5",
         "  (save(): LockVersionMixin unprepared / plain Django)",
@@ -752,28 +771,8 @@ def bench_create(report: Report, rounds: int, ops: int, slices: int) -> None:
         "concurrency": report.row("5", "django-concurrency IntegerVersionField model create()", "creates/s"),
         "lock_version": report.row("5", "LockVersionMixin model create()", "creates/s"),
     }
-    interleaved(contenders, 1, 0)  # warm-up
-    per_round = []
-    for round_ in range(rounds):
-        seconds = interleaved(contenders, slices, round_)
-        for name, total in seconds.items():
-            rows[name].figures.append(per_slice * slices / total)
-        per_round.append(seconds)
-        _progress(f"  5. create(): round {round_ + 1}/{rounds} done")
-    report.ratio(
-        "5",
-        "create(): LockVersionMixin / plain Django",
-        [s["plain"] / s["lock_version"] for s in per_round],
-        ">= 0.85x",
-        lambda x: x >= 0.85,
-    )
-    report.ratio(
-        "5",
-        "create(): LockVersionMixin / django-concurrency",
-        [s["concurrency"] / s["lock_version"] for s in per_round],
-        "> 1.0x",
-        lambda x: x > 1.0,
-    )
+    per_round = timed_rounds(contenders, rows, rounds, slices, per_slice, "5. create()")
+    versioned_ratios(report, "create()", per_round)
     created = LockVersionRow.objects.create(name="check")
     stored = LockVersionRow.objects.values_list("lock_version", "field_versions").get(pk=created.pk)
     report.check(
@@ -813,14 +812,7 @@ def bench_delete(report: Report, rounds: int, ops: int, slices: int) -> None:
         "concurrency": report.row("5", "(django-concurrency model delete(), unchecked)", "deletes/s"),
         "lock_version": report.row("5", "LockVersionMixin.delete()", "deletes/s"),
     }
-    interleaved(contenders, 1, 0)  # warm-up
-    per_round = []
-    for round_ in range(rounds):
-        seconds = interleaved(contenders, slices, round_)
-        for name, total in seconds.items():
-            rows[name].figures.append(per_slice * slices / total)
-        per_round.append(seconds)
-        _progress(f"  5. delete(): round {round_ + 1}/{rounds} done")
+    per_round = timed_rounds(contenders, rows, rounds, slices, per_slice, "5. delete()")
     report.ratio(
         "5",
         "delete(): LockVersionMixin / plain Django",
