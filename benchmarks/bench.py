@@ -622,6 +622,14 @@ def bench_bulk(report: Report, rounds: int, count: int, slices: int) -> None:
 # --- 5. save() of an existing row ------------------------------------------------------------------
 
 
+#: The tables of section 5, one per contender, of one shape.
+VERSIONED_CONTENDERS: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
+    "plain": PlainRow,
+    "concurrency": ConcurrencyRow,
+    "lock_version": LockVersionRow,
+}
+
+
 def timed_rounds(
     contenders: Sequence[tuple[str, Slice]],
     rows: dict[str, Row],
@@ -672,12 +680,7 @@ def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
     ``SAFEUPDATES_PREPARED_STATEMENTS = False``, as behind a pooler without prepared statements.
     """
     count = 200
-    contenders_models: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
-        "plain": PlainRow,
-        "concurrency": ConcurrencyRow,
-        "lock_version": LockVersionRow,
-        "unprepared": LockVersionRow,
-    }
+    contenders_models = {**VERSIONED_CONTENDERS, "unprepared": LockVersionRow}
     instances: dict[str, list[Any]] = {}
     for name, model in contenders_models.items():
         # One by one: django-concurrency sets the first version in save().
@@ -749,11 +752,6 @@ def bench_create(report: Report, rounds: int, ops: int, slices: int) -> None:
     The three tables of section 5; each create inserts one row in autocommit and reads back its
     primary key (and, for the versioned contenders, its version).
     """
-    contenders_models: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
-        "plain": PlainRow,
-        "concurrency": ConcurrencyRow,
-        "lock_version": LockVersionRow,
-    }
     per_slice = ops // slices
 
     def creator(model: type[PlainRow | ConcurrencyRow | LockVersionRow]) -> Slice:
@@ -765,7 +763,7 @@ def bench_create(report: Report, rounds: int, ops: int, slices: int) -> None:
 
         return run
 
-    contenders: list[tuple[str, Slice]] = [(name, creator(model)) for name, model in contenders_models.items()]
+    contenders: list[tuple[str, Slice]] = [(name, creator(model)) for name, model in VERSIONED_CONTENDERS.items()]
     rows = {
         "plain": report.row("5", "plain Django Model.objects.create()", "creates/s"),
         "concurrency": report.row("5", "django-concurrency IntegerVersionField model create()", "creates/s"),
@@ -789,11 +787,6 @@ def bench_delete(report: Report, rounds: int, ops: int, slices: int) -> None:
     then deleted one by one in autocommit. django-concurrency does not check deletes: its row is for
     information.
     """
-    contenders_models: dict[str, type[PlainRow | ConcurrencyRow | LockVersionRow]] = {
-        "plain": PlainRow,
-        "concurrency": ConcurrencyRow,
-        "lock_version": LockVersionRow,
-    }
     per_slice = ops // slices
 
     def deleter(model: type[PlainRow | ConcurrencyRow | LockVersionRow]) -> Slice:
@@ -806,7 +799,7 @@ def bench_delete(report: Report, rounds: int, ops: int, slices: int) -> None:
 
         return run
 
-    contenders: list[tuple[str, Slice]] = [(name, deleter(model)) for name, model in contenders_models.items()]
+    contenders: list[tuple[str, Slice]] = [(name, deleter(model)) for name, model in VERSIONED_CONTENDERS.items()]
     rows = {
         "plain": report.row("5", "plain Django Model.delete()", "deletes/s"),
         "concurrency": report.row("5", "(django-concurrency model delete(), unchecked)", "deletes/s"),
