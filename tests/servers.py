@@ -229,24 +229,32 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # stopped
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _connect(self, client: socket.socket) -> None:
+        self._gate()
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._sockets += [client, upstream]
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                self._gate()
                 sink.sendall(data)
+        self._gate()
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def _gate(self) -> None:
+        """Where bytes, new connections and goodbyes wait to pass (never, here: see FaultProxy)."""
 
     def stop(self) -> None:
         if self._listener is not None:
@@ -285,35 +293,10 @@ class FaultProxy(TcpProxy):
     def heal(self) -> None:
         self._flowing.set()
 
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # stopped
-            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
-
-    def _connect(self, client: socket.socket) -> None:
-        self._flowing.wait()  # a SYN that gets no answer, until the network is back
-        try:
-            upstream = socket.create_connection(self.target)
-        except OSError:
-            client.close()
-            return
-        with self._lock:
-            self._sockets += [client, upstream]
-        for source, sink in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:  # type: ignore[override]
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                self._flowing.wait()
-                sink.sendall(data)
-        self._flowing.wait()  # the goodbye is held back too
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+    def _gate(self) -> None:
+        # While partitioned: a SYN that gets no answer, bytes that do not arrive, a goodbye held back,
+        # until the network is back.
+        self._flowing.wait()
 
     def stop(self) -> None:
         super().stop()
