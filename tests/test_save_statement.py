@@ -1,6 +1,7 @@
-"""``LockVersionMixin.save()`` runs its own UPDATE (``statements.CheckedSave``), built once per shape of
-save, with the values bound as the ORM binds them: it must store exactly what Django's ``save()`` stores,
-and refuse what Django's base manager would not match (it runs prepared: ``test_prepared.py``)."""
+"""``LockVersionMixin.save()`` runs its own UPDATE or INSERT (``statements.CheckedSave``,
+``statements.VersionedInsert``), built once per shape of save, with the values bound as the ORM binds
+them: it must store exactly what Django's ``save()`` stores, take its version in the statement, and
+refuse what Django's base manager would not match (it runs prepared: ``test_prepared.py``)."""
 
 from __future__ import annotations
 
