@@ -163,10 +163,9 @@ class LockVersionMixin(models.Model):
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
         connection = connections[using or DEFAULT_DB_ALIAS]
         model = base_qs.model
-        lock_field, versions_field = (concrete_field(model, name) for name in ("lock_version", "field_versions"))
         # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
         asked: list[Any] = list(returning[0]) if returning and returning[0] else []
-        written = [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
+        written = _without_versions(model, values)
         bound = None
         if not asked and not base_qs.query.has_filters():
             bound = bound_values(connection, written)
@@ -204,9 +203,7 @@ class LockVersionMixin(models.Model):
             # inheritance: Django's INSERT.
             return super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
         connection = connections[using]
-        lock_field, versions_field = (concrete_field(model, name) for name in ("lock_version", "field_versions"))
-        written = [(field, None, field.pre_save(self, True)) for field in fields]
-        written = [value for value in written if value[0] is not lock_field and value[0] is not versions_field]
+        written = _without_versions(model, [(field, None, field.pre_save(self, True)) for field in fields])
         bound = bound_values(connection, written)
         if bound is None:
             # A value that needs the compiler (an expression, a database default): the version first.
@@ -254,7 +251,7 @@ class LockVersionMixin(models.Model):
         if row is None:
             return None
         if statement.returns_versions:
-            return row[0], from_db(connection, concrete_field(model, "field_versions"), row[1])
+            return row[0], from_db(connection, _version_fields(model)[1], row[1])
         return row[0], {BASE_VERSION_KEY: row[0]}
 
     def _compiled_update(
@@ -271,7 +268,7 @@ class LockVersionMixin(models.Model):
         if not expected:
             return None  # lock_version None: no row carries it
         model = rows.model
-        lock_field, versions_field = (concrete_field(model, name) for name in ("lock_version", "field_versions"))
+        lock_field, versions_field = _version_fields(model)
         lock_value, versions_value = saved_versions(connection, versions_field, save.names, save.version)
         values = [(lock_field, None, lock_value), (versions_field, None, versions_value), *written]
         # PostgreSQL: the statement takes its version itself (SAVE_VERSION_CTE), one round trip in all.
@@ -301,10 +298,7 @@ class LockVersionMixin(models.Model):
             # The checked UPDATE writes nothing new but locks the row, so it cannot change before the DELETE.
             locked = rows.filter(lock_version__in=expected).update(lock_version=models.F("lock_version"))
             if not locked and rows.exists():
-                raise StaleObjectError(
-                    f"{self._meta.label} pk={self.pk!r} was changed after it was loaded "
-                    f"(lock_version {self.lock_version}); reload it and decide again before deleting it."
-                )
+                raise self._stale_delete()
             return super().delete(using=using, keep_parents=keep_parents)
 
     delete.alters_data = True  # type: ignore[attr-defined]
@@ -321,12 +315,15 @@ class LockVersionMixin(models.Model):
             cursor.execute(checked_delete(model, connection.vendor), params)
             count = cursor.rowcount
         if not count and rows.exists():
-            raise StaleObjectError(
-                f"{self._meta.label} pk={self.pk!r} was changed after it was loaded "
-                f"(lock_version {self.lock_version}); reload it and decide again before deleting it."
-            )
+            raise self._stale_delete()
         setattr(self, self._meta.pk.attname, None)  # type: ignore[union-attr]
         return count, {self._meta.label: count}
+
+    def _stale_delete(self) -> StaleObjectError:
+        return StaleObjectError(
+            f"{self._meta.label} pk={self.pk!r} was changed after it was loaded "
+            f"(lock_version {self.lock_version}); reload it and decide again before deleting it."
+        )
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         super().refresh_from_db(*args, **kwargs)
@@ -339,6 +336,18 @@ class LockVersionMixin(models.Model):
 
 
 _DEFERRED = object()
+
+
+def _version_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], models.Field[Any, Any]]:
+    """``lock_version`` and ``field_versions`` of ``model``, the model whose table holds them."""
+    return concrete_field(model, "lock_version"), concrete_field(model, "field_versions")
+
+
+def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any, Any, Any]]:
+    """``values`` (``(field, model, value)`` triples, as Django's save passes them) but the versions,
+    which the save's statement writes itself."""
+    lock_field, versions_field = _version_fields(model)
+    return [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
 
 
 class SyncedAtMixin(models.Model):
