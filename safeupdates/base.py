@@ -242,7 +242,6 @@ class LockVersionMixin(models.Model):
             connection.vendor,
             tuple(field.column for field, _model, _value in written),
             save.names,
-            save.version is None,
         )
         pk = model._meta.pk.get_db_prep_value(pk_val, connection)  # type: ignore[union-attr]
         with statement_cursor(connection) as cursor:

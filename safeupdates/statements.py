@@ -209,8 +209,11 @@ class CheckedSave:
     sql: str
     vendor: str
     names: tuple[str, ...] | None  # the fields of update_fields; None: a full save
-    takes_version: bool  # the statement takes its own version (PostgreSQL)
-    returns_versions: bool  # RETURNING field_versions too
+
+    @property
+    def returns_versions(self) -> bool:
+        """RETURNING ``field_versions`` too: a save with ``update_fields`` merged its entries."""
+        return self.names is not None
 
     def params(
         self, values: Sequence[Any], pk: Any, expected: Sequence[int | None], version: int | None
@@ -222,7 +225,7 @@ class CheckedSave:
         keys = (BASE_VERSION_KEY,) if self.names is None else self.names
         params.update({f"key{index}": name for index, name in enumerate(keys)})
         params["pk"] = pk
-        if not self.takes_version:
+        if version is not None:  # SQLite: taken before; PostgreSQL takes it in the statement
             params["version"] = version
         return params
 
@@ -233,12 +236,12 @@ def checked_save(
     vendor: str,
     columns: tuple[str, ...],
     names: tuple[str, ...] | None,
-    takes_version: bool,
 ) -> CheckedSave:
     """Return the (cached) :class:`CheckedSave` that writes ``columns`` of ``model``'s table (the one
-    that holds its versions); ``takes_version`` on PostgreSQL, where the statement takes its version."""
+    that holds its versions)."""
     if vendor not in SUPPORTED_VENDORS:
         raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    takes_version = vendor == "postgresql"  # the statement takes its version (SAVE_VERSION_CTE)
     qn = vendor_connection(vendor).ops.quote_name
     lock, versions = qn(column(model, "lock_version")), qn(column(model, "field_versions"))
     keys = [f"%(key{index})s" for index in range(1 if names is None else len(names))]
@@ -256,7 +259,7 @@ def checked_save(
     )
     if takes_version:
         sql = f"{SAVE_VERSION_CTE} {sql}"
-    return CheckedSave(sql, vendor, names, takes_version, names is not None)
+    return CheckedSave(sql, vendor, names)
 
 
 @dataclass(frozen=True)
