@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 
@@ -29,14 +29,24 @@ def not_in_issue_24(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"new, not in issue 24: {reason}")
 
 
+#: SQLite's version source is a counter table, read before the statement that writes the row: two
+#: statements more than Django (PostgreSQL takes the version inside the statement).
+on_sqlite_version_source = pytest.mark.xfail(
+    connection.vendor == "sqlite",
+    strict=True,
+    reason="issue 24.4 (SQLite): the version is taken first from the counter table (UPDATE and SELECT)",
+)
+
+
 #: Transaction control: Django's own counts were taken inside TestCase's transaction, where the
 #: ``atomic(savepoint=False)`` of a multi-table save or a cascading delete sends none; outside a
 #: transaction Django sends them exactly as the app does. SAVEPOINTs are counted.
-TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK")
+TRANSACTION_CONTROL = ("BEGIN", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
 
 
-#: What Django's ``available_apps`` names in its transactional tests: the apps a test may use.
-AVAILABLE_APPS = ["tests.django_contract", "django.contrib.contenttypes"]
+#: What Django's ``available_apps`` names in its transactional tests: the apps a test may use (safeupdates
+#: for its version source).
+AVAILABLE_APPS = ["tests.django_contract", "safeupdates", "django.contrib.contenttypes"]
 
 
 class EmptiedAfter(TransactionTestCase):

@@ -28,7 +28,7 @@ from .models import (
     PrimaryKeyWithFalseyDefault,
     SelfRef,
 )
-from .support import EmptiedAfter, OutsideTransaction, difference, issue_24, not_in_issue_24
+from .support import EmptiedAfter, OutsideTransaction, difference, issue_24, not_in_issue_24, on_sqlite_version_source
 
 DJANGO_6 = django.VERSION >= (6, 0)
 POSITIONAL = (
@@ -126,6 +126,7 @@ class ModelInstanceCreationTests(OutsideTransaction):
         self.assertIn(a, Article.objects.all())
         self.assertTrue(Article.objects.filter(id=a.id).exists())
 
+    @on_sqlite_version_source
     def test_save_primary_with_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_default"""
         # An UPDATE attempt is skipped when a primary key has default.
@@ -147,12 +148,14 @@ class ModelInstanceCreationTests(OutsideTransaction):
         with self.assertNumQueries(1):
             PrimaryKeyWithDbDefault().save()
 
+    @on_sqlite_version_source
     def test_save_parent_primary_with_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_parent_primary_with_default"""
         # An UPDATE attempt is skipped when an inherited primary key has default.
         with self.assertNumQueries(2):
             ChildPrimaryKeyWithDefault().save()
 
+    @on_sqlite_version_source
     def test_save_primary_with_falsey_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_falsey_default"""
         with self.assertNumQueries(1):
@@ -293,6 +296,7 @@ class ConcurrentSaveTests(EmptiedAfter):
 @override_settings(USE_TZ=False)
 class SelectOnSaveTests(OutsideTransaction):
     @difference
+    @on_sqlite_version_source
     def test_select_on_save(self) -> None:
         """Django: tests/basic/tests.py::SelectOnSaveTests::test_select_on_save
 

@@ -17,7 +17,7 @@ from django.db.models.signals import post_save, pre_save
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 
 from .models import Account, Employee, Person, Profile, ProxyEmployee
-from .support import OutsideTransaction, difference, issue_24, not_in_issue_24
+from .support import OutsideTransaction, difference, issue_24, not_in_issue_24, on_sqlite_version_source
 
 DJANGO_6 = django.VERSION >= (6, 0)
 REFUSED = "was loaded without lock_version (.only()/.defer()), so its save cannot be checked"
@@ -40,6 +40,7 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(s.name, "Ian")
 
     @difference
+    @on_sqlite_version_source
     def test_update_fields_deferred(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_deferred
 
