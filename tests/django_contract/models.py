@@ -36,14 +36,14 @@ class Person(LockVersionMixin):
 class Employee(Person):
     employee_num = models.IntegerField(default=0)
     profile = models.ForeignKey("Profile", models.SET_NULL, related_name="profiles", null=True)
-    accounts = models.ManyToManyField("Account", related_name="employees", blank=True)
+    accounts = models.ManyToManyField("Account", related_name="employees", blank=True)  # type: ignore[var-annotated]
 
 
 class NonConcreteField(models.IntegerField):  # type: ignore[type-arg]
     def db_type(self, connection: Any) -> None:
         return None
 
-    def get_attname_column(self) -> tuple[str, None]:
+    def get_attname_column(self) -> tuple[str, None]:  # type: ignore[override]
         attname, _ = super().get_attname_column()
         return attname, None
 
@@ -90,7 +90,7 @@ class SelfRef(LockVersionMixin):
 
     def __str__(self) -> str:
         # Intentionally broken for some instances, as in Django (ticket #20278).
-        return SelfRef.objects.get(selfref=self).pk  # type: ignore[no-any-return]
+        return SelfRef.objects.get(selfref=self).pk  # type: ignore[return-value]
 
 
 class PrimaryKeyWithDefault(LockVersionMixin):
@@ -459,8 +459,10 @@ def create_a(name: str) -> A:
 
 class M(LockVersionMixin):
     m2m = models.ManyToManyField(R, related_name="m_set")
-    m2m_through = models.ManyToManyField(R, through="MR", related_name="m_through_set")
-    m2m_through_null = models.ManyToManyField(R, through="MRNull", related_name="m_through_null_set")
+    m2m_through = models.ManyToManyField(R, through="MR", related_name="m_through_set")  # type: ignore[var-annotated]
+    m2m_through_null = models.ManyToManyField(  # type: ignore[var-annotated]
+        R, through="MRNull", related_name="m_through_null_set"
+    )
 
 
 class MR(LockVersionMixin):
