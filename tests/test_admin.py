@@ -134,7 +134,7 @@ def test_the_model_filter_lists_only_models_that_use_the_app(admin_client, recor
     response = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
     spec = next(s for s in response.context["cl"].filter_specs if getattr(s, "field_path", "") == "content_type")
     # tests.django_contract's models (Django's test models with the mixin) include a versioned "User".
-    labels = {str(label) for _pk, label in spec.lookup_choices if not str(label).startswith("django_contract")}
+    labels = {str(label) for _pk, label in spec.lookup_choices if "django_contract" not in str(label).lower()}
     assert "testapp | profile" in {label.lower() for label in labels}
     assert not any("user" in label.lower() or "session" in label.lower() for label in labels)
     assert not any("reduce run" in label.lower() for label in labels)
