@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "safeupdates.contrib.controls",
     "safeupdates.contrib.idempotent",
     "tests.testapp",
+    "tests.django_contract",
     "demo_project.toggles",
 ]
 

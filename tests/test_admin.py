@@ -133,7 +133,8 @@ def test_tasks_and_batch_items_show_their_key(admin_client):
 def test_the_model_filter_lists_only_models_that_use_the_app(admin_client, recorded):
     response = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
     spec = next(s for s in response.context["cl"].filter_specs if getattr(s, "field_path", "") == "content_type")
-    labels = {str(label) for _pk, label in spec.lookup_choices}
+    # tests.django_contract's models (Django's test models with the mixin) include a versioned "User".
+    labels = {str(label) for _pk, label in spec.lookup_choices if "django_contract" not in str(label).lower()}
     assert "testapp | profile" in {label.lower() for label in labels}
     assert not any("user" in label.lower() or "session" in label.lower() for label in labels)
     assert not any("reduce run" in label.lower() for label in labels)
