@@ -9,6 +9,7 @@ from typing import Any
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import FieldDoesNotExist
 
 from safeupdates import conf
 
@@ -80,7 +81,8 @@ def _check_reserved_names(model: type[Any]) -> list[CheckMessage]:
 @register(Tags.models)
 def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W001: a ``SafeUpdateModel`` without ``safe_update_fields``; E003: a name there is not updatable;
-    E006 / W003: a field named like a keyword argument of ``enqueue_update()`` or ``update_if_newer()``."""
+    E006 / W003: a field named like a keyword argument of ``enqueue_update()`` or ``update_if_newer()``;
+    E007: a composite primary key; E008: a field that replaces a version field of the mixin."""
     from safeupdates.models import SafeUpdateModel
     from safeupdates.validation import writable_field
 
@@ -90,6 +92,7 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
         for model in config.get_models():
             messages += _check_reserved_names(model)
             messages += _check_primary_key(model)
+            messages += _check_version_fields(model)
             if not issubclass(model, SafeUpdateModel):
                 continue
             names = getattr(model, "safe_update_fields", ())
@@ -132,6 +135,47 @@ def _check_primary_key(model: type[Any]) -> list[CheckMessage]:
             id="safeupdates.E007",
         )
     ]
+
+
+#: What ``LockVersionMixin`` keeps in each of its fields, for E008.
+_VERSION_FIELDS = {
+    "lock_version": "the row's version (a 64-bit integer from the version source)",
+    "field_versions": "the version of each field's last write (a JSON object)",
+}
+
+
+def _check_version_fields(model: type[Any]) -> list[CheckMessage]:
+    """E008: a ``LockVersionMixin`` model declares its own ``lock_version`` or ``field_versions`` of
+    another type (Django lets a model replace a field of an abstract base); a subclass of the mixin's
+    field type is fine. Reported on the model that declares the field, not on its subclasses."""
+    from safeupdates.models import LockVersionMixin
+
+    if not issubclass(model, LockVersionMixin) or model._meta.proxy:
+        return []
+    messages: list[CheckMessage] = []
+    for name, holds in _VERSION_FIELDS.items():
+        expected = type(LockVersionMixin._meta.get_field(name))
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:  # `lock_version = None` removes an abstract base's field
+            if name not in vars(model):
+                continue
+            kind = "None"
+        else:
+            if isinstance(field, expected) or field.model is not model:
+                continue
+            kind = type(field).__name__
+        messages.append(
+            Error(
+                f"{model._meta.label}.{name} ({kind}) replaces the {expected.__name__} of "
+                f"LockVersionMixin: safeupdates keeps {holds} there, and its writes fail on another type.",
+                hint=f"Remove {name} from {model._meta.label} and let LockVersionMixin add it (makemigrations "
+                "then alters the column); a field of your own needs another name.",
+                obj=model,
+                id="safeupdates.E008",
+            )
+        )
+    return messages
 
 
 @register(Tags.database)

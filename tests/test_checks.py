@@ -256,3 +256,56 @@ def test_w004_a_pooled_database_without_an_explicit_prepared_statements_setting(
         )
     ]
     assert check_pooler() == (expected if warned else [])
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "kind", "expected"),
+    [
+        ("lock_version", models.CharField(max_length=20, default="0"), "CharField", "BigIntegerField"),
+        ("lock_version", models.IntegerField(default=0), "IntegerField", "BigIntegerField"),
+        ("field_versions", models.CharField(max_length=200, default="{}"), "CharField", "JSONField"),
+        ("field_versions", models.TextField(default="{}"), "TextField", "JSONField"),
+        ("field_versions", None, "None", "JSONField"),  # Django's way to remove a field of an abstract base
+    ],
+)
+def test_e008_a_model_field_replaces_a_version_field_of_the_mixin(name, field, kind, expected):
+    """A django-concurrency or Rails habit: the model declares its own ``lock_version``. Django lets it
+    replace the mixin's, and the guarded write would fail later with ``operator does not exist``."""
+    from safeupdates.models import LockVersionMixin
+
+    holds = {
+        "lock_version": "the row's version (a 64-bit integer from the version source)",
+        "field_versions": "the version of each field's last write (a JSON object)",
+    }[name]
+    with isolate_apps("tests.testapp") as apps:
+        attrs = {"__module__": __name__, name: field, "Meta": type("Meta", (), {"app_label": "testapp"})}
+        Legacy = type("Legacy", (LockVersionMixin,), attrs)
+        Child = type("Child", (Legacy,), {"__module__": __name__, "Meta": type("Meta", (), {"app_label": "testapp"})})
+        messages = check_models(app_configs=[apps.get_app_config("testapp")])
+    if field is not None:
+        assert Child._meta.get_field(name).model is Legacy  # reported once, on the model that declares it
+    assert messages == [
+        Error(
+            f"testapp.Legacy.{name} ({kind}) replaces the {expected} of LockVersionMixin: safeupdates keeps "
+            f"{holds} there, and its writes fail on another type.",
+            hint=f"Remove {name} from testapp.Legacy and let LockVersionMixin add it (makemigrations then alters "
+            "the column); a field of your own needs another name.",
+            obj=Legacy,
+            id="safeupdates.E008",
+        )
+    ]
+
+
+def test_e008_a_subclass_of_the_mixins_field_type_is_accepted():
+    from safeupdates.models import LockVersionMixin
+
+    with isolate_apps("tests.testapp") as apps:
+
+        class Wider(LockVersionMixin):
+            lock_version = models.PositiveBigIntegerField(default=0, editable=False)
+            field_versions = models.JSONField(default=dict, editable=False, blank=True)
+
+            class Meta:
+                app_label = "testapp"
+
+        assert check_models(app_configs=[apps.get_app_config("testapp")]) == []
