@@ -219,6 +219,45 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     ]
 
 
+_SQLITE = "django.db.backends.sqlite3"
+_QUICK_START_SQLITE = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
+
+
+@register(Tags.database)
+def check_sqlite(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W006: a SQLite database without ``transaction_mode`` IMMEDIATE (or EXCLUSIVE). SQLite's default
+    deferred transactions take the write lock at the first write, and a second writer then fails at once
+    with "database is locked" instead of waiting for ``timeout``. Read from settings, no connection."""
+    return [
+        Warning(
+            f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE': a worker that "
+            "writes while another process writes fails with 'database is locked'.",
+            hint=f'Add "OPTIONS": {_QUICK_START_SQLITE} to it, as in the quick start: a transaction then takes '
+            "SQLite's write lock when it begins, and waits up to 20 s for it.",
+            id="safeupdates.W006",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("ENGINE") == _SQLITE
+        and str((config.get("OPTIONS") or {}).get("transaction_mode", "")).upper() not in {"IMMEDIATE", "EXCLUSIVE"}
+    ]
+
+
+@register(Tags.database, deploy=True)
+def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W005 (``check --deploy``): the default database is SQLite, which is for development."""
+    if settings.DATABASES.get("default", {}).get("ENGINE") != _SQLITE:
+        return []
+    return [
+        Warning(
+            "The default database is SQLite, which safeupdates supports for development only: it has no row "
+            "locks, and every write locks the whole database.",
+            hint='Use PostgreSQL in production (pip install "django-safeupdates[postgres]"). For development, '
+            f"keep SQLite's OPTIONS {_QUICK_START_SQLITE} (the quick start's).",
+            id="safeupdates.W005",
+        )
+    ]
+
+
 def _whole(minimum: int) -> Callable[[Any], bool]:
     """A whole number ``>= minimum`` (not a bool, not a float, not a numeric string)."""
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum

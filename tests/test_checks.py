@@ -375,3 +375,57 @@ def test_e008_a_subclass_of_the_mixins_field_type_is_accepted():
                 app_label = "testapp"
 
         assert check_models(app_configs=[apps.get_app_config("testapp")]) == []
+
+
+SQLITE = "django.db.backends.sqlite3"
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ({}, True),
+        ({"transaction_mode": "DEFERRED"}, True),
+        ({"timeout": 20}, True),
+        ({"transaction_mode": "IMMEDIATE", "timeout": 20}, False),
+        ({"transaction_mode": "immediate"}, False),
+        ({"transaction_mode": "EXCLUSIVE"}, False),  # takes the write lock at BEGIN too
+    ],
+)
+def test_w006_a_sqlite_database_without_immediate_transactions(settings, options, warned):
+    from safeupdates.checks import check_sqlite
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3", "OPTIONS": options},
+        "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"},
+    }
+    expected = [
+        Warning(
+            "Database 'default' is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE': a worker that writes "
+            "while another process writes fails with 'database is locked'.",
+            hint='Add "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} to it, as in the quick start: a '
+            "transaction then takes SQLite's write lock when it begins, and waits up to 20 s for it.",
+            id="safeupdates.W006",
+        )
+    ]
+    assert check_sqlite() == (expected if warned else [])
+
+
+def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
+    from django.core.checks import run_checks
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3", "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+    }
+    deploy = [m for m in run_checks(include_deployment_checks=True) if m.id.startswith("safeupdates.")]
+    assert deploy == [
+        Warning(
+            "The default database is SQLite, which safeupdates supports for development only: it has no row "
+            "locks, and every write locks the whole database.",
+            hint='Use PostgreSQL in production (pip install "django-safeupdates[postgres]"). For development, '
+            'keep SQLite\'s OPTIONS {"transaction_mode": "IMMEDIATE", "timeout": 20} (the quick start\'s).',
+            id="safeupdates.W005",
+        )
+    ]
+    assert [m for m in run_checks() if m.id.startswith("safeupdates.")] == []  # development: no W005
+    settings.DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}}
+    assert [m for m in run_checks(include_deployment_checks=True) if m.id.startswith("safeupdates.")] == []
