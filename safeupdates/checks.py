@@ -251,8 +251,8 @@ def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs
         Warning(
             "The default database is SQLite, which safeupdates supports for development only: it has no row "
             "locks, and every write locks the whole database.",
-            hint='Use PostgreSQL in production (pip install "django-safeupdates[postgres]"). For development, '
-            f"keep SQLite's OPTIONS {_QUICK_START_SQLITE} (the quick start's).",
+            hint="Use PostgreSQL in production (the extra [postgres] installs psycopg 3). For development, keep "
+            f"SQLite's OPTIONS {_QUICK_START_SQLITE} (the quick start's).",
             id="safeupdates.W005",
         )
     ]

@@ -421,8 +421,8 @@ def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
         Warning(
             "The default database is SQLite, which safeupdates supports for development only: it has no row "
             "locks, and every write locks the whole database.",
-            hint='Use PostgreSQL in production (pip install "django-safeupdates[postgres]"). For development, '
-            'keep SQLite\'s OPTIONS {"transaction_mode": "IMMEDIATE", "timeout": 20} (the quick start\'s).',
+            hint="Use PostgreSQL in production (the extra [postgres] installs psycopg 3). For development, keep "
+            'SQLite\'s OPTIONS {"transaction_mode": "IMMEDIATE", "timeout": 20} (the quick start\'s).',
             id="safeupdates.W005",
         )
     ]
