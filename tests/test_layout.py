@@ -47,13 +47,19 @@ def imports(tree: ast.Module, name: str, known: set[str]) -> set[str]:
             if isinstance(child, ast.Import):
                 found.update(alias.name for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
-                package = name if tree is not None and _is_package(name) else name.rpartition(".")[0]
-                base = child.module or ""
-                if child.level:
-                    base = ".".join([*package.split(".")[: len(package.split(".")) - child.level + 1], base]).strip(".")
+                base = from_module(child, name)
                 found.add(base)
                 found.update(f"{base}.{alias.name}" for alias in child.names)
     return {module for module in found if module in known and module != name}
+
+
+def from_module(node: ast.ImportFrom, name: str) -> str:
+    """The absolute name of the module that ``from ... import`` in module ``name`` imports from."""
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    return ".".join([*parts[: len(parts) - node.level + 1], node.module or ""]).strip(".")
 
 
 def _is_package(name: str) -> bool:
@@ -142,16 +148,12 @@ def contrib_references(tree: ast.Module, name: str) -> list[str]:
     """What in ``tree`` (module ``name``) reaches ``safeupdates.contrib``: imports at any depth (in
     functions, under ``if TYPE_CHECKING:``, relative ones), and strings naming a contrib module (what
     ``importlib.import_module`` or ``import_string`` would load). Docstrings are left out."""
-    package = name if _is_package(name) else name.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names if CONTRIB.match(alias.name)]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join([*parts[: len(parts) - node.level + 1], base]).strip(".")
+            base = from_module(node, name)
             found += [f"{base}.{alias.name}" for alias in node.names if CONTRIB.match(f"{base}.{alias.name}")]
     found += [text for _, text in string_literals(tree) if CONTRIB.search(text)]
     return [f"{name}: {reference}" for reference in found]

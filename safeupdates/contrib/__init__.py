@@ -31,8 +31,8 @@ JOB_TOOL_APPS = {
 }
 
 
-def _what_to_do(app: str) -> str:
-    return "and run migrate" if JOB_TOOL_APPS[app].migrate else ""
+def _and_migrate(app: str) -> str:
+    return " and run migrate" if JOB_TOOL_APPS[app].migrate else ""
 
 
 def require_app(app: str) -> None:
@@ -42,8 +42,9 @@ def require_app(app: str) -> None:
     the system check that :func:`guard_app` registers reports it (``safeupdates.E009``).
     """
     if apps.apps_ready and not apps.is_installed(app):
-        todo = " ".join(filter(None, ["add it to INSTALLED_APPS", _what_to_do(app)]))
-        raise ImproperlyConfigured(f"{JOB_TOOL_APPS[app].tool} needs the app {app!r}: {todo}.")
+        raise ImproperlyConfigured(
+            f"{JOB_TOOL_APPS[app].tool} needs the app {app!r}: add it to INSTALLED_APPS{_and_migrate(app)}."
+        )
 
 
 def guard_app(app: str) -> None:
@@ -58,7 +59,7 @@ def guard_app(app: str) -> None:
         return [
             Error(
                 f"{JOB_TOOL_APPS[app].tool} is imported, but its app {app!r} is not in INSTALLED_APPS.",
-                hint=" ".join(filter(None, [f"Add {app!r} to INSTALLED_APPS", _what_to_do(app)])) + ".",
+                hint=f"Add {app!r} to INSTALLED_APPS{_and_migrate(app)}.",
                 id="safeupdates.E009",
             )
         ]
