@@ -180,7 +180,7 @@ def _check_version_fields(model: type[Any]) -> list[CheckMessage]:
     return messages
 
 
-@register(Tags.database)
+@register(Tags.compatibility)
 def check_pooler(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W004: a PostgreSQL database that looks pooled while ``SAFEUPDATES_PREPARED_STATEMENTS`` is unset.
 
@@ -223,7 +223,7 @@ _SQLITE = "django.db.backends.sqlite3"
 _QUICK_START_SQLITE = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
 
 
-@register(Tags.database)
+@register(Tags.compatibility)
 def check_sqlite(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W006: a SQLite database without ``transaction_mode`` IMMEDIATE (or EXCLUSIVE). SQLite's default
     deferred transactions take the write lock at the first write, and a second writer then fails at once
@@ -242,7 +242,7 @@ def check_sqlite(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     ]
 
 
-@register(Tags.database, deploy=True)
+@register(Tags.compatibility, deploy=True)
 def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W005 (``check --deploy``): the default database is SQLite, which is for development."""
     if settings.DATABASES.get("default", {}).get("ENGINE") != _SQLITE:

@@ -410,6 +410,7 @@ def test_w006_a_sqlite_database_without_immediate_transactions(settings, options
     assert check_sqlite() == (expected if warned else [])
 
 
+@pytest.mark.django_db  # run_checks() runs every check, some of Django's ask the database for its version
 def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
     from django.core.checks import run_checks
 
@@ -429,3 +430,19 @@ def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
     assert [m for m in run_checks() if m.id.startswith("safeupdates.")] == []  # development: no W005
     settings.DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}}
     assert [m for m in run_checks(include_deployment_checks=True) if m.id.startswith("safeupdates.")] == []
+
+
+@pytest.mark.django_db
+def test_the_database_settings_checks_run_in_a_plain_check(settings):
+    """W004 and W006 read settings only, so they must not be tagged ``database``: Django 6.1 runs such
+    checks only with ``check --database``."""
+    from django.core.checks import run_checks
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3"},
+        "pooled": {"ENGINE": "django.db.backends.postgresql", "NAME": "x", "DISABLE_SERVER_SIDE_CURSORS": True},
+    }
+    assert sorted(m.id for m in run_checks() if m.id.startswith("safeupdates.")) == [
+        "safeupdates.W004",
+        "safeupdates.W006",
+    ]
