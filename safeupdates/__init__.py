@@ -6,13 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "aenqueue_update", "enqueue", "enqueue_update", "fan_out", "idempotent", "replay"]
+__all__ = ["__version__", "aenqueue_update", "enqueue_update", "replay"]
 
 if TYPE_CHECKING:
     from safeupdates.audit import replay
-    from safeupdates.contrib.batches.jobs import fan_out
-    from safeupdates.contrib.controls.jobs import enqueue
-    from safeupdates.contrib.idempotent.decorators import idempotent
     from safeupdates.jobs import aenqueue_update, enqueue_update
 
 # Public name -> module that defines it. Imported lazily, so that importing the package does not import
@@ -20,9 +17,6 @@ if TYPE_CHECKING:
 _LAZY = {
     "enqueue_update": "safeupdates.jobs",
     "aenqueue_update": "safeupdates.jobs",
-    "enqueue": "safeupdates.contrib.controls.jobs",
-    "idempotent": "safeupdates.contrib.idempotent.decorators",
-    "fan_out": "safeupdates.contrib.batches.jobs",
     "replay": "safeupdates.audit",
 }
 
@@ -32,4 +26,7 @@ def __getattr__(name: str) -> Any:
         from importlib import import_module
 
         return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'safeupdates' has no attribute {name!r}")
+    # The job tools (fan_out, enqueue, idempotent) moved to safeupdates.contrib: deprecated names here.
+    from safeupdates.deprecation import moved
+
+    return moved(__name__, name)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from datetime import timedelta
+from typing import Any, NamedTuple
 
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import FieldDoesNotExist
 
 from safeupdates import conf
 
@@ -80,7 +83,8 @@ def _check_reserved_names(model: type[Any]) -> list[CheckMessage]:
 @register(Tags.models)
 def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W001: a ``SafeUpdateModel`` without ``safe_update_fields``; E003: a name there is not updatable;
-    E006 / W003: a field named like a keyword argument of ``enqueue_update()`` or ``update_if_newer()``."""
+    E006 / W003: a field named like a keyword argument of ``enqueue_update()`` or ``update_if_newer()``;
+    E007: a composite primary key; E008: a field that replaces a version field of the mixin."""
     from safeupdates.models import SafeUpdateModel
     from safeupdates.validation import writable_field
 
@@ -90,6 +94,7 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
         for model in config.get_models():
             messages += _check_reserved_names(model)
             messages += _check_primary_key(model)
+            messages += _check_version_fields(model)
             if not issubclass(model, SafeUpdateModel):
                 continue
             names = getattr(model, "safe_update_fields", ())
@@ -134,7 +139,48 @@ def _check_primary_key(model: type[Any]) -> list[CheckMessage]:
     ]
 
 
-@register(Tags.database)
+#: What ``LockVersionMixin`` keeps in each of its fields, for E008.
+_VERSION_FIELDS = {
+    "lock_version": "the row's version (a 64-bit integer from the version source)",
+    "field_versions": "the version of each field's last write (a JSON object)",
+}
+
+
+def _check_version_fields(model: type[Any]) -> list[CheckMessage]:
+    """E008: a ``LockVersionMixin`` model declares its own ``lock_version`` or ``field_versions`` of
+    another type (Django lets a model replace a field of an abstract base); a subclass of the mixin's
+    field type is fine. Reported on the model that declares the field, not on its subclasses."""
+    from safeupdates.models import LockVersionMixin
+
+    if not issubclass(model, LockVersionMixin) or model._meta.proxy:
+        return []
+    messages: list[CheckMessage] = []
+    for name, holds in _VERSION_FIELDS.items():
+        expected = type(LockVersionMixin._meta.get_field(name))
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:  # `lock_version = None` removes an abstract base's field
+            if name not in vars(model):
+                continue
+            kind = "None"
+        else:
+            if isinstance(field, expected) or field.model is not model:
+                continue
+            kind = type(field).__name__
+        messages.append(
+            Error(
+                f"{model._meta.label}.{name} ({kind}) replaces the {expected.__name__} of "
+                f"LockVersionMixin: safeupdates keeps {holds} there, and its writes fail on another type.",
+                hint=f"Remove {name} from {model._meta.label} and let LockVersionMixin add it (makemigrations "
+                "then alters the column); a field of your own needs another name.",
+                obj=model,
+                id="safeupdates.E008",
+            )
+        )
+    return messages
+
+
+@register(Tags.compatibility)
 def check_pooler(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W004: a PostgreSQL database that looks pooled while ``SAFEUPDATES_PREPARED_STATEMENTS`` is unset.
 
@@ -173,42 +219,140 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     ]
 
 
-def _read_retry() -> Any:
+_SQLITE = "django.db.backends.sqlite3"
+_QUICK_START_SQLITE = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
+
+
+@register(Tags.compatibility)
+def check_sqlite(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W006: a SQLite database without ``transaction_mode`` IMMEDIATE (or EXCLUSIVE). SQLite's default
+    deferred transactions take the write lock at the first write, and a second writer then fails at once
+    with "database is locked" instead of waiting for ``timeout``. Read from settings, no connection."""
+    return [
+        Warning(
+            f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE': a worker that "
+            "writes while another process writes fails with 'database is locked'.",
+            hint=f'Add "OPTIONS": {_QUICK_START_SQLITE} to it, as in the quick start: a transaction then takes '
+            "SQLite's write lock when it begins, and waits up to 20 s for it.",
+            id="safeupdates.W006",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("ENGINE") == _SQLITE
+        and str((config.get("OPTIONS") or {}).get("transaction_mode", "")).upper() not in {"IMMEDIATE", "EXCLUSIVE"}
+    ]
+
+
+@register(Tags.compatibility, deploy=True)
+def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W005 (``check --deploy``): the default database is SQLite, which is for development."""
+    if settings.DATABASES.get("default", {}).get("ENGINE") != _SQLITE:
+        return []
+    return [
+        Warning(
+            "The default database is SQLite, which safeupdates supports for development only: it has no row "
+            "locks, and every write locks the whole database.",
+            hint="Use PostgreSQL in production (the extra [postgres] installs psycopg 3). For development, keep "
+            f"SQLite's OPTIONS {_QUICK_START_SQLITE} (the quick start's).",
+            id="safeupdates.W005",
+        )
+    ]
+
+
+def _whole(minimum: int) -> Callable[[Any], bool]:
+    """A whole number ``>= minimum`` (not a bool, not a float, not a numeric string)."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _seconds(value: Any) -> bool:
+    """A finite number of seconds ``>= 0``, or a ``timedelta`` of 0 or more."""
+    if isinstance(value, timedelta):
+        return value >= timedelta(0)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _retry(value: Any) -> bool:
+    """Keyword arguments that ``rq.Retry`` takes (``{"max": 0}``: no retries, no ``Retry``)."""
     from rq import Retry
 
-    options = conf.retry()
-    return Retry(**options) if options.get("max") else None
+    if not isinstance(value, dict) or not _whole(0)(value.get("max")):
+        return False
+    try:
+        Retry(**{**value, "max": max(value["max"], 1)})  # max 0 (no retries) validates the rest alike
+    except Exception:  # RQ's own validation, whose messages speak of its internals
+        return False
+    return True
+
+
+class _Setting(NamedTuple):
+    meaning: str  # what the setting sets
+    valid: str  # what a valid value looks like, with the default
+    accepts: Callable[[Any], bool]
+
+
+#: Every setting that E005 checks. The messages say what the setting means and what a valid value looks
+#: like: the docs are not in the wheel, and the reader's own exception speaks of Python's internals.
+_SETTINGS = {
+    "SAFEUPDATES_MAX_CLOCK_SKEW": _Setting(
+        "how far in the future the client timestamp of update_if_newer(synced_at=...) may lie",
+        f"a number of seconds (0 or more) or a timedelta; the default is {conf.DEFAULT_MAX_CLOCK_SKEW}",
+        _seconds,
+    ),
+    "SAFEUPDATES_JOB_TIMEOUT": _Setting(
+        "RQ's job_timeout of an apply job, and how long @idempotent waits for its lock outside a job",
+        f"a whole number of seconds, 0 or more; the default is {conf.DEFAULT_JOB_TIMEOUT}",
+        _whole(0),
+    ),
+    "SAFEUPDATES_RETRY": _Setting(
+        "how RQ retries an apply job after a transient database error: the keyword arguments of rq.Retry",
+        f"a dict such as {conf.DEFAULT_RETRY!r} (the default): max is how many retries (a whole number, 0 for "
+        "none), interval the seconds to wait before each (a whole number, or a list of them)",
+        _retry,
+    ),
+    "SAFEUPDATES_RELAY_AFTER": _Setting(
+        "how long a request may stay pending before safeupdates_relay delivers it again",
+        f"a whole number of seconds, 0 or more; the default is {conf.DEFAULT_RELAY_AFTER}",
+        _whole(0),
+    ),
+    "SAFEUPDATES_RETENTION": _Setting(
+        "how long safeupdates_purge keeps finished requests",
+        f"a whole number of days, 0 or more; the default is {conf.DEFAULT_RETENTION}",
+        _whole(0),
+    ),
+    "SAFEUPDATES_TASK_RETENTION": _Setting(
+        "how long safeupdates_purge keeps the rows of completed @idempotent tasks (a deleted row lets its "
+        "task run again)",
+        "None, to keep them forever (the default), or a whole number of days, 0 or more",
+        lambda value: value is None or _whole(0)(value),
+    ),
+    "SAFEUPDATES_REDUCE_ATTEMPTS": _Setting(
+        "how many failed runs of a batch's reduce make the batch reduce_failed",
+        f"a whole number, 1 or more (the first run counts); the default is {conf.DEFAULT_REDUCE_ATTEMPTS}",
+        _whole(1),
+    ),
+    "SAFEUPDATES_PREPARED_STATEMENTS": _Setting(
+        "whether guarded writes and checked saves run as prepared statements on PostgreSQL",
+        "True or False; the default is True",
+        lambda value: isinstance(value, bool),
+    ),
+}
 
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E005: a ``SAFEUPDATES_*`` setting has a value its reader cannot use."""
-    readers: dict[str, Callable[[], Any]] = {
-        "SAFEUPDATES_MAX_CLOCK_SKEW": conf.max_clock_skew,
-        "SAFEUPDATES_JOB_TIMEOUT": conf.job_timeout,
-        "SAFEUPDATES_RELAY_AFTER": conf.relay_after,
-        "SAFEUPDATES_RETENTION": conf.retention,
-        "SAFEUPDATES_TASK_RETENTION": conf.task_retention,
-        "SAFEUPDATES_REDUCE_ATTEMPTS": conf.reduce_attempts,
-        "SAFEUPDATES_RETRY": _read_retry,
-    }
+    """E005: a ``SAFEUPDATES_*`` setting has a value that is not valid (queues: E002 and W002)."""
     messages: list[CheckMessage] = []
-    for name, read in readers.items():
-        try:
-            value = read()
-        except Exception as exc:
+    for name, setting in _SETTINGS.items():
+        if not hasattr(settings, name):
+            continue  # the default
+        value = getattr(settings, name)
+        if not setting.accepts(value):
             messages.append(
                 Error(
-                    f"{name} is invalid: {exc}",
-                    hint="See the settings table in docs/deployment.md for the expected type.",
+                    f"{name} = {value!r} is not valid. It sets {setting.meaning}.",
+                    hint=f"Set it to {setting.valid}.",
                     id="safeupdates.E005",
                 )
             )
-            continue
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-            messages.append(Error(f"{name} must not be negative.", id="safeupdates.E005"))
-        elif name == "SAFEUPDATES_REDUCE_ATTEMPTS" and value < 1:
-            messages.append(Error(f"{name} must be at least 1 (the first run counts).", id="safeupdates.E005"))
     return messages
 
 

@@ -74,8 +74,8 @@ def reduce_attempts() -> int:
 def fast_queue() -> str:
     """Queue for short jobs (``SAFEUPDATES_FAST_QUEUE``, default ``SAFEUPDATES_QUEUE``).
 
-    :func:`safeupdates.enqueue` uses it when no ``queue=`` is given. Serve it with its own worker pool,
-    so that short jobs never wait behind long ones.
+    :func:`~safeupdates.contrib.controls.jobs.enqueue` uses it when no ``queue=`` is given. Serve it with
+    its own worker pool, so that short jobs never wait behind long ones.
     """
     return str(_get("FAST_QUEUE", queue_name()))
 

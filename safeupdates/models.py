@@ -148,9 +148,8 @@ class VersionCounter(models.Model):
 
 
 def __getattr__(name: str) -> Any:
-    # The batches of fan_out() moved to their app; imported on use, so that the core loads without it.
-    if name in ("Batch", "BatchStatus"):
-        from safeupdates.contrib.batches import models as batches
+    # Batch and BatchStatus moved to the app safeupdates.contrib.batches: deprecated names here,
+    # resolved on use, so that the core loads without that app.
+    from safeupdates.deprecation import moved
 
-        return getattr(batches, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved(__name__, name)

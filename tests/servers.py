@@ -160,11 +160,27 @@ class OwnRedisFailover:
             server.destroy()
 
 
+#: Where Debian and Ubuntu put PostgreSQL's server programs, which are not on PATH there.
+PG_BIN_DIRS = "/usr/lib/postgresql/*/bin"
+
+
+def find_initdb() -> str | None:
+    """PostgreSQL's ``initdb``: on PATH, else in :data:`PG_BIN_DIRS` (the newest version); None if neither."""
+    found = shutil.which("initdb")
+    if found:
+        return found
+    candidates = Path("/").glob(f"{PG_BIN_DIRS.lstrip('/')}/initdb")
+    newest = max(candidates, key=lambda path: int(path.parts[-3]) if path.parts[-3].isdigit() else 0, default=None)
+    return str(newest) if newest else None
+
+
 class OwnPostgres:
     """A PostgreSQL cluster of the test's own (``initdb`` in a temporary directory, a free port)."""
 
     def __init__(self) -> None:
-        self.initdb = shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb"
+        initdb = find_initdb()
+        assert initdb is not None, f"PostgreSQL's initdb is neither on PATH nor in {PG_BIN_DIRS}"
+        self.initdb = initdb
         self.pg_ctl = str(Path(self.initdb).with_name("pg_ctl"))
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="safeupdates-pg-"))

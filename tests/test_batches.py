@@ -11,8 +11,7 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from safeupdates import fan_out
-from safeupdates.contrib.batches.jobs import relay_batches, run_batch_item, run_batch_reduce
+from safeupdates.contrib.batches.jobs import fan_out, relay_batches, run_batch_item, run_batch_reduce
 from safeupdates.contrib.batches.models import Batch, BatchItem
 from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import RequestNotFound, relay_pending

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.checks import Error, Warning
 from django.db import models
@@ -93,29 +95,106 @@ def test_e004_unsupported_database():
         ]
 
 
-@override_settings(
-    SAFEUPDATES_RETRY={"max": 2, "interval": -1},
-    SAFEUPDATES_JOB_TIMEOUT="soon",
-    SAFEUPDATES_RELAY_AFTER=-5,
-    SAFEUPDATES_REDUCE_ATTEMPTS=None,
+#: One value of each setting that is not valid, and the message: what the setting sets, and what a valid
+#: value looks like (never Python's own text, never a page of the docs, which are not in the wheel).
+E005 = {
+    "SAFEUPDATES_RETRY": (
+        {"max": "3"},
+        "SAFEUPDATES_RETRY = {'max': '3'} is not valid. It sets how RQ retries an apply job after a transient "
+        "database error: the keyword arguments of rq.Retry.",
+        "Set it to a dict such as {'max': 3, 'interval': [1, 5, 15]} (the default): max is how many retries "
+        "(a whole number, 0 for none), interval the seconds to wait before each (a whole number, or a list of "
+        "them).",
+    ),
+    "SAFEUPDATES_MAX_CLOCK_SKEW": (
+        "5 minutes",
+        "SAFEUPDATES_MAX_CLOCK_SKEW = '5 minutes' is not valid. It sets how far in the future the client "
+        "timestamp of update_if_newer(synced_at=...) may lie.",
+        "Set it to a number of seconds (0 or more) or a timedelta; the default is 300.",
+    ),
+    "SAFEUPDATES_JOB_TIMEOUT": (
+        "soon",
+        "SAFEUPDATES_JOB_TIMEOUT = 'soon' is not valid. It sets RQ's job_timeout of an apply job, and how long "
+        "@idempotent waits for its lock outside a job.",
+        "Set it to a whole number of seconds, 0 or more; the default is 60.",
+    ),
+    "SAFEUPDATES_RELAY_AFTER": (
+        -5,
+        "SAFEUPDATES_RELAY_AFTER = -5 is not valid. It sets how long a request may stay pending before "
+        "safeupdates_relay delivers it again.",
+        "Set it to a whole number of seconds, 0 or more; the default is 30.",
+    ),
+    "SAFEUPDATES_RETENTION": (
+        float("nan"),
+        "SAFEUPDATES_RETENTION = nan is not valid. It sets how long safeupdates_purge keeps finished requests.",
+        "Set it to a whole number of days, 0 or more; the default is 30.",
+    ),
+    "SAFEUPDATES_TASK_RETENTION": (
+        "a year",
+        "SAFEUPDATES_TASK_RETENTION = 'a year' is not valid. It sets how long safeupdates_purge keeps the rows "
+        "of completed @idempotent tasks (a deleted row lets its task run again).",
+        "Set it to None, to keep them forever (the default), or a whole number of days, 0 or more.",
+    ),
+    "SAFEUPDATES_REDUCE_ATTEMPTS": (
+        0,
+        "SAFEUPDATES_REDUCE_ATTEMPTS = 0 is not valid. It sets how many failed runs of a batch's reduce make "
+        "the batch reduce_failed.",
+        "Set it to a whole number, 1 or more (the first run counts); the default is 5.",
+    ),
+    "SAFEUPDATES_PREPARED_STATEMENTS": (
+        "False",
+        "SAFEUPDATES_PREPARED_STATEMENTS = 'False' is not valid. It sets whether guarded writes and checked "
+        "saves run as prepared statements on PostgreSQL.",
+        "Set it to True or False; the default is True.",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(E005))
+def test_e005_says_what_the_setting_means_and_what_a_valid_value_looks_like(name):
+    value, message, hint = E005[name]
+    with override_settings(**{name: value}):
+        assert check_settings() == [Error(message, hint=hint, id="safeupdates.E005")]
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        ("SAFEUPDATES_RETRY", [{"max": 2, "interval": -1}, {"max": -1}, {"tries": 3}, {"interval": 5}, [3], 3, None]),
+        ("SAFEUPDATES_RETRY", [{"max": 0, "interval": "x"}, {"max": 2, "interval": 1.5}, {"max": True}]),
+        ("SAFEUPDATES_MAX_CLOCK_SKEW", [-1, float("inf"), float("nan"), True, None, timedelta(seconds=-1)]),
+        ("SAFEUPDATES_JOB_TIMEOUT", [-1, 1.5, "60", None, True]),
+        ("SAFEUPDATES_RELAY_AFTER", [0.5, "30", None]),
+        ("SAFEUPDATES_RETENTION", [-2, "soon", 1.5]),
+        ("SAFEUPDATES_TASK_RETENTION", [-1, float("nan"), "90"]),
+        ("SAFEUPDATES_REDUCE_ATTEMPTS", [None, -1, 2.0]),
+        ("SAFEUPDATES_PREPARED_STATEMENTS", [None, 0, 1, "True"]),
+    ],
 )
-def test_e005_invalid_settings():
-    messages = check_settings()
-    assert [m.id for m in messages] == ["safeupdates.E005"] * 4
-    assert messages[0].msg == "SAFEUPDATES_JOB_TIMEOUT is invalid: invalid literal for int() with base 10: 'soon'"
-    assert messages[1].msg == "SAFEUPDATES_RELAY_AFTER must not be negative."
-    assert messages[2].msg == (
-        "SAFEUPDATES_REDUCE_ATTEMPTS is invalid: int() argument must be a string, a bytes-like object "
-        "or a real number, not 'NoneType'"
-    )
-    assert messages[3].msg == "SAFEUPDATES_RETRY is invalid: interval: negative numbers are not allowed"
+def test_e005_refuses_what_the_setting_cannot_use(name, values):
+    hint = E005[name][2]
+    for value in values:
+        with override_settings(**{name: value}):
+            assert [(m.id, m.msg.split(" is not valid.")[0], m.hint) for m in check_settings()] == [
+                ("safeupdates.E005", f"{name} = {value!r}", hint)
+            ], value
 
 
-@override_settings(SAFEUPDATES_REDUCE_ATTEMPTS=0)
-def test_e005_reduce_attempts_below_one():
-    assert [m.msg for m in check_settings()] == [
-        "SAFEUPDATES_REDUCE_ATTEMPTS must be at least 1 (the first run counts)."
-    ]
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        ("SAFEUPDATES_RETRY", [{"max": 0}, {"max": 5}, {"max": 2, "interval": 3}, {"max": 3, "interval": [0, 1]}]),
+        ("SAFEUPDATES_MAX_CLOCK_SKEW", [0, 2.5, timedelta(minutes=5)]),
+        ("SAFEUPDATES_JOB_TIMEOUT", [0, 600]),
+        ("SAFEUPDATES_TASK_RETENTION", [None, 0, 365]),
+        ("SAFEUPDATES_REDUCE_ATTEMPTS", [1, 10]),
+        ("SAFEUPDATES_PREPARED_STATEMENTS", [True, False]),
+    ],
+)
+def test_e005_accepts_valid_values(name, values):
+    for value in values:
+        with override_settings(**{name: value}):
+            assert check_settings() == [], value
 
 
 def test_e006_and_w003_fields_named_like_keyword_arguments():
@@ -181,19 +260,6 @@ def test_e006_follows_the_signatures():
     }
 
 
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        (-1, "SAFEUPDATES_TASK_RETENTION must not be negative."),
-        ("a year", "SAFEUPDATES_TASK_RETENTION is invalid: invalid literal for int() with base 10: 'a year'"),
-        (float("nan"), "SAFEUPDATES_TASK_RETENTION is invalid: cannot convert float NaN to integer"),
-    ],
-)
-def test_e005_task_retention(value, message):
-    with override_settings(SAFEUPDATES_TASK_RETENTION=value):
-        assert [m.msg for m in check_settings()] == [message]
-
-
 def test_task_retention_default_keeps_tasks_forever():
     from safeupdates import conf
 
@@ -256,3 +322,127 @@ def test_w004_a_pooled_database_without_an_explicit_prepared_statements_setting(
         )
     ]
     assert check_pooler() == (expected if warned else [])
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "kind", "expected"),
+    [
+        ("lock_version", models.CharField(max_length=20, default="0"), "CharField", "BigIntegerField"),
+        ("lock_version", models.IntegerField(default=0), "IntegerField", "BigIntegerField"),
+        ("field_versions", models.CharField(max_length=200, default="{}"), "CharField", "JSONField"),
+        ("field_versions", models.TextField(default="{}"), "TextField", "JSONField"),
+        ("field_versions", None, "None", "JSONField"),  # Django's way to remove a field of an abstract base
+    ],
+)
+def test_e008_a_model_field_replaces_a_version_field_of_the_mixin(name, field, kind, expected):
+    """A django-concurrency or Rails habit: the model declares its own ``lock_version``. Django lets it
+    replace the mixin's, and the guarded write would fail later with ``operator does not exist``."""
+    from safeupdates.models import LockVersionMixin
+
+    holds = {
+        "lock_version": "the row's version (a 64-bit integer from the version source)",
+        "field_versions": "the version of each field's last write (a JSON object)",
+    }[name]
+    with isolate_apps("tests.testapp") as apps:
+        attrs = {"__module__": __name__, name: field, "Meta": type("Meta", (), {"app_label": "testapp"})}
+        Legacy = type("Legacy", (LockVersionMixin,), attrs)
+        Child = type("Child", (Legacy,), {"__module__": __name__, "Meta": type("Meta", (), {"app_label": "testapp"})})
+        messages = check_models(app_configs=[apps.get_app_config("testapp")])
+    if field is not None:
+        assert Child._meta.get_field(name).model is Legacy  # reported once, on the model that declares it
+    assert messages == [
+        Error(
+            f"testapp.Legacy.{name} ({kind}) replaces the {expected} of LockVersionMixin: safeupdates keeps "
+            f"{holds} there, and its writes fail on another type.",
+            hint=f"Remove {name} from testapp.Legacy and let LockVersionMixin add it (makemigrations then alters "
+            "the column); a field of your own needs another name.",
+            obj=Legacy,
+            id="safeupdates.E008",
+        )
+    ]
+
+
+def test_e008_a_subclass_of_the_mixins_field_type_is_accepted():
+    from safeupdates.models import LockVersionMixin
+
+    with isolate_apps("tests.testapp") as apps:
+
+        class Wider(LockVersionMixin):
+            lock_version = models.PositiveBigIntegerField(default=0, editable=False)
+            field_versions = models.JSONField(default=dict, editable=False, blank=True)
+
+            class Meta:
+                app_label = "testapp"
+
+        assert check_models(app_configs=[apps.get_app_config("testapp")]) == []
+
+
+SQLITE = "django.db.backends.sqlite3"
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ({}, True),
+        ({"transaction_mode": "DEFERRED"}, True),
+        ({"timeout": 20}, True),
+        ({"transaction_mode": "IMMEDIATE", "timeout": 20}, False),
+        ({"transaction_mode": "immediate"}, False),
+        ({"transaction_mode": "EXCLUSIVE"}, False),  # takes the write lock at BEGIN too
+    ],
+)
+def test_w006_a_sqlite_database_without_immediate_transactions(settings, options, warned):
+    from safeupdates.checks import check_sqlite
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3", "OPTIONS": options},
+        "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"},
+    }
+    expected = [
+        Warning(
+            "Database 'default' is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE': a worker that writes "
+            "while another process writes fails with 'database is locked'.",
+            hint='Add "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} to it, as in the quick start: a '
+            "transaction then takes SQLite's write lock when it begins, and waits up to 20 s for it.",
+            id="safeupdates.W006",
+        )
+    ]
+    assert check_sqlite() == (expected if warned else [])
+
+
+@pytest.mark.django_db  # run_checks() runs every check, some of Django's ask the database for its version
+def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
+    from django.core.checks import run_checks
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3", "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+    }
+    deploy = [m for m in run_checks(include_deployment_checks=True) if m.id.startswith("safeupdates.")]
+    assert deploy == [
+        Warning(
+            "The default database is SQLite, which safeupdates supports for development only: it has no row "
+            "locks, and every write locks the whole database.",
+            hint="Use PostgreSQL in production (the extra [postgres] installs psycopg 3). For development, keep "
+            'SQLite\'s OPTIONS {"transaction_mode": "IMMEDIATE", "timeout": 20} (the quick start\'s).',
+            id="safeupdates.W005",
+        )
+    ]
+    assert [m for m in run_checks() if m.id.startswith("safeupdates.")] == []  # development: no W005
+    settings.DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}}
+    assert [m for m in run_checks(include_deployment_checks=True) if m.id.startswith("safeupdates.")] == []
+
+
+@pytest.mark.django_db
+def test_the_database_settings_checks_run_in_a_plain_check(settings):
+    """W004 and W006 read settings only, so they must not be tagged ``database``: Django 6.1 runs such
+    checks only with ``check --database``."""
+    from django.core.checks import run_checks
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3"},
+        "pooled": {"ENGINE": "django.db.backends.postgresql", "NAME": "x", "DISABLE_SERVER_SIDE_CURSORS": True},
+    }
+    assert sorted(m.id for m in run_checks() if m.id.startswith("safeupdates.")) == [
+        "safeupdates.W004",
+        "safeupdates.W006",
+    ]

@@ -16,12 +16,13 @@ from rq import Retry, SimpleWorker, Worker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
-from safeupdates import conf, enqueue
+from safeupdates import conf
 from safeupdates.checks import check_queue_settings
 from safeupdates.contrib.controls.jobs import (
     REAP_GRACE,
     UNIQUE_TTL,
     InvalidControl,
+    enqueue,
     parse_throttle,
     reap_if_abandoned,
 )

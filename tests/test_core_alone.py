@@ -1,26 +1,10 @@
 """The core write path works without the optional job tools of ``safeupdates.contrib``: a project with
-only contenttypes, auth, django_rq and safeupdates (and its own model) migrates, writes and enqueues."""
+only contenttypes, auth, django_rq and safeupdates (and its own model) migrates, writes and enqueues,
+and no module of contrib is ever loaded."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from django.conf import settings
-
-from tests.workers import ROOT, subprocess_env
-
-SETTINGS = """
-import os
-
-SECRET_KEY = "core-alone"
-USE_TZ = True
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_rq", "safeupdates", "alone"]
-NAME = os.path.join(os.path.dirname(__file__), "db.sqlite3")
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": NAME}}
-RQ_QUEUES = {"default": {"URL": os.environ["REDIS_URL"]}}
-"""
+from tests.projects import CORE_APPS, Project
 
 MODELS = """
 from django.db import models
@@ -35,12 +19,20 @@ class Thing(SafeUpdateModel):
 """
 
 DRIVE = """
+import importlib
+import sys
+import warnings
+from pathlib import Path
+
 import django
 
 django.setup()
 import django_rq
 from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+
+import safeupdates
 
 assert not [app.name for app in apps.get_app_configs() if app.name.startswith("safeupdates.contrib")]
 call_command("makemigrations", "alone", verbosity=0)
@@ -60,21 +52,38 @@ assert Thing.objects.get(pk=thing.pk).name == "c"
 request.refresh_from_db()
 assert request.status == "applied", request.status
 assert relay_steps == []  # no batches: nothing registered
+
+# Every module of the core imports without loading contrib (the old import paths included).
+package = Path(safeupdates.__file__).parent
+core = [
+    ".".join(("safeupdates", *path.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
+    for path in sorted(package.rglob("*.py"))
+    if "contrib" not in path.relative_to(package).parts
+]
+for name in core:
+    importlib.import_module(name)
+assert "safeupdates.batches" in core and "safeupdates.management.commands.safeupdates_relay" in core
+loaded = sorted(name for name in sys.modules if name.startswith("safeupdates.contrib"))
+assert not loaded, loaded
+
+# An old name of a job tool leads to the tool's app, which is missing.
+warnings.simplefilter("ignore", DeprecationWarning)
+try:
+    safeupdates.fan_out
+except ImproperlyConfigured as exc:
+    message = str(exc)
+assert message == (
+    "fan_out() needs the app 'safeupdates.contrib.batches': add it to INSTALLED_APPS and run migrate."
+), message
 print("core alone: ok")
 """
 
 
 def test_the_core_works_without_the_contrib_apps(tmp_path, redis):
-    (tmp_path / "alone" / "migrations").mkdir(parents=True)
-    (tmp_path / "alone" / "__init__.py").write_text("")
-    (tmp_path / "alone" / "migrations" / "__init__.py").write_text("")
-    (tmp_path / "alone" / "models.py").write_text(MODELS)
-    (tmp_path / "alone_settings.py").write_text(SETTINGS)
+    # The admin too, so that safeupdates.admin imports as in most projects.
+    project = Project(tmp_path, ["django.contrib.admin", *CORE_APPS, "alone"])
+    project.app("alone", migrations=True, models=MODELS)
     (tmp_path / "drive.py").write_text(DRIVE)
-    env = subprocess_env(DJANGO_SETTINGS_MODULE="alone_settings", REDIS_URL=settings.REDIS_URL)
-    env["PYTHONPATH"] = f"{tmp_path}:{ROOT}"
-    done = subprocess.run(
-        [sys.executable, "drive.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = project.python("drive.py")
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert "core alone: ok" in done.stdout

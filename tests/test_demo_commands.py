@@ -67,7 +67,8 @@ def demo_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[st
         pytest.skip("the tests run on SQLite: no PostgreSQL server to create the demo database on")
     import psycopg
 
-    name = f"safeupdates_demo_test_{uuid.uuid4().hex[:8]}"
+    # Named after the test database (test_<the database of DATABASE_URL>), like every database the tests make.
+    name = f"{connection.settings_dict['NAME']}_demo_{uuid.uuid4().hex[:8]}"
     admin_url = _postgres_url("postgres")
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

@@ -19,9 +19,9 @@ from django.test import override_settings
 from rq import Worker
 from rq.job import JobStatus
 
-from safeupdates import enqueue, enqueue_update, idempotent
-from safeupdates.contrib.controls.jobs import InvalidControl
-from safeupdates.contrib.idempotent.decorators import SKIPPED, TASK_NAMESPACE, task_log_key
+from safeupdates import enqueue_update
+from safeupdates.contrib.controls.jobs import InvalidControl, enqueue
+from safeupdates.contrib.idempotent.decorators import SKIPPED, TASK_NAMESPACE, idempotent, task_log_key
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome

@@ -47,13 +47,19 @@ def imports(tree: ast.Module, name: str, known: set[str]) -> set[str]:
             if isinstance(child, ast.Import):
                 found.update(alias.name for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
-                package = name if tree is not None and _is_package(name) else name.rpartition(".")[0]
-                base = child.module or ""
-                if child.level:
-                    base = ".".join([*package.split(".")[: len(package.split(".")) - child.level + 1], base]).strip(".")
+                base = from_module(child, name)
                 found.add(base)
                 found.update(f"{base}.{alias.name}" for alias in child.names)
     return {module for module in found if module in known and module != name}
+
+
+def from_module(node: ast.ImportFrom, name: str) -> str:
+    """The absolute name of the module that ``from ... import`` in module ``name`` imports from."""
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    return ".".join([*parts[: len(parts) - node.level + 1], node.module or ""]).strip(".")
 
 
 def _is_package(name: str) -> bool:
@@ -114,25 +120,7 @@ def test_managers_import_nothing_back_from_the_models_that_use_them():
 
 def sql_literals(tree: ast.Module) -> list[tuple[int, str]]:
     """String literals (and the literal parts of f-strings) that read like SQL; docstrings left out."""
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            text = node.value
-        else:
-            continue
-        if SQL.search(text):
-            found.append((node.lineno, text))
-    return found
+    return [(line, text) for line, text in string_literals(tree) if SQL.search(text)]
 
 
 def test_the_sql_rule_finds_sql():
@@ -150,25 +138,70 @@ def test_no_sql_outside_the_statements_module():
     assert not offenders, "\n".join(offenders)
 
 
-def test_the_old_import_paths_of_the_job_tools_still_work():
-    """Jobs already queued name ``safeupdates.batches.run_batch_item`` ...: those paths must import."""
-    from rq.utils import import_attribute
+#: The one core module that may name modules of safeupdates.contrib: the deprecated old import paths,
+#: resolved by name on use (so importing the core loads nothing of contrib), removed in 0.3.0.
+CONTRIB_ALIASES = "safeupdates.deprecation"
+CONTRIB = re.compile(r"\bsafeupdates\.contrib\b")
 
-    import safeupdates
-    import safeupdates.models
-    from safeupdates.contrib.batches import jobs as batches
-    from safeupdates.contrib.batches import models
-    from safeupdates.contrib.controls import jobs as controls
-    from safeupdates.contrib.idempotent import decorators
 
-    for name in ("run_batch_item", "run_batch_reduce", "fan_out", "relay_batches"):
-        assert import_attribute(f"safeupdates.batches.{name}") is getattr(batches, name)
-    for name in ("controlled_call", "reap_if_abandoned", "enqueue"):
-        assert import_attribute(f"safeupdates.controls.{name}") is getattr(controls, name)
-    assert import_attribute("safeupdates.idempotency.idempotent") is decorators.idempotent
-    assert (safeupdates.fan_out, safeupdates.enqueue, safeupdates.idempotent) == (
-        batches.fan_out,
-        controls.enqueue,
-        decorators.idempotent,
-    )
-    assert (safeupdates.models.Batch, safeupdates.models.BatchStatus) == (models.Batch, models.BatchStatus)
+def contrib_references(tree: ast.Module, name: str) -> list[str]:
+    """What in ``tree`` (module ``name``) reaches ``safeupdates.contrib``: imports at any depth (in
+    functions, under ``if TYPE_CHECKING:``, relative ones), and strings naming a contrib module (what
+    ``importlib.import_module`` or ``import_string`` would load). Docstrings are left out."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if CONTRIB.match(alias.name)]
+        elif isinstance(node, ast.ImportFrom):
+            base = from_module(node, name)
+            found += [f"{base}.{alias.name}" for alias in node.names if CONTRIB.match(f"{base}.{alias.name}")]
+    found += [text for _, text in string_literals(tree) if CONTRIB.search(text)]
+    return [f"{name}: {reference}" for reference in found]
+
+
+def string_literals(tree: ast.Module) -> list[tuple[int, str]]:
+    """String literals (and the literal parts of f-strings) of ``tree``, docstrings left out."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            found.append((node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found.append((node.lineno, node.value))
+    return found
+
+
+def test_the_contrib_rule_finds_every_way_in():
+    sources = {
+        "def f():\n    from safeupdates.contrib.batches import jobs\n": ["safeupdates.contrib.batches.jobs"],
+        "if TYPE_CHECKING:\n    import safeupdates.contrib.controls.jobs\n": ["safeupdates.contrib.controls.jobs"],
+        "from .contrib import batches\n": ["safeupdates.contrib.batches"],
+        "from . import contrib\n": ["safeupdates.contrib"],
+        'import_module("safeupdates.contrib.idempotent.decorators")\n': ["safeupdates.contrib.idempotent.decorators"],
+        '"""Docstrings may name safeupdates.contrib."""\nimport safeupdates.jobs\n': [],
+    }
+    for source, expected in sources.items():
+        found = contrib_references(ast.parse(source), "safeupdates.models")
+        assert found == [f"safeupdates.models: {module}" for module in expected], source
+
+
+def test_the_core_never_imports_contrib():
+    """The core write path can be adopted without the job tools: nothing outside ``safeupdates/contrib/``
+    imports them (tests/test_core_alone.py checks the same at run time, in a project without them)."""
+    core = {name: tree for name, tree in modules().items() if not CONTRIB.match(name)}
+    assert "safeupdates.jobs" in core
+    assert CONTRIB_ALIASES in core and contrib_references(core[CONTRIB_ALIASES], CONTRIB_ALIASES)
+    offenders = [
+        reference
+        for name, tree in core.items()
+        if name != CONTRIB_ALIASES
+        for reference in contrib_references(tree, name)
+    ]
+    assert not offenders, "\n".join(offenders)

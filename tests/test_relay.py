@@ -22,7 +22,8 @@ from rq import Worker
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
-from safeupdates import enqueue_update, fan_out, jobs, queues
+from safeupdates import enqueue_update, jobs, queues
+from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import ProcessedRequest

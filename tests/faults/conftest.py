@@ -11,6 +11,7 @@ import pytest
 from django.db import connections
 
 from tests.faults.harness import Site
+from tests.servers import PG_BIN_DIRS, find_initdb
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -20,11 +21,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _missing_binaries() -> str | None:
-    initdb = shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb"  # where OwnPostgres looks
-    if not Path(initdb).exists():
-        return f"PostgreSQL's initdb not found (looked for {initdb})"
+    """Why the scenarios cannot start their own servers, and how to run them; None if they can."""
+    if find_initdb() is None:
+        return (
+            f"PostgreSQL's initdb is neither on PATH nor in {PG_BIN_DIRS}: install the PostgreSQL server "
+            "(Debian: apt-get install postgresql), then run them with `pytest -m faults`"
+        )
     if shutil.which("redis-server") is None:
-        return "redis-server not found"
+        return (
+            "redis-server is not on PATH: install Redis (Debian: apt-get install redis-server), then run them "
+            "with `pytest -m faults`"
+        )
     return None
 
 

@@ -25,6 +25,7 @@ from rq import Retry, get_current_job
 from rq.job import Job
 
 from safeupdates import conf, db
+from safeupdates.contrib import require_app
 from safeupdates.contrib.batches.models import Batch, BatchItem, BatchStatus
 from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
@@ -52,6 +53,7 @@ def fan_out(
     and their jobs are written in the caller's transaction and enqueued when it commits. Items must be
     JSON-serialisable. Returns the :class:`~safeupdates.contrib.batches.models.Batch` (``batch.batch_id``).
     """
+    require_app("safeupdates.contrib.batches")
     item_path = dotted_path(item_func)
     then_path = "" if then is None else dotted_path(then)
     queue_name = queue or conf.queue_name()

@@ -49,6 +49,10 @@ class Batch(models.Model):
     reduce_failed_at = models.DateTimeField(_("last reduce failure"), null=True, blank=True)
 
     class Meta:
+        # Explicit: imported without its app installed, the model would otherwise take the label of
+        # the app that contains its module, "safeupdates", and makemigrations would offer to write it
+        # into the library's own migrations. Under this label, a registry without the app ignores it.
+        app_label = "safeupdates_batches"
         verbose_name = _("batch")
         verbose_name_plural = _("batches")
         indexes = [models.Index(fields=["status", "created_at"], name="safeupdates_batch_status")]
@@ -71,6 +75,7 @@ class BatchItem(models.Model):
     request_id = models.UUIDField(_("request id"), unique=True, editable=False)
 
     class Meta:
+        app_label = "safeupdates_batches"  # explicit, as Batch's
         verbose_name = _("batch item")
         verbose_name_plural = _("batch items")
         constraints = [models.UniqueConstraint(fields=["batch", "index"], name="safeupdates_batch_item_index")]

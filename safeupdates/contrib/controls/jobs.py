@@ -42,6 +42,7 @@ from rq.registry import StartedJobRegistry
 from rq.utils import as_text, import_attribute
 
 from safeupdates import conf
+from safeupdates.contrib import require_app
 from safeupdates.exceptions import InvalidControl
 from safeupdates.queues import dotted_path, get_queue
 
@@ -113,6 +114,7 @@ def enqueue(
     ``unique_key`` cannot be combined with ``serial_key`` (RQ keeps no unique rate-limited jobs), nor
     ``serial_key`` with ``throttle`` (a deferred job would give up its place in the line).
     """
+    require_app("safeupdates.contrib.controls")
     path = dotted_path(func)
     queue_name = _clean_queue(queue)
     timeout = _clean_timeout(job_timeout)

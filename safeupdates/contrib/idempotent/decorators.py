@@ -26,6 +26,7 @@ from django.db.models.functions import Now
 from rq import get_current_job
 
 from safeupdates import conf
+from safeupdates.contrib import require_app
 from safeupdates.db import is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import Outcome
@@ -96,6 +97,7 @@ def idempotent(
         raise InvalidControl(f"timeout must be a positive number of seconds (int), not {timeout!r}.")
 
     def decorate(func: Callable[P, R]) -> Callable[P, R | Outcome]:
+        require_app("safeupdates.contrib.idempotent")
         signature = inspect.signature(func)
 
         def key_for(*args: Any, **kwargs: Any) -> str:
@@ -119,6 +121,7 @@ def idempotent(
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | Outcome:
+            require_app("safeupdates.contrib.idempotent")  # decorated before the registry could tell
             task_key = key_for(*args, **kwargs)
             return _run_once(func, task_key, args, kwargs, using=using, timeout=timeout)
 

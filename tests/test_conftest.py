@@ -1,0 +1,60 @@
+"""What the test suite promises about itself: tests that cannot run here for want of a program say so in
+the summary of every run, with how to run them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import skipped_groups
+from tests.workers import ROOT
+
+
+def report(marker: str, reason: str, name: str = "test_x") -> pytest.TestReport:
+    return pytest.TestReport(
+        f"tests/{marker}/test_x.py::{name}",
+        ("tests/x.py", 1, name),
+        {marker: 1, name: 1},
+        "skipped",
+        ("tests/x.py", 1, f"Skipped: {reason}"),
+        "setup",
+    )
+
+
+def test_skips_for_want_of_a_program_are_counted_per_reason():
+    missing = "redis-server is not on PATH: install Redis, then run them with `pytest -m faults`"
+    reports = [report("faults", missing, f"test_{n}") for n in range(3)]
+    reports += [report("browser", "Chromium is not installed at /x"), report("other", "needs PostgreSQL")]
+    assert skipped_groups(reports) == [
+        f"3 fault scenarios skipped: {missing}",
+        "1 browser tests skipped: Chromium is not installed at /x",
+    ]
+
+
+def test_browser_tests_skipped_for_want_of_chromium_say_so_in_the_summary(tmp_path):
+    chromium = tmp_path / "no-chromium"
+    env = {
+        **os.environ,
+        "CHROMIUM": str(chromium),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "SQLITE_TEST_NAME": str(tmp_path / "test.sqlite3"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "tests/browser/test_toggle_page.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    skipped = re.search(r"(\d+) skipped", done.stdout)
+    assert skipped and int(skipped[1]) > 0, done.stdout
+    assert [line for line in done.stdout.splitlines() if line.startswith("safeupdates: ")] == [
+        f"safeupdates: {skipped[1]} browser tests skipped: Chromium is not installed at {chromium}: "
+        "`apt-get install -y chromium`, or set CHROMIUM."
+    ]
