@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -27,7 +29,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import select_template
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
@@ -438,12 +440,30 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 class SafeUpdateModelsFilter(admin.RelatedFieldListFilter):
-    """The "By model" filter of the request log: only the models that use safeupdates."""
+    """The "By model" filter of the request log: only the models that use safeupdates, and the requests
+    of no record (tasks, batch items) under a name of their own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.empty_value_display = conditional_escape(_("No record (tasks, batch items)"))
 
     def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         models_ = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
         types = ContentType.objects.get_for_models(*models_).values() if models_ else []
         return sorted(((str(ct.pk), str(ct)) for ct in types), key=lambda choice: choice[1])
+
+
+#: A request id, or the start of one: 8 to 32 hex digits, with or without the hyphens of a UUID.
+_REQUEST_ID_PREFIX = re.compile(r"[0-9a-f]{8}(?:-?[0-9a-f]){0,24}", re.IGNORECASE)
+
+
+def _request_id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The request ids that start with ``term`` (from ``...000`` to ``...fff``), if it is the start of one."""
+    term = term.strip()
+    if not _REQUEST_ID_PREFIX.fullmatch(term):
+        return None
+    digits = term.replace("-", "").lower()
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
 def _short(changes: Any, limit: int = 60) -> str:
@@ -472,7 +492,9 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         "processed_at",
     ]
     list_filter = ["status", "kind", ("content_type", SafeUpdateModelsFilter), "queue"]
-    search_fields = ["=request_id", "=object_id", "=key"]
+    # A request id is searched for by get_search_results(), as a range on its unique index.
+    search_fields = ["object_id__exact", "key__exact"]
+    search_help_text = _("A request id (or a prefix of 8 or more hex digits of one), an object id, or a task's key.")
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
     list_select_related = ["content_type"]
@@ -495,6 +517,19 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         "processed_at",
     ]
     fields = readonly_fields  # type: ignore[assignment]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
+    ) -> tuple[models.QuerySet[Any], bool]:
+        """A request id, or its first 8 or more hex digits, finds those requests through the unique
+        index on ``request_id`` (a range, never a text match over every row); a term that matches no
+        request id is looked for as an object id or a task's key."""
+        bounds = _request_id_range(search_term)
+        if bounds is not None:
+            by_id = queryset.filter(request_id__range=bounds)
+            if by_id.exists():
+                return by_id, False
+        return super().get_search_results(request, queryset, search_term)
 
     @admin.display(description=_("target"))
     def target_link(self, obj: ProcessedRequest) -> str:
