@@ -60,6 +60,9 @@ _Form = TypeVar("_Form", bound=forms.BaseForm)
 
 #: POST key of the changelist's signed row tokens, checked by every action.
 ROWS_FIELD = "_safeupdates_rows"
+#: POST key that an intermediate page of an action sets when the person chose "Select all N": the
+#: selected rows not on the page were never shown, so they carry no token and are acted on as selected.
+ACROSS_FIELD = "_safeupdates_across"
 
 #: Django 6.1+: where an admin action is offered, the change list or (new) the change form.
 _LOCATIONS: Any = getattr(admin, "ActionLocation", None)
@@ -119,6 +122,11 @@ def _with_token_field(fieldsets: Any) -> list[Any]:
         options = result[-1][1]
         options["fields"] = [*options.get("fields", ()), TOKEN_FIELD]
     return result
+
+
+def _selected_across(request: HttpRequest) -> bool:
+    """True if the person chose "Select all N" (on the list, or on an intermediate page that passed it on)."""
+    return request.POST.get("select_across") == "1" or request.POST.get(ACROSS_FIELD) == "1"
 
 
 class _CheckedFormSet(BaseFormSet):  # type: ignore[type-arg]
@@ -328,8 +336,10 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     return self._refuse(request, problems, back=request.get_full_path())
                 response = func(modeladmin, request, queryset)
             if isinstance(response, TemplateResponse) and response.context_data is not None:
-                # An intermediate page (delete_selected's confirmation) passes the tokens on.
+                # An intermediate page (delete_selected's confirmation) passes the tokens on, and says
+                # whether "Select all" chose the rows that were not on the page.
                 response.context_data[ROWS_FIELD.lstrip("_")] = request.POST.get(ROWS_FIELD, "")
+                response.context_data[ACROSS_FIELD.lstrip("_")] = _selected_across(request)
             return response
 
         return checked
@@ -354,7 +364,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     f"{ROWS_FIELD} field). Reload the list and try again."
                 }
             ]
-        select_across = request.POST.get("select_across") == "1"
+        select_across = _selected_across(request)
         problems: list[dict[str, Any]] = []
         for obj in rows:
             token = tokens.get(str(obj.pk))

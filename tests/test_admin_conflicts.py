@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 import warnings
@@ -392,3 +393,54 @@ def test_lock_version_is_read_only_whatever_readonly_fields_says(rf: Any) -> Non
     request = rf.get("/")
     assert WithOwn(Profile, site).get_readonly_fields(request) == ["note", "lock_version"]
     assert SafeUpdateModelAdmin(Profile, site).get_readonly_fields(request) == ["lock_version"]
+
+
+# -- "select all N" across pages (issue 19.9) --------------------------------------------------------------
+
+
+def test_select_all_across_pages_then_delete_selected_deletes_every_row(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.testapp.admin import ProfileAdmin
+
+    monkeypatch.setattr(ProfileAdmin, "list_per_page", 2)
+    profiles = [ProfileFactory() for _ in range(3)]
+    page = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    shown = list(json.loads(page["_safeupdates_rows"]))
+    assert len(shown) == 2 < len(profiles)
+    across = {  # the page's rows are ticked, then "Select all 3"
+        "_safeupdates_rows": page["_safeupdates_rows"],
+        "action": "delete_selected",
+        "select_across": "1",
+        "_selected_action": shown,
+        "index": "0",
+    }
+    confirm = admin_client.post(reverse(CHANGELIST), across)
+    assert confirm.status_code == 200 and "Are you sure" in text(confirm)
+    response = admin_client.post(reverse(CHANGELIST), _confirmation(confirm.content.decode()))
+    assert response.status_code == 302, text(response)
+    assert not Profile.objects.exists()
+
+
+def test_select_all_across_pages_still_refuses_a_row_shown_that_moved_on(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.testapp.admin import ProfileAdmin
+
+    monkeypatch.setattr(ProfileAdmin, "list_per_page", 2)
+    for _ in range(3):
+        ProfileFactory()
+    page = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
+    shown = list(json.loads(page["_safeupdates_rows"]))
+    data = {
+        "_safeupdates_rows": page["_safeupdates_rows"],
+        "action": "delete_selected",
+        "select_across": "1",
+        "_selected_action": shown,
+        "index": "0",
+    }
+    confirm = admin_client.post(reverse(CHANGELIST), data)
+    queued_update(Profile.objects.get(pk=shown[0]), newsletter=True)  # shown on the page, then changed
+    response = admin_client.post(reverse(CHANGELIST), _confirmation(confirm.content.decode()))
+    assert response.status_code == 409
+    assert Profile.objects.count() == 3
