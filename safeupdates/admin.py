@@ -354,7 +354,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         else:
             try:
                 tokens = json.loads(request.POST.get(ROWS_FIELD) or "null")
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 tokens = None
         if not isinstance(tokens, dict):
             return [

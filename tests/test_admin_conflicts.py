@@ -444,3 +444,59 @@ def test_select_all_across_pages_still_refuses_a_row_shown_that_moved_on(
     response = admin_client.post(reverse(CHANGELIST), _confirmation(confirm.content.decode()))
     assert response.status_code == 409
     assert Profile.objects.count() == 3
+
+
+# -- malformed rows and tokens are refused, never a server error (issue 19.13) -----------------------------
+
+
+def test_deeply_nested_rows_are_refused(admin_client: Client) -> None:
+    profile = ProfileFactory(score=1)
+    data = action_data(admin_client, "add_a_point", profile)
+    data["_safeupdates_rows"] = "[" * 100_000 + "]" * 100_000
+    response = admin_client.post(reverse(CHANGELIST), data)
+    assert response.status_code == 409
+    assert "cannot be checked against later changes" in text(response)
+    assert row(profile)[3] == 1
+
+
+@pytest.mark.parametrize(
+    "rows",
+    ['{"1": 5}', '{"1": ["a"]}', '{"1": null}', '"text"', "[]", "{", "\x00", '{"1": "' + "a" * 5000 + '"}'],
+)
+def test_malformed_rows_are_refused(admin_client: Client, rows: str) -> None:
+    profile = ProfileFactory(score=1)
+    data = action_data(admin_client, "add_a_point", profile)
+    response = admin_client.post(reverse(CHANGELIST), {**data, "_safeupdates_rows": rows.replace("1", str(profile.pk))})
+    assert response.status_code == 409
+    assert row(profile)[3] == 1
+
+
+def test_any_posted_rows_or_token_is_refused_or_checked_never_a_server_error(admin_client: Client) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    profile = ProfileFactory(score=1)
+    url = reverse(CHANGELIST)
+    delete = reverse("admin:testapp_profile_delete", args=[profile.pk])
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+        max_leaves=10,
+    )
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(rows=st.text(max_size=200) | json_values.map(json.dumps), token=st.text(max_size=200))
+    def post(rows: str, token: str) -> None:
+        action = {"action": "add_a_point", "_selected_action": [str(profile.pk)], "index": "0"}
+        assert admin_client.post(url, {**action, "_safeupdates_rows": rows}).status_code == 409
+        assert admin_client.post(delete, {"post": "yes", "safeupdates_token": token}).status_code == 409
+        assert (
+            admin_client.post(
+                change_url(profile), {**change_form(admin_client, profile), "name": "x", "safeupdates_token": token}
+            ).status_code
+            == 200
+        )
+
+    post()
+    assert row(profile)[0] == profile.name and row(profile)[3] == 1
+    assert Profile.objects.filter(pk=profile.pk).exists()
