@@ -34,9 +34,9 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token
+from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
-from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin, shown_fields
+from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
 from safeupdates.guard import stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
@@ -203,6 +203,12 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return _with_token_field(super().get_fieldsets(request, obj))
 
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        # The page shows its read-only fields too: the token records them, so a change to one is told.
+        shown = reported_fields(self.model, self.get_readonly_fields(request, obj))
+        return type(form.__name__, (form,), {"safeupdates_fields": [*getattr(form, "safeupdates_fields", ()), *shown]})
+
     def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         inlines = super().get_inline_instances(request, obj)
         for inline in inlines:
@@ -270,7 +276,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     # -- the changelist: list_editable rows and actions --------------------------------------------------
 
     def _shown_in_list(self, request: HttpRequest) -> list[str]:
-        return shown_fields(self.model, [*self.get_list_display(request), *self.list_editable])
+        return reported_fields(self.model, [*self.get_list_display(request), *self.list_editable])
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
         base = kwargs.pop("form", forms.ModelForm)
@@ -390,7 +396,9 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             "title": _("Not saved: changed by someone else"),
             "problems": problems,
             "back_url": back,
-            "changelist_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+            "changelist_url": reverse(
+                f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=self.admin_site.name
+            ),
         }
         return TemplateResponse(request, self.conflict_template, context, status=409)
 
@@ -399,8 +407,11 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
         obj = context.get("object")
         if isinstance(obj, LockVersionMixin):
-            names = shown_fields(self.model, [f.name for f in self.model._meta.concrete_fields])
-            context["safeupdates_token"] = edit_token(obj, names)
+            # The fields this person can see of the record (on its change page); none for someone who
+            # may delete it but not view it: a conflict then names no field.
+            shown = self.has_view_or_change_permission(request, obj)
+            names = flatten_fieldsets(self.get_fieldsets(request, obj)) if shown else []
+            context["safeupdates_token"] = edit_token(obj, reported_fields(self.model, names))
         return super().render_delete_form(request, context)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
