@@ -23,9 +23,9 @@ class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer)
         fields = ["id", "name", "active"]
 
 
-class ProfileViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
-    queryset = Profile.objects.all()
-    serializer_class = ProfileSerializer
+class _ViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
+    """JSON, no authentication, and the hooks run between the read and the write."""
+
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
     authentication_classes: list[Any] = []
@@ -40,6 +40,11 @@ class ProfileViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
         for hook in BETWEEN_READ_AND_WRITE:
             hook()
         super().perform_destroy(instance)
+
+
+class ProfileViewSet(_ViewSet):
+    queryset = Profile.objects.all()
+    serializer_class = ProfileSerializer
 
 
 class StrictProfileViewSet(ProfileViewSet):
@@ -62,18 +67,9 @@ class AttachmentSerializer(LockVersionSerializerMixin, serializers.ModelSerializ
         fields = ["id", "title", "file", "blob", "spot"]
 
 
-class AttachmentViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
+class AttachmentViewSet(_ViewSet):
     queryset = Attachment.objects.all()
     serializer_class = AttachmentSerializer
-    renderer_classes = [JSONRenderer]
-    parser_classes = [JSONParser]
-    authentication_classes: list[Any] = []
-    permission_classes: list[Any] = []
-
-    def perform_update(self, serializer):
-        for hook in BETWEEN_READ_AND_WRITE:
-            hook()
-        super().perform_update(serializer)
 
 
 router = SimpleRouter()

@@ -14,6 +14,7 @@ preconditions are evaluated after DRF's permission checks (in ``get_object()``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import Http404, HttpRequest
@@ -70,7 +71,12 @@ def _api_error(answer: LostWrite) -> APIException:
 
 
 def _write(
-    write: Any, instance: LockVersionMixin, *, precondition: bool, fields: list[str], seen: dict[str, str] | None
+    write: Callable[[], Any],
+    instance: LockVersionMixin,
+    *,
+    precondition: bool,
+    fields: list[str],
+    seen: dict[str, str] | None,
 ) -> Any:
     """Run ``write()`` (the checked save or delete of ``instance``) and turn its lost race into a 409/412/404."""
     loaded_version = instance.lock_version
@@ -88,7 +94,7 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
 
     In the output, the record's ``lock_version``. In the input of an update, the version the client
     saw: the update is written only if the row still carries it (the checked ``save()``), else 409
-    with the serializer's fields written since. It never sets ``lock_version``; a create ignores it.
+    with the serializer's fields whose values changed. It never sets ``lock_version``; a create ignores it.
     A version that is not a whole number from 0 to 2**63 - 1 is a 400. Put the mixin first:
     ``class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer)``.
     """
