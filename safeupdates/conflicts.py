@@ -58,7 +58,7 @@ _DIGEST_SALT = "safeupdates.field-digest"
 DIGEST_LENGTH: Final = 8
 #: Columns that safeupdates keeps for itself: never reported as changed.
 _BOOKKEEPING = frozenset({"lock_version", "field_versions", "last_synced_at"})
-#: The most values a field may allow for the value seen to be recovered from its digest.
+#: The most values a field may allow for the value seen to be told from its digest (one digest each).
 _FEW_VALUES = 64
 
 
@@ -414,7 +414,9 @@ def _seen_value(current: models.Model, model_field: models.Field[Any, Any], dige
         return NOT_SHOWN
     if model_field.null:
         candidates.append(None)
-    for value in candidates[:_FEW_VALUES]:
+    if len(candidates) > _FEW_VALUES:
+        return NOT_SHOWN
+    for value in candidates:
         if any(constant_time_compare(_digest(current, model_field, value, key), digest) for key in _keys()):
             return value
     return NOT_SHOWN

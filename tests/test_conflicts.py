@@ -9,7 +9,7 @@ from django.core import signing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safeupdates.conflicts import NOT_SHOWN, edit_token, find_conflict, read_edit_token
+from safeupdates.conflicts import NOT_SHOWN, edit_token, field_digest, find_conflict, read_edit_token
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
@@ -228,3 +228,68 @@ def test_values_json_cannot_encode_are_compared_and_reported() -> None:
     body = json.loads(json.dumps(conflict.as_dict()))
     assert [change["now"] for change in body["changes"]] == ["attachments/new.txt", "/w==", "3,4"]
     assert "Spot: now 3,4 (a direct save)" in conflict.message()
+
+
+def test_the_value_seen_is_told_for_a_field_of_a_few_choices_only() -> None:
+    from tests.testapp.models import Attachment
+
+    attachment = Attachment.objects.create(title="t", kind="note")
+    token = edit_token(attachment, ["title", "kind"])
+    Attachment.objects.filter(pk=attachment.pk).update(title="u", kind="image", lock_version=next_version())
+    current = Attachment.objects.get(pk=attachment.pk)
+    conflict = find_conflict(current, *read_edit_token(token, current))
+    assert conflict is not None
+    kind, title = sorted(conflict.changes, key=lambda change: change.name)
+    assert (kind.seen, kind.now) == ("note", "image") and (title.seen, title.now) == (NOT_SHOWN, "u")
+    assert "Kind: you saw 'note', now 'image' (a direct save)" in conflict.message()
+
+
+def test_values_of_every_kind_compare_as_stored_and_report_as_json() -> None:
+    """A decimal, datetimes in two zones, a UUID, JSON, bytes, an IP address, a foreign key (issue 19.8)."""
+    import datetime as dt
+    import decimal
+    import json
+    import zoneinfo
+
+    from tests.testapp.models import Document, Specimen
+
+    document = Document.objects.create(title="d")
+    moment = dt.datetime(2025, 3, 30, 1, 30, tzinfo=dt.UTC)
+    specimen = Specimen.objects.create(
+        amount=decimal.Decimal("1.5"),
+        happened_at=moment,
+        token=uuid.UUID(int=1),
+        data={"b": [1, 2], "a": None},
+        blob=b"\x00",
+        address="10.0.0.1",
+        document=document,
+    )
+    names = ["amount", "happened_at", "token", "data", "blob", "address", "document", "day", "took"]
+    token = edit_token(Specimen.objects.get(pk=specimen.pk), names)
+    # The same instant in another zone, the same JSON in another key order: no change.
+    same = Specimen.objects.get(pk=specimen.pk)
+    same.happened_at = moment.astimezone(zoneinfo.ZoneInfo("Europe/Paris"))
+    same.data = {"a": None, "b": [1, 2]}
+    same.save()
+    current = Specimen.objects.get(pk=specimen.pk)
+    conflict = find_conflict(current, *read_edit_token(token, current))
+    assert conflict is not None and conflict.fields == []
+    # As held in memory after the save (an ETag made from it) and as read back: one digest.
+    assert [field_digest(same, name) for name in names] == [field_digest(current, name) for name in names]
+
+    current.amount, current.data, current.blob, current.token = decimal.Decimal("2.25"), {"x": 1}, b"\x01", None
+    current.day, current.took = dt.date(2025, 1, 2), dt.timedelta(seconds=90)
+    current.save()
+    moved = Specimen.objects.get(pk=specimen.pk)
+    conflict = find_conflict(moved, *read_edit_token(token, moved))
+    assert conflict is not None
+    body = json.loads(json.dumps(conflict.as_dict()))
+    assert {change["field"]: change["now"] for change in body["changes"]} == {
+        "amount": "2.2500",
+        "token": None,
+        "data": {"x": 1},
+        "blob": "AQ==",
+        "day": "2025-01-02",
+        "took": "00:01:30",
+    }
+    assert "Day: now 2025-01-02 (a direct save)" in conflict.message()

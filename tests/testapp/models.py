@@ -222,6 +222,7 @@ class Attachment(LockVersionMixin):
     blob = models.BinaryField(default=b"", editable=True, blank=True)
     spot = PointField(default="0,0")
     secret = models.CharField(max_length=40, default="", blank=True)
+    kind = models.CharField(max_length=10, choices=[("note", "Note"), ("image", "Image")], default="note")
 
     def __str__(self) -> str:
         return self.title or f"attachment {self.pk}"

@@ -22,6 +22,7 @@ class Migration(migrations.Migration):
                 ('blob', models.BinaryField(blank=True, default=b'', editable=True)),
                 ('spot', tests.testapp.models.PointField(default='0,0')),
                 ('secret', models.CharField(blank=True, default='', max_length=40)),
+                ('kind', models.CharField(choices=[('note', 'Note'), ('image', 'Image')], default='note', max_length=10)),
             ],
             options={
                 'abstract': False,
