@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -27,14 +29,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import select_template
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token
+from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
-from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin, shown_fields
+from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
 from safeupdates.guard import stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
@@ -58,6 +60,9 @@ _Form = TypeVar("_Form", bound=forms.BaseForm)
 
 #: POST key of the changelist's signed row tokens, checked by every action.
 ROWS_FIELD = "_safeupdates_rows"
+#: POST key that an intermediate page of an action sets when the person chose "Select all N": the
+#: selected rows not on the page were never shown, so they carry no token and are acted on as selected.
+ACROSS_FIELD = "_safeupdates_across"
 
 #: Django 6.1+: where an admin action is offered, the change list or (new) the change form.
 _LOCATIONS: Any = getattr(admin, "ActionLocation", None)
@@ -117,6 +122,11 @@ def _with_token_field(fieldsets: Any) -> list[Any]:
         options = result[-1][1]
         options["fields"] = [*options.get("fields", ()), TOKEN_FIELD]
     return result
+
+
+def _selected_across(request: HttpRequest) -> bool:
+    """True if the person chose "Select all N" (on the list, or on an intermediate page that passed it on)."""
+    return request.POST.get("select_across") == "1" or request.POST.get(ACROSS_FIELD) == "1"
 
 
 class _CheckedFormSet(BaseFormSet):  # type: ignore[type-arg]
@@ -193,6 +203,12 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return _with_token_field(super().get_fieldsets(request, obj))
 
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        # The page shows its read-only fields too: the token records them, so a change to one is told.
+        shown = reported_fields(self.model, self.get_readonly_fields(request, obj))
+        return type(form.__name__, (form,), {"safeupdates_fields": [*getattr(form, "safeupdates_fields", ()), *shown]})
+
     def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         inlines = super().get_inline_instances(request, obj)
         for inline in inlines:
@@ -260,7 +276,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     # -- the changelist: list_editable rows and actions --------------------------------------------------
 
     def _shown_in_list(self, request: HttpRequest) -> list[str]:
-        return shown_fields(self.model, [*self.get_list_display(request), *self.list_editable])
+        return reported_fields(self.model, [*self.get_list_display(request), *self.list_editable])
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
         base = kwargs.pop("form", forms.ModelForm)
@@ -326,8 +342,10 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     return self._refuse(request, problems, back=request.get_full_path())
                 response = func(modeladmin, request, queryset)
             if isinstance(response, TemplateResponse) and response.context_data is not None:
-                # An intermediate page (delete_selected's confirmation) passes the tokens on.
+                # An intermediate page (delete_selected's confirmation) passes the tokens on, and says
+                # whether "Select all" chose the rows that were not on the page.
                 response.context_data[ROWS_FIELD.lstrip("_")] = request.POST.get(ROWS_FIELD, "")
+                response.context_data[ACROSS_FIELD.lstrip("_")] = _selected_across(request)
             return response
 
         return checked
@@ -342,7 +360,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         else:
             try:
                 tokens = json.loads(request.POST.get(ROWS_FIELD) or "null")
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 tokens = None
         if not isinstance(tokens, dict):
             return [
@@ -352,7 +370,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     f"{ROWS_FIELD} field). Reload the list and try again."
                 }
             ]
-        select_across = request.POST.get("select_across") == "1"
+        select_across = _selected_across(request)
         problems: list[dict[str, Any]] = []
         for obj in rows:
             token = tokens.get(str(obj.pk))
@@ -378,7 +396,9 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             "title": _("Not saved: changed by someone else"),
             "problems": problems,
             "back_url": back,
-            "changelist_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+            "changelist_url": reverse(
+                f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=self.admin_site.name
+            ),
         }
         return TemplateResponse(request, self.conflict_template, context, status=409)
 
@@ -387,8 +407,11 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
         obj = context.get("object")
         if isinstance(obj, LockVersionMixin):
-            names = shown_fields(self.model, [f.name for f in self.model._meta.concrete_fields])
-            context["safeupdates_token"] = edit_token(obj, names)
+            # The fields this person can see of the record (on its change page); none for someone who
+            # may delete it but not view it: a conflict then names no field.
+            shown = self.has_view_or_change_permission(request, obj)
+            names = flatten_fieldsets(self.get_fieldsets(request, obj)) if shown else []
+            context["safeupdates_token"] = edit_token(obj, reported_fields(self.model, names))
         return super().render_delete_form(request, context)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
@@ -438,12 +461,30 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 class SafeUpdateModelsFilter(admin.RelatedFieldListFilter):
-    """The "By model" filter of the request log: only the models that use safeupdates."""
+    """The "By model" filter of the request log: only the models that use safeupdates, and the requests
+    of no record (tasks, batch items) under a name of their own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.empty_value_display = conditional_escape(_("No record (tasks, batch items)"))
 
     def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         models_ = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
         types = ContentType.objects.get_for_models(*models_).values() if models_ else []
         return sorted(((str(ct.pk), str(ct)) for ct in types), key=lambda choice: choice[1])
+
+
+#: A request id, or the start of one: 8 to 32 hex digits, with or without the hyphens of a UUID.
+_REQUEST_ID_PREFIX = re.compile(r"[0-9a-f]{8}(?:-?[0-9a-f]){0,24}", re.IGNORECASE)
+
+
+def _request_id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The request ids that start with ``term`` (from ``...000`` to ``...fff``), if it is the start of one."""
+    term = term.strip()
+    if not _REQUEST_ID_PREFIX.fullmatch(term):
+        return None
+    digits = term.replace("-", "").lower()
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
 def _short(changes: Any, limit: int = 60) -> str:
@@ -472,7 +513,9 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         "processed_at",
     ]
     list_filter = ["status", "kind", ("content_type", SafeUpdateModelsFilter), "queue"]
-    search_fields = ["=request_id", "=object_id", "=key"]
+    # A request id is searched for by get_search_results(), as a range on its unique index.
+    search_fields = ["object_id__exact", "key__exact"]
+    search_help_text = _("A request id (or a prefix of 8 or more hex digits of one), an object id, or a task's key.")
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
     list_select_related = ["content_type"]
@@ -495,6 +538,19 @@ class ProcessedRequestAdmin(ReadOnlyAdmin):
         "processed_at",
     ]
     fields = readonly_fields  # type: ignore[assignment]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
+    ) -> tuple[models.QuerySet[Any], bool]:
+        """A request id, or its first 8 or more hex digits, finds those requests through the unique
+        index on ``request_id`` (a range, never a text match over every row); a term that matches no
+        request id is looked for as an object id or a task's key."""
+        bounds = _request_id_range(search_term)
+        if bounds is not None:
+            by_id = queryset.filter(request_id__range=bounds)
+            if by_id.exists():
+                return by_id, False
+        return super().get_search_results(request, queryset, search_term)
 
     @admin.display(description=_("target"))
     def target_link(self, obj: ProcessedRequest) -> str:

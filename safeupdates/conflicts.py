@@ -1,11 +1,12 @@
 """What changed since a person (or a client) saw a record: the core of every conflict-safe surface.
 
-A form, a change page or an API response carries an *edit token*: the record's ``lock_version`` and
-the values shown, signed with :mod:`django.core.signing` so that a client cannot forge a newer version
-(which would let a stale edit through) or other values (which would hide a change). When the edit comes
-back, :func:`find_conflict` compares the token with the row as it is now: if the row moved on, the edit
-is refused, and :class:`Conflict` says, per field, what the person saw, what is there now, and which
-request (or direct save) wrote it and when.
+A form, a change page or an API response carries an *edit token*: the record's ``lock_version`` and,
+for each field the surface shows, a keyed digest of its value, signed with :mod:`django.core.signing`
+so that a client cannot forge a newer version (which would let a stale edit through) or other digests
+(which would hide a change). The token carries no value: signed is not encrypted, and a token leaves
+the server. When the edit comes back, :func:`find_conflict` compares the token with the row as it is
+now: if the row moved on, the edit is refused, and :class:`Conflict` says, per field shown whose value
+differs from the one seen, what is there now and which request (or direct save) wrote it and when.
 
 The check that decides is still the database's (``save()``'s ``WHERE lock_version = ...``, or
 ``update_if_newer``): a conflict found here is reported before writing; one that happens between the
@@ -14,66 +15,125 @@ check and the write raises :class:`~safeupdates.exceptions.StaleObjectError` the
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import dataclasses
 import json
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, cast
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.core import signing
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
+from django.utils.crypto import constant_time_compare, salted_hmac
 
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import concrete_field
-from safeupdates.models import ChangesEncoder, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
 __all__ = [
+    "NOT_SHOWN",
     "Conflict",
     "FieldChange",
     "changes_since",
+    "digest_matches",
+    "digests",
     "edit_token",
+    "field_digest",
     "find_conflict",
+    "json_value",
     "read_edit_token",
-    "stored_form",
-    "writer_of",
+    "reported_fields",
+    "shown_text",
 ]
 
 _SALT = "safeupdates.edit-token"
+_DIGEST_SALT = "safeupdates.field-digest"
+#: Characters of a field's digest: 48 bits. A collision only leaves one changed field out of a report;
+#: the refusal itself is decided by versions.
+DIGEST_LENGTH: Final = 8
 #: Columns that safeupdates keeps for itself: never reported as changed.
 _BOOKKEEPING = frozenset({"lock_version", "field_versions", "last_synced_at"})
+#: The most values a field may allow for the value seen to be told from its digest (one digest each).
+_FEW_VALUES = 64
 
 
-@dataclass(frozen=True)
+class _NotShown:
+    def __repr__(self) -> str:
+        return "NOT_SHOWN"
+
+
+#: The value of :attr:`FieldChange.now` or :attr:`FieldChange.seen` that a surface does not show (or,
+#: for ``seen``, that cannot be told: the token carries a digest, not the value).
+NOT_SHOWN: Final[Any] = _NotShown()
+
+
+@dataclasses.dataclass(frozen=True)
 class FieldChange:
-    """One field that changed after it was shown: the value seen, the value now, and who wrote it."""
+    """One field whose value differs from the one seen: the value now, and who wrote it when."""
 
     name: str
     label: str
-    seen: Any
+    #: The value now, or :data:`NOT_SHOWN` where the surface does not show values.
     now: Any
-    #: The request that wrote the value now stored, or None for a direct ``save()`` (or a write that
-    #: bypassed the app).
+    #: The value seen, where it can be told from its digest (a boolean, a field with a few choices);
+    #: else :data:`NOT_SHOWN`.
+    seen: Any
+    #: The request that wrote the value now stored (the field carries its version), or None for a
+    #: direct ``save()``, a write that bypassed the app, or a request purged from the log.
     request_id: UUID | None
     #: When that request was processed (the database's clock), if known.
     changed_at: datetime | None
     #: The version of that write (``field_versions``).
     version: int
+    field: models.Field[Any, Any] = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def shows_now(self) -> bool:
+        return self.now is not NOT_SHOWN
+
+    @property
+    def shows_seen(self) -> bool:
+        return self.seen is not NOT_SHOWN
+
+    @property
+    def writer(self) -> str:
+        """``request <id>``, or ``a direct save``."""
+        return f"request {self.request_id}" if self.request_id else "a direct save"
 
     def describe(self) -> str:
         """One line for a person: ``Active: you saw True, now False (request <id> at <time>)``."""
-        who = f"request {self.request_id}" if self.request_id else "a direct save"
         when = f" at {self.changed_at:%Y-%m-%d %H:%M:%S %Z}".rstrip() if self.changed_at else ""
-        return f"{self.label}: you saw {self.seen!r}, now {self.now!r} ({who}{when})"
+        if not self.shows_now:
+            return f"{self.label} changed ({self.writer}{when})"
+        seen = f"you saw {shown_text(self.field, self.seen)}, " if self.shows_seen else ""
+        return f"{self.label}: {seen}now {shown_text(self.field, self.now)} ({self.writer}{when})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the values only where they are shown)."""
+        values = {"now": json_value(self.field, self.now)} if self.shows_now else {}
+        if self.shows_seen:
+            values["seen"] = json_value(self.field, self.seen)
+        return {
+            "field": self.name,
+            **values,
+            "request_id": str(self.request_id) if self.request_id else None,
+            "changed_at": self.changed_at.isoformat() if self.changed_at else None,
+            "version": self.version,
+        }
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Conflict:
-    """The record moved on since it was seen at ``seen_version``; ``changes`` are the fields that differ.
+    """The record moved on since it was seen at ``seen_version``; ``changes`` are the fields shown whose
+    values differ from the ones seen.
 
     ``changes`` may be empty: the row was written (its ``lock_version`` moved) but every field shown
-    still holds the value seen, for example when another field changed.
+    still holds the value seen, for example when a field not shown changed.
     """
 
     label: str
@@ -106,74 +166,176 @@ class Conflict:
             "detail": self.message(),
             "current_version": self.current_version,
             "seen_version": self.seen_version,
-            "changes": [
-                {
-                    "field": change.name,
-                    "seen": _jsonable(change.seen),
-                    "now": _jsonable(change.now),
-                    "request_id": str(change.request_id) if change.request_id else None,
-                    "changed_at": change.changed_at.isoformat() if change.changed_at else None,
-                    "version": change.version,
-                }
-                for change in self.changes
-            ],
+            "changes": [change.as_dict() for change in self.changes],
         }
 
 
+# -- digests -----------------------------------------------------------------------------------------------
+
+
+def field_digest(instance: models.Model, name: str, *, secret: str | bytes | None = None) -> str:
+    """A keyed digest of field ``name``'s value on ``instance``, bound to the record and the field.
+
+    Equal values give equal digests; without ``SECRET_KEY`` (``secret``: another key) a digest tells
+    nothing about the value. Compare with :func:`digest_matches`, which honours ``SECRET_KEY_FALLBACKS``.
+    """
+    model_field = _field(type(instance), name)
+    if model_field is None:
+        raise FieldDoesNotExist(f"{instance._meta.label} has no field {name!r} that a conflict can report.")
+    return _digest(instance, model_field, model_field.value_from_object(instance), secret)
+
+
+def digests(instance: models.Model, names: Iterable[str]) -> dict[str, str]:
+    """``{name: field_digest(instance, name)}`` for the reportable fields among ``names``."""
+    return {name: field_digest(instance, name) for name in reported_fields(type(instance), names)}
+
+
+def digest_matches(instance: models.Model, name: str, digest: Any) -> bool:
+    """True if ``digest`` is the digest of field ``name``'s value on ``instance`` (under ``SECRET_KEY``
+    or one of ``SECRET_KEY_FALLBACKS``); False for any other digest or a field that does not exist."""
+    model_field = _field(type(instance), name)
+    if model_field is None or not isinstance(digest, str):
+        return False
+    value = model_field.value_from_object(instance)
+    return any(constant_time_compare(_digest(instance, model_field, value, key), digest) for key in _keys())
+
+
+def _digest(instance: models.Model, model_field: models.Field[Any, Any], value: Any, secret: Any) -> str:
+    label = (instance._meta.concrete_model or type(instance))._meta.label_lower
+    message = f"{label}:{instance.pk}:{model_field.name}:{_text(model_field, value)}"
+    raw = salted_hmac(_DIGEST_SALT, message, secret=secret, algorithm="sha256").digest()
+    return base64.urlsafe_b64encode(raw).decode()[:DIGEST_LENGTH]
+
+
+def _keys() -> list[Any]:
+    return [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+
+
+class _Holder:
+    """What ``Field.value_to_string(obj)`` reads a value from (``getattr(obj, field.attname)``), for a
+    value that is not on an instance (as ``django.contrib.postgres``' ``AttributeSetter``)."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
+
+def _text(model_field: models.Field[Any, Any], value: Any) -> str:
+    """The value as the field itself writes it out (``value_to_string``, as the serializers do): a file
+    by its name, bytes in base64, a range or a custom type as the field says. Never ``json.dumps`` of
+    an arbitrary Python value, which fails on every type JSON does not know."""
+    with contextlib.suppress(ValidationError, TypeError, ValueError):
+        value = model_field.to_python(value)  # 1 and True, "5" and 5 are the same stored value
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(UTC)  # one instant, one text, whatever zone it was given in
+    try:
+        text = model_field.value_to_string(cast("models.Model", _Holder(model_field.attname, value)))
+    except (AttributeError, TypeError, ValueError):  # a custom field's own failure: compare as Python shows it
+        return repr(value)
+    if isinstance(text, str):
+        return text
+    # JSONField gives its (JSON) value back; anything else its encoder took is written out as text.
+    return json.dumps(text, sort_keys=True, default=str)
+
+
+# -- tokens ------------------------------------------------------------------------------------------------
+
+
 def edit_token(instance: LockVersionMixin, fields: Iterable[str]) -> str:
-    """A signed token of ``instance``'s ``lock_version`` and the values of ``fields`` as shown now."""
-    names = list(fields)
+    """A signed token of ``instance``'s ``lock_version`` and a digest of each of ``fields`` as shown now.
+
+    It carries no value: only the version, the names and the digests (:func:`field_digest`).
+    """
     payload = {
         "m": instance._meta.label_lower,
         "pk": str(instance.pk),
         "v": instance.lock_version,
-        "f": {name: stored_form(instance, name) for name in names},
+        "d": digests(instance, fields),
     }
     return signing.dumps(payload, salt=_SALT, compress=True)
 
 
-def read_edit_token(token: str, instance: LockVersionMixin) -> tuple[int, dict[str, Any]]:
-    """The ``(lock_version, values seen)`` of ``token``; refused unless it was signed for ``instance``.
+def read_edit_token(token: Any, instance: LockVersionMixin) -> tuple[int, dict[str, str]]:
+    """The ``(lock_version, digests seen)`` of ``token``; refused unless it was signed for ``instance``.
 
     Raises :class:`~safeupdates.exceptions.InvalidUpdate` for a token that was tampered with, was made
-    for another record, or is not a token at all.
+    for another record, by an older release, or is not a token at all.
     """
+    if not isinstance(token, str):
+        raise InvalidUpdate("the edit token is not valid (tampered with, or not one); reload the page.")
     try:
         payload = signing.loads(token, salt=_SALT)
     except (signing.BadSignature, TypeError, ValueError) as exc:
         raise InvalidUpdate("the edit token is not valid (tampered with, or not one); reload the page.") from exc
+    if not isinstance(payload, dict):
+        raise InvalidUpdate("the edit token is not valid; reload the page.")
     if payload.get("m") != instance._meta.label_lower or payload.get("pk") != str(instance.pk):
         raise InvalidUpdate("the edit token was made for another record; reload the page.")
-    version, values = payload.get("v"), payload.get("f")
-    if not isinstance(version, int) or not isinstance(values, dict):
+    version, seen = payload.get("v"), payload.get("d")
+    if "d" not in payload and "f" in payload:
+        raise InvalidUpdate("the edit token was made by an older version of this page; reload the page.")
+    if type(version) is not int or not isinstance(seen, dict):
         raise InvalidUpdate("the edit token is not valid; reload the page.")
-    return version, values
+    return version, seen
 
 
-def find_conflict(current: LockVersionMixin, seen_version: int, seen: Mapping[str, Any]) -> Conflict | None:
+# -- conflicts ---------------------------------------------------------------------------------------------
+
+
+def find_conflict(current: LockVersionMixin, seen_version: int, seen: Mapping[str, str]) -> Conflict | None:
     """Compare what was seen with ``current`` (the row as loaded now); None if the row did not move.
 
-    ``seen`` maps field names to values in their stored (JSON) form, as :func:`edit_token` records them.
+    ``seen`` maps the names of the fields shown to their digests, as :func:`read_edit_token` gives
+    them. The conflict lists the fields among them whose value differs, with the value now: the surface
+    showed them. A name that is no field of the model (any more) is left out.
     """
     if current.lock_version == seen_version:
         return None
+    return changes_since(current, seen_version, list(seen), seen=seen, values=True)
+
+
+def changes_since(
+    current: LockVersionMixin,
+    seen_version: int,
+    fields: Iterable[str] | None = None,
+    *,
+    seen: Mapping[str, str] | None = None,
+    values: bool = True,
+) -> Conflict:
+    """The fields among ``fields`` (default: every field but the primary key and the versions) whose
+    value differs from what was seen at ``seen_version``.
+
+    With ``seen`` (digests, as in an edit token or an ETag) a field is listed if its value differs from
+    its digest; without, or for a field ``seen`` does not name, if it was written after ``seen_version``
+    (its version is newer: after a full ``save()`` that is every field). ``values=False`` names the
+    fields without their values, for a surface that does not show them.
+    """
     model = type(current)
-    changes = []
-    for name, seen_value in seen.items():
-        field = concrete_field(model, name)
-        now = stored_form(current, name)
-        if now == seen_value:
+    names = reported_fields(model, fields)
+    changed = []
+    for name in names:
+        if seen is not None and name in seen:
+            if digest_matches(current, name, seen[name]):
+                continue
+        elif current.field_version(name) <= seen_version:
             continue
-        request_id, changed_at = writer_of(current, name, now)
+        changed.append(name)
+    writers = _writers(current, changed)
+    changes = []
+    for name in changed:
+        model_field = _field(model, name)
+        assert model_field is not None
+        request_id, changed_at = writers.get(name, (None, None))
+        seen_digest = seen.get(name) if values and seen is not None else None
         changes.append(
             FieldChange(
                 name=name,
-                label=str(field.verbose_name).capitalize(),
-                seen=_python(field, seen_value),
-                now=getattr(current, field.attname),
+                label=str(model_field.verbose_name).capitalize(),
+                now=model_field.value_from_object(current) if values else NOT_SHOWN,
+                seen=NOT_SHOWN if seen_digest is None else _seen_value(current, model_field, seen_digest),
                 request_id=request_id,
                 changed_at=changed_at,
                 version=current.field_version(name),
+                field=model_field,
             )
         )
     return Conflict(
@@ -181,77 +343,101 @@ def find_conflict(current: LockVersionMixin, seen_version: int, seen: Mapping[st
     )
 
 
-def changes_since(current: LockVersionMixin, seen_version: int) -> Conflict:
-    """The fields of ``current`` written after version ``seen_version``, from its ``field_versions``.
+def reported_fields(model: type[models.Model], names: Iterable[Any] | None = None) -> list[str]:
+    """The names among ``names`` (default: every field of ``model``) that are concrete, non-primary-key
+    fields a person can see change, once each, in order (the versions kept by safeupdates are left out:
+    they move on every write)."""
+    if names is None:
+        names = [f.name for f in model._meta.concrete_fields]
+    result: list[str] = []
+    for name in names:
+        model_field = _field(model, name)
+        if model_field is not None and model_field.name not in result:
+            result.append(model_field.name)
+    return result
 
-    For a client that kept only a version (an ETag), not the values it saw: ``seen`` is None. A field
-    counts as written since if its version is newer; a full ``save()`` writes every field, so after one
-    every field is listed. A request allocated before ``seen_version`` but applied after it carries the
-    older version and is not listed: the list is what is known to be newer, the refusal itself does not
-    depend on it.
+
+def _field(model: type[models.Model], name: Any) -> models.Field[Any, Any] | None:
+    """The reportable field ``name`` of ``model``, or None (no such field, a relation without a column,
+    the primary key, or a version field)."""
+    if not isinstance(name, str):
+        return None
+    try:
+        model_field = model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+    if not isinstance(model_field, models.Field) or not model_field.concrete or model_field.primary_key:
+        return None
+    return None if model_field.name in _BOOKKEEPING else model_field
+
+
+def _writers(current: LockVersionMixin, names: Sequence[str]) -> dict[str, tuple[UUID, datetime | None]]:
+    """The applied request that wrote each of ``names`` as it is now, where one did.
+
+    A field carries the version of its last write, and versions are unique: the request with that
+    version, if it changed that field, wrote it; any other write (a save) did not come from the log.
+    Never by matching values: a later save may set a request's value again.
     """
-    model = type(current)
-    changes = []
-    for field in model._meta.concrete_fields:
-        if field.primary_key or field.name in _BOOKKEEPING:
-            continue
-        version = current.field_version(field.name)
-        if version <= seen_version:
-            continue
-        request_id, changed_at = writer_of(current, field.name, stored_form(current, field.name))
-        changes.append(
-            FieldChange(
-                name=field.name,
-                label=str(field.verbose_name or field.name).capitalize(),
-                seen=None,
-                now=getattr(current, field.attname),
-                request_id=request_id,
-                changed_at=changed_at,
-                version=version,
-            )
-        )
-    return Conflict(
-        str(model._meta.verbose_name).capitalize(), current.pk, seen_version, current.lock_version, tuple(changes)
-    )
-
-
-def writer_of(current: LockVersionMixin, name: str, now: Any) -> tuple[UUID | None, datetime | None]:
-    """The newest applied request that set field ``name`` to the value it holds ``now``, if any.
-
-    A direct ``save()`` after that request rewrites every field with the same value; the request is
-    still what changed it, so it is the one named. None when no request set this value (a direct save
-    or a write that bypassed the app did).
-    """
-    newest = (
+    by_version: dict[int, list[str]] = {}
+    for name in names:
+        by_version.setdefault(current.field_version(name), []).append(name)
+    if not by_version:
+        return {}
+    found = (
         ProcessedRequest.objects.using(current._state.db)
         .filter(
             kind=RequestKind.UPDATE,
             content_type=ContentType.objects.db_manager(current._state.db).get_for_model(current),
             object_id=str(current.pk),
             status=RequestStatus.APPLIED,
-            changes__has_key=name,
+            version__in=list(by_version),
         )
-        .order_by("-version")
-        .values_list("changes", "request_id", "processed_at")
-        .first()
+        .values_list("version", "changes", "request_id", "processed_at")
     )
-    if newest is None or newest[0].get(name) != now:
-        return None, None  # a later direct save (or a write around the app) set another value
-    return newest[1], newest[2]
+    writers = {}
+    for version, changes, request_id, processed_at in found:
+        for name in by_version[version or 0]:
+            if isinstance(changes, dict) and name in changes:
+                writers[name] = (request_id, processed_at)
+    return writers
 
 
-def stored_form(instance: models.Model, name: str) -> Any:
-    """The value of field ``name`` as JSON holds it (what the token carries and compares)."""
-    field = concrete_field(type(instance), name)
-    return json.loads(json.dumps(field.value_from_object(instance), cls=ChangesEncoder))
+def _seen_value(current: models.Model, model_field: models.Field[Any, Any], digest: str) -> Any:
+    """The value whose digest is ``digest``, where the field allows only a few (a boolean, choices):
+    the server can tell which one was seen without the token carrying it. Else :data:`NOT_SHOWN`."""
+    candidates: list[Any]
+    if model_field.choices:
+        candidates = [value for value, _label in model_field.flatchoices]
+    elif isinstance(model_field, models.BooleanField):
+        candidates = [True, False]
+    else:
+        return NOT_SHOWN
+    if model_field.null:
+        candidates.append(None)
+    if len(candidates) > _FEW_VALUES:
+        return NOT_SHOWN
+    for value in candidates:
+        if any(constant_time_compare(_digest(current, model_field, value, key), digest) for key in _keys()):
+            return value
+    return NOT_SHOWN
 
 
-def _python(field: models.Field[Any, Any], value: Any) -> Any:
-    try:
-        return field.to_python(value)
-    except Exception:  # shown to a person as it was stored
+# -- values shown ------------------------------------------------------------------------------------------
+
+
+def shown_text(model_field: models.Field[Any, Any], value: Any) -> str:
+    """``value`` for a message: as Python writes a plain value (``True``, ``'ann'``, ``5``), else as
+    the field writes it out (a file's name, a date in ISO format)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    return _text(model_field, value)
+
+
+def json_value(model_field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` in a form JSON can encode: a plain value as it is, a JSON field's value as it is,
+    anything else as the field writes it out (``value_to_string``)."""
+    if value is None or isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
         return value
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, cls=ChangesEncoder))
+    if isinstance(model_field, models.JSONField):
+        return json.loads(json.dumps(value, default=str))  # JSON already, but for what its encoder took
+    return _text(model_field, value)

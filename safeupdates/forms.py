@@ -1,9 +1,10 @@
 """Model forms that refuse to save over a record changed since the form was shown.
 
-:class:`SafeUpdateFormMixin` adds a hidden, signed *edit token* (the record's ``lock_version`` and the
-values shown, :func:`safeupdates.conflicts.edit_token`) to a model form. When the form comes back, a
-record that moved on is a form error that says, per field, what the person saw, what is there now and
-which request wrote it; a token that was tampered with is a form error too. A valid form saves through
+:class:`SafeUpdateFormMixin` adds a hidden, signed *edit token* (the record's ``lock_version`` and a
+digest of each field shown, never a value: :func:`safeupdates.conflicts.edit_token`) to a model form.
+When the form comes back, a record that moved on is a form error that says, per field of the form
+whose value changed, what is there now and which request wrote it; a token that was tampered with is
+a form error too. A valid form saves through
 ``LockVersionMixin.save()`` at the version the form was shown with, so a write that lands between the
 check and the save still raises :class:`~safeupdates.exceptions.StaleObjectError` instead of being
 written over.
@@ -15,11 +16,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from django import forms
-from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.db import models, router, transaction
+from django.core.exceptions import ValidationError
+from django.db import router, transaction
 from django.http import HttpResponse
 
-from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token
+from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.models import LockVersionMixin
 
@@ -28,22 +29,8 @@ __all__ = ["TOKEN_FIELD", "SafeUpdateFormMixin", "SafeUpdateModelForm", "SafeUpd
 #: Name of the hidden token field (also the POST key the admin reads).
 TOKEN_FIELD = "safeupdates_token"
 
-_MANAGED = frozenset({"lock_version", "field_versions", "last_synced_at"})
-
-
-def shown_fields(model: type[models.Model], names: Sequence[str]) -> list[str]:
-    """The names among ``names`` that are concrete, non-primary-key fields of ``model`` a person can see
-    change (the versions kept by safeupdates are left out: they move on every write)."""
-    result = []
-    for name in names:
-        try:
-            field = model._meta.get_field(name)
-        except FieldDoesNotExist:
-            continue
-        concrete = isinstance(field, models.Field) and field.concrete and not field.primary_key
-        if concrete and field.name not in _MANAGED and field.name not in result:
-            result.append(field.name)
-    return result
+#: The model fields among some names that a person can see change: :func:`safeupdates.conflicts.reported_fields`.
+shown_fields = reported_fields
 
 
 class _TokenField(forms.CharField):

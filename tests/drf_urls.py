@@ -11,7 +11,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.routers import SimpleRouter
 
 from safeupdates.contrib.drf import ConditionalViewSetMixin, LockVersionSerializerMixin
-from tests.testapp.models import Profile
+from tests.testapp.models import Attachment, Profile
 
 #: Callables run between the view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
@@ -23,9 +23,9 @@ class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer)
         fields = ["id", "name", "active"]
 
 
-class ProfileViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
-    queryset = Profile.objects.all()
-    serializer_class = ProfileSerializer
+class _ViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
+    """JSON, no authentication, and the hooks run between the read and the write."""
+
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
     authentication_classes: list[Any] = []
@@ -42,11 +42,39 @@ class ProfileViewSet(ConditionalViewSetMixin, viewsets.ModelViewSet):
         super().perform_destroy(instance)
 
 
+class ProfileViewSet(_ViewSet):
+    queryset = Profile.objects.all()
+    serializer_class = ProfileSerializer
+
+
 class StrictProfileViewSet(ProfileViewSet):
     require_if_match = True
+
+
+class NotedProfileViewSet(ProfileViewSet):
+    """Saves the new record itself, without calling the mixin's ``perform_create``."""
+
+    def perform_create(self, serializer):
+        serializer.save(note="set by the view")
+
+
+class AttachmentSerializer(LockVersionSerializerMixin, serializers.ModelSerializer):
+    spot = serializers.CharField()
+    blob = serializers.CharField(required=False)
+
+    class Meta:
+        model = Attachment
+        fields = ["id", "title", "file", "blob", "spot"]
+
+
+class AttachmentViewSet(_ViewSet):
+    queryset = Attachment.objects.all()
+    serializer_class = AttachmentSerializer
 
 
 router = SimpleRouter()
 router.register("profiles", ProfileViewSet, basename="profile")
 router.register("strict", StrictProfileViewSet, basename="strict-profile")
+router.register("noted", NotedProfileViewSet, basename="noted-profile")
+router.register("attachments", AttachmentViewSet, basename="attachment")
 urlpatterns = router.urls

@@ -8,13 +8,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth.mixins import LoginRequiredMixin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.http import condition
 from django.views.generic import View
 
 from safeupdates.http import ConditionalMixin, conditional, etag_for
-from tests.testapp.models import Profile
+from tests.testapp.models import Attachment, Document, Profile
 
 #: Callables run between a view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
@@ -66,6 +67,79 @@ class ProfileView(ConditionalMixin, View):
         return _write(request, self.get_object())
 
 
+@conditional(Profile, conflict_fields=["name", "active"])
+def declared_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """Shows ``name`` and ``active`` only, and says so: a conflict may show their values."""
+    if request.method in ("GET", "HEAD"):
+        return JsonResponse({"name": profile.name, "active": profile.active})
+    return _write(request, profile)
+
+
+@conditional(Profile, permission=lambda request, profile: profile.name == request.headers.get("X-Owner"))
+def owned_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """Only the owner (here: the X-Owner header) may read or write the record."""
+    if request.method in ("GET", "HEAD"):
+        return JsonResponse(_as_json(profile))
+    return _write(request, profile)
+
+
+@conditional(lambda request: Profile.objects.filter(pk=request.user))
+def per_user_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """A queryset per user that an anonymous user cannot even build (as ``filter(user=request.user)``)."""
+    return JsonResponse(_as_json(profile))
+
+
+@conditional(Profile)
+def writes_another_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """Writes its record, then a stale copy of another record: that conflict is the view's own."""
+    profile.name = "written"
+    profile.save()
+    other = Document.objects.get()
+    Document.objects.filter(pk=other.pk).update(lock_version=other.lock_version + 1)
+    other.title = "over"
+    other.save()
+    return JsonResponse(_as_json(profile))
+
+
+@conditional(Profile)
+def writes_another_first_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """Writes another record, then its own (which moved on meanwhile)."""
+    other = Document.objects.get()
+    other.title = "written by the view"
+    other.save()
+    return _write(request, profile)
+
+
+class LoggedInProfileView(ConditionalMixin, LoginRequiredMixin, View):
+    """The login check comes after ConditionalMixin in the bases: it still runs before any precondition."""
+
+    model = Profile
+    raise_exception = True
+
+    def put(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _write(request, self.get_object())
+
+
+class OwnedProfileView(ConditionalMixin, View):
+    model = Profile
+
+    def has_object_permission(self, request: HttpRequest, obj: Any) -> bool:
+        return bool(obj.name == request.headers.get("X-Owner"))
+
+    def put(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _write(request, self.get_object())
+
+
+@conditional(Attachment, conflict_fields=["title", "file", "blob", "spot"])
+def attachment_view(request: HttpRequest, attachment: Attachment, pk: int) -> HttpResponse:
+    if request.method not in ("GET", "HEAD"):
+        for hook in BETWEEN_READ_AND_WRITE:
+            hook()
+        attachment.title = json.loads(request.body)["title"]
+        attachment.save()
+    return JsonResponse({"title": attachment.title, "file": attachment.file.name, "spot": str(attachment.spot)})
+
+
 def _naive_etag(request: HttpRequest, pk: int) -> str:
     return etag_for(Profile.objects.get(pk=pk))
 
@@ -84,4 +158,12 @@ urlpatterns = [
     path("strict/<int:pk>/", strict_profile_view, name="strict-profile"),
     path("cbv/<int:pk>/", ProfileView.as_view(), name="cbv-profile"),
     path("naive/<int:pk>/", naive_profile_view, name="naive-profile"),
+    path("declared/<int:pk>/", declared_view),
+    path("owned/<int:pk>/", owned_view),
+    path("per-user/<int:pk>/", per_user_view),
+    path("writes-another/<int:pk>/", writes_another_view),
+    path("writes-another-first/<int:pk>/", writes_another_first_view),
+    path("logged-in/<int:pk>/", LoggedInProfileView.as_view()),
+    path("cbv-owned/<int:pk>/", OwnedProfileView.as_view()),
+    path("attachments/<int:pk>/", attachment_view),
 ]

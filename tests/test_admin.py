@@ -154,3 +154,49 @@ def test_a_batch_with_failed_items_says_so_and_links_them(admin_client):
     assert "ValueError: bad" in page
     listed = admin_client.get(reverse("admin:safeupdates_batches_batch_changelist")).content.decode()
     assert "1 failed" in listed
+
+
+# -- searching the request log by a request id prefix (issue 20.10) --------------------------------------
+
+
+def test_a_request_id_prefix_finds_the_request(admin_client, recorded):
+    _profile, request = recorded
+    url = reverse("admin:safeupdates_processedrequest_changelist")
+    other = ProcessedRequest.objects.create(
+        request_id="6f1c1b4f-0000-4000-8000-000000000000", kind="task", key="k", status="applied"
+    )
+    for term in ("6f1c1b4e", "6F1C1B4E-8A4E", " 6f1c1b4e8a4e4a55 ", str(request.request_id)):
+        found = admin_client.get(url, {"q": term}).context["cl"].result_list
+        assert [r.pk for r in found] == [request.pk], term
+    assert {r.pk for r in admin_client.get(url, {"q": "6f1c1b4"}).context["cl"].result_list} == set()
+    assert [r.pk for r in admin_client.get(url, {"q": "k"}).context["cl"].result_list] == [other.pk]
+    page = admin_client.get(url).content.decode()
+    assert "a prefix of 8 or more hex digits" in page
+
+
+def test_the_prefix_search_is_a_range_on_the_unique_index(admin_client, recorded, postgres_only):
+    """No text LIKE over every row: a range on the uuid, which the unique btree index answers."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    url = reverse("admin:safeupdates_processedrequest_changelist")
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get(url, {"q": "6f1c1b4e"}).status_code == 200
+    listed = [q["sql"] for q in queries.captured_queries if 'FROM "safeupdates_processedrequest"' in q["sql"]]
+    assert all("LIKE" not in sql.upper() and "::text" not in sql for sql in listed)
+    searched = [sql for sql in listed if '"request_id" BETWEEN' in sql]
+    assert len(searched) >= 2  # the search's exists(), the count and the page
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # the table is small: ask what the index can do
+        for sql in searched:
+            cursor.execute(f"EXPLAIN {sql}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "Seq Scan" not in plan and "safeupdates_processedrequest_request_id" in plan, plan
+
+
+def test_the_model_filter_has_no_bare_dash_entry(admin_client, recorded):
+    response = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
+    spec = next(s for s in response.context["cl"].filter_specs if getattr(s, "field_path", "") == "content_type")
+    labels = [str(choice["display"]) for choice in spec.choices(response.context["cl"])]
+    assert "-" not in labels
+    assert "No record (tasks, batch items)" in labels

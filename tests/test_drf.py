@@ -12,7 +12,7 @@ pytest.importorskip(
 
 from rest_framework.test import APIClient
 
-from safeupdates.http import etag_for
+from safeupdates.http import etag_for, version_from_etag
 from safeupdates.versions import next_version
 from tests import drf_urls
 from tests.factories import ProfileFactory
@@ -28,6 +28,11 @@ def api():
     drf_urls.BETWEEN_READ_AND_WRITE.clear()
 
 
+def etag(profile: Profile) -> str:
+    """The ETag the API answers: a digest of each of the serializer's fields (name, active)."""
+    return etag_for(profile, ["name", "active"])
+
+
 def another_client_sets_active(profile: Profile) -> uuid.UUID:
     rid = uuid.uuid4()
     Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
@@ -40,7 +45,7 @@ class TestSerializer:
         response = api.get(f"/profiles/{profile.pk}/")
         assert response.status_code == 200
         assert response.json() == {"id": profile.pk, "name": "a", "active": False, "lock_version": profile.lock_version}
-        assert response["ETag"] == etag_for(profile)
+        assert response["ETag"] == etag(profile)
 
     def test_an_update_at_the_current_version_writes_and_answers_the_new_one(self, api):
         profile = ProfileFactory(name="a")
@@ -48,7 +53,7 @@ class TestSerializer:
         stored = Profile.objects.get()
         assert response.status_code == 200 and stored.name == "b"
         assert response.json()["lock_version"] == stored.lock_version > profile.lock_version
-        assert response["ETag"] == etag_for(stored)
+        assert response["ETag"] == etag(stored)
 
     def test_a_stale_lock_version_is_409_naming_the_fields_written_since(self, api):
         profile = ProfileFactory(name="a")
@@ -85,20 +90,20 @@ class TestViewSet:
         """A client that creates a record can send its next write with If-Match at once, no GET between."""
         response = api.post("/profiles/", {"name": "new"}, "json")
         created = Profile.objects.get()
-        assert response.status_code == 201 and response["ETag"] == etag_for(created)
+        assert response.status_code == 201 and response["ETag"] == etag(created)
         again = api.patch(f"/profiles/{created.pk}/", {"name": "b"}, "json", headers={"if_match": response["ETag"]})
         assert again.status_code == 200 and Profile.objects.get().name == "b"
 
     def test_if_none_match_gives_304(self, api):
         profile = ProfileFactory()
-        response = api.get(f"/profiles/{profile.pk}/", headers={"if_none_match": etag_for(profile)})
-        assert response.status_code == 304 and response["ETag"] == etag_for(profile) and not response.content
+        response = api.get(f"/profiles/{profile.pk}/", headers={"if_none_match": etag(profile)})
+        assert response.status_code == 304 and response["ETag"] == etag(profile) and not response.content
 
     def test_if_match_current_writes_old_is_412(self, api):
         profile = ProfileFactory(name="a")
-        seen = etag_for(profile)
+        seen = etag(profile)
         response = api.patch(f"/profiles/{profile.pk}/", {"name": "b"}, "json", headers={"if_match": seen})
-        assert response.status_code == 200 and response["ETag"] == etag_for(Profile.objects.get())
+        assert response.status_code == 200 and response["ETag"] == etag(Profile.objects.get())
         response = api.patch(f"/profiles/{profile.pk}/", {"name": "c"}, "json", headers={"if_match": seen})
         assert response.status_code == 412
         assert "name" in [c["field"] for c in response.json()["changes"]]
@@ -107,22 +112,22 @@ class TestViewSet:
     def test_a_write_between_the_read_and_the_save_with_if_match_is_412(self, api):
         profile = ProfileFactory(name="a")
         drf_urls.BETWEEN_READ_AND_WRITE.append(lambda: another_client_sets_active(profile))
-        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b"}, "json", headers={"if_match": etag_for(profile)})
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b"}, "json", headers={"if_match": etag(profile)})
         assert response.status_code == 412
         assert [c["field"] for c in response.json()["changes"]] == ["active"]
         assert Profile.objects.get().name == "a"
 
     def test_delete_is_checked(self, api):
         profile = ProfileFactory()
-        seen = etag_for(profile)
+        seen = etag(profile)
         another_client_sets_active(profile)
         assert api.delete(f"/profiles/{profile.pk}/", headers={"if_match": seen}).status_code == 412
         drf_urls.BETWEEN_READ_AND_WRITE.append(lambda: another_client_sets_active(profile))
-        current = etag_for(Profile.objects.get())
+        current = etag(Profile.objects.get())
         assert api.delete(f"/profiles/{profile.pk}/", headers={"if_match": current}).status_code == 412
         assert Profile.objects.exists()
         drf_urls.BETWEEN_READ_AND_WRITE.clear()
-        current = etag_for(Profile.objects.get())
+        current = etag(Profile.objects.get())
         assert api.delete(f"/profiles/{profile.pk}/", headers={"if_match": current}).status_code == 204
         assert not Profile.objects.exists()
 
@@ -144,8 +149,8 @@ class TestViewSet:
     def test_weak_foreign_or_missing_is_412(self, api):
         profile, other = ProfileFactory(name="a"), ProfileFactory()
         url = f"/profiles/{profile.pk}/"
-        assert api.patch(url, {"name": "b"}, "json", headers={"if_match": f"W/{etag_for(profile)}"}).status_code == 412
-        assert api.patch(url, {"name": "b"}, "json", headers={"if_match": etag_for(other)}).status_code == 412
+        assert api.patch(url, {"name": "b"}, "json", headers={"if_match": f"W/{etag(profile)}"}).status_code == 412
+        assert api.patch(url, {"name": "b"}, "json", headers={"if_match": etag(other)}).status_code == 412
         assert api.patch("/profiles/999999/", {"name": "b"}, "json", headers={"if_match": "*"}).status_code == 412
         assert Profile.objects.get(pk=profile.pk).name == "a"
 
@@ -155,6 +160,120 @@ class TestViewSet:
             f"/profiles/{profile.pk}/",
             {"name": "b", "lock_version": profile.lock_version - 1},
             "json",
-            headers={"if_match": etag_for(profile)},
+            headers={"if_match": etag(profile)},
         )
         assert response.status_code == 400 and "lock_version" in response.json()
+
+
+class TestLockVersionInput:
+    @pytest.mark.parametrize("value", [2**63, 10**30, -1, "abc", True, False, 1.5, None, [], {}, "9" * 30])
+    def test_a_lock_version_out_of_range_or_of_another_type_is_400(self, api, value):
+        """Never a 500 (19.11): ``2**63`` does not fit the column, and a bool is not a version."""
+        profile = ProfileFactory(name="a")
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": value}, "json")
+        assert response.status_code == 400, response.content
+        assert list(response.json()) == ["lock_version"]
+        assert Profile.objects.get().name == "a"
+
+    def test_the_largest_version_is_a_stale_one_not_an_error(self, api):
+        profile = ProfileFactory(name="a")
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": 2**63 - 1}, "json")
+        assert response.status_code == 409 and Profile.objects.get().name == "a"
+
+
+class TestWhatAConflictDiscloses:
+    def test_a_409_names_only_the_serializers_fields(self, api):
+        profile = ProfileFactory(name="a")
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="a secret", score=3, active=True)
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": profile.lock_version}, "json")
+        assert response.status_code == 409
+        assert [c["field"] for c in response.json()["changes"]] == ["active"]
+        assert "secret" not in response.content.decode() and "Score" not in response.content.decode()
+
+    def test_a_full_save_lists_only_the_fields_whose_values_differ(self, api):
+        profile = ProfileFactory(name="a")
+        seen = api.get(f"/profiles/{profile.pk}/")["ETag"]
+        other = Profile.objects.get(pk=profile.pk)
+        other.name = "b"
+        other.score = 9
+        other.save()
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "c"}, "json", headers={"if_match": seen})
+        assert response.status_code == 412
+        assert [(c["field"], c["now"]) for c in response.json()["changes"]] == [("name", "b")]
+
+    def test_a_write_while_the_request_ran_lists_only_the_fields_whose_values_differ(self, api):
+        profile = ProfileFactory(name="a")
+
+        def full_save() -> None:
+            other = Profile.objects.get(pk=profile.pk)
+            other.active = True
+            other.save()
+
+        drf_urls.BETWEEN_READ_AND_WRITE.append(full_save)
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b"}, "json")
+        assert response.status_code == 409
+        assert [(c["field"], c["now"], c["seen"]) for c in response.json()["changes"]] == [("active", True, False)]
+
+    def test_the_writer_is_told_by_versions_not_by_values(self, api):
+        profile = ProfileFactory(active=True)
+        seen = api.get(f"/profiles/{profile.pk}/")["ETag"]
+        rid = another_client_sets_active(profile)  # True: no change of value, but a write of the request
+        for value in (False, True):
+            saved = Profile.objects.get(pk=profile.pk)
+            saved.active = value
+            saved.save()
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "c"}, "json", headers={"if_match": seen})
+        assert response.status_code == 412 and response.json()["changes"] == []  # active is True, as seen
+        assert str(rid) not in response.content.decode()
+
+    def test_files_bytes_and_custom_types_in_a_conflict(self, api):
+        from tests.testapp.models import Attachment, Point
+
+        attachment = Attachment.objects.create(title="t", blob=b"\x00", spot=Point(1, 2))
+        url = f"/attachments/{attachment.pk}/"
+        seen = api.get(url)
+        assert seen.status_code == 200, seen.content
+
+        def move() -> None:
+            moved = Attachment.objects.get(pk=attachment.pk)
+            moved.file.name, moved.spot = "attachments/a.txt", Point(3, 4)
+            moved.save()
+
+        drf_urls.BETWEEN_READ_AND_WRITE.append(move)
+        response = api.patch(url, {"title": "u", "lock_version": attachment.lock_version}, "json")
+        assert response.status_code == 409, response.content
+        assert [(c["field"], c["now"]) for c in response.json()["changes"]] == [
+            ("file", "attachments/a.txt"),
+            ("spot", "3,4"),
+        ]
+        drf_urls.BETWEEN_READ_AND_WRITE.clear()
+        response = api.patch(url, {"title": "u"}, "json", headers={"if_match": seen["ETag"]})
+        assert response.status_code == 412
+        assert [c["field"] for c in response.json()["changes"]] == ["file", "spot"]
+
+
+class TestStatuses:
+    def test_without_if_match_a_row_deleted_while_the_request_ran_is_404(self, api):
+        """No precondition sent, no 412 (19.7); as a moment later, the record is not found."""
+        profile = ProfileFactory(name="a")
+        drf_urls.BETWEEN_READ_AND_WRITE.append(lambda: Profile.objects.filter(pk=profile.pk).delete())
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b"}, "json")
+        assert response.status_code == 404
+        assert "was deleted while the request ran" in response.json()["detail"]
+        response = api.delete(f"/profiles/{ProfileFactory().pk}/")
+        assert response.status_code in (204, 404)
+
+    def test_with_if_match_a_row_deleted_while_the_request_ran_is_412(self, api):
+        profile = ProfileFactory(name="a")
+        drf_urls.BETWEEN_READ_AND_WRITE.append(lambda: Profile.objects.filter(pk=profile.pk).delete())
+        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b"}, "json", headers={"if_match": etag(profile)})
+        assert response.status_code == 412
+
+    def test_the_201_carries_the_etag_of_the_saved_record_whatever_perform_create_does(self, api):
+        """A viewset that saves the new record in its own ``perform_create`` (20.3)."""
+        response = api.post("/noted/", {"name": "new"}, "json")
+        created = Profile.objects.get()
+        assert response.status_code == 201 and created.note == "set by the view"
+        assert version_from_etag(response["ETag"].strip('"'), created) == created.lock_version
+        again = api.patch(f"/noted/{created.pk}/", {"name": "b"}, "json", headers={"if_match": response["ETag"]})
+        assert again.status_code == 200

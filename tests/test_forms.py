@@ -111,3 +111,39 @@ def test_a_write_between_the_check_and_the_save_is_a_form_error_too(client: Clie
     assert "was changed by someone else" in form.non_field_errors()[0]
     fresh = Profile.objects.get(pk=profile.pk)
     assert (fresh.name, fresh.active) == ("a", True)
+
+
+def test_a_form_of_values_json_cannot_encode_renders_and_is_checked() -> None:
+    """A file, bytes and a custom type on the form (issue 19.8): the token is made and compared."""
+    from django import forms
+
+    from tests.testapp.models import Attachment, Point
+
+    class AttachmentForm(SafeUpdateModelForm):
+        spot = forms.CharField()
+
+        class Meta:
+            model = Attachment
+            fields = ["title", "file", "blob", "spot"]
+
+    attachment = Attachment.objects.create(title="t", blob=b"\x00", spot=Point(1, 2))
+    form = AttachmentForm(instance=attachment)
+    assert 'name="safeupdates_token"' in form.as_div()
+    data = {"title": "u", "spot": "1,2", "safeupdates_token": form.initial["safeupdates_token"]}
+    assert AttachmentForm(data, instance=Attachment.objects.get(pk=attachment.pk)).is_valid()
+
+    moved = Attachment.objects.get(pk=attachment.pk)
+    moved.spot = Point(5, 6)
+    moved.save()
+    stale = AttachmentForm(data, instance=Attachment.objects.get(pk=attachment.pk))
+    assert not stale.is_valid()
+    assert stale.safeupdates_conflict.fields == ["spot"]
+    assert stale.errors["spot"] == ["Spot: now 5,6 (a direct save)"]
+
+
+def test_the_token_records_the_forms_fields_only() -> None:
+    from safeupdates.conflicts import read_edit_token
+
+    profile = ProfileFactory(note="private")
+    _version, seen = read_edit_token(ProfileForm(instance=profile).initial["safeupdates_token"], profile)
+    assert list(seen) == ["name", "active", "score"]

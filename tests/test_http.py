@@ -123,16 +123,16 @@ class TestIfMatch:
         stored = Profile.objects.get()
         assert stored.name == "a"
         assert (body["seen_version"], body["current_version"]) == (profile.lock_version, stored.lock_version)
+        # The view declares no conflict_fields: the fields are named, without their values.
         assert body["changes"] == [
             {
                 "field": "active",
-                "now": True,
                 "request_id": str(rid),
                 "changed_at": body["changes"][0]["changed_at"],
                 "version": stored.field_version("active"),
             }
         ]
-        assert f"Active is now True (request {rid})" in body["detail"]
+        assert f"Active changed (request {rid})" in body["detail"]
         assert "GET it again" in body["detail"]
 
     def test_one_of_several_etags_matching_is_enough(self, client):
@@ -222,6 +222,192 @@ class TestTheCheckIsTheWrite:
         assert response.status_code in (204, 412)  # nothing left to delete either way; never a 500
 
 
+@pytest.mark.django_db
+class TestWhatAConflictDiscloses:
+    """A 409/412 names only the fields the view shows, with values only where it declares them (19.5)."""
+
+    def test_by_default_the_fields_are_named_without_their_values(self, client):
+        profile = ProfileFactory(name="a")
+        seen = etag_for(profile)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="a secret", active=True)
+        response = put(client, f"/profiles/{profile.pk}/", {"name": "b"}, if_match=seen)
+        assert response.status_code == 412
+        body = response.json()
+        assert [change["field"] for change in body["changes"]] == ["active", "note"]
+        assert all("now" not in change and "seen" not in change for change in body["changes"])
+        assert "secret" not in response.content.decode()
+        assert "Active changed (a direct save); Note changed (a direct save)" in body["detail"]
+
+    def test_declared_fields_are_listed_with_their_values_and_no_other(self, client):
+        profile = ProfileFactory(name="a")
+        seen = client.get(f"/declared/{profile.pk}/")["ETag"]
+        rid = uuid.uuid4()
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, note="n", active=True)
+        response = put(client, f"/declared/{profile.pk}/", {"name": "b"}, if_match=seen)
+        assert response.status_code == 412
+        body = response.json()
+        assert [(c["field"], c["now"], c["seen"], c["request_id"]) for c in body["changes"]] == [
+            ("active", True, False, str(rid))
+        ]
+        assert f"Active is now True (request {rid})" in body["detail"] and "Note" not in body["detail"]
+
+    def test_a_full_save_lists_only_the_fields_whose_values_differ(self, client):
+        """A full save makes every field's version newer (20.9): only a changed value is listed."""
+        profile = ProfileFactory(name="a")
+        seen = client.get(f"/declared/{profile.pk}/")["ETag"]
+        other = Profile.objects.get(pk=profile.pk)
+        other.name = "b"
+        other.save()
+        response = put(client, f"/declared/{profile.pk}/", {"name": "c"}, if_match=seen)
+        assert response.status_code == 412
+        assert [change["field"] for change in response.json()["changes"]] == ["name"]
+        assert "Name is now 'b' (a direct save). Nothing was written" in response.json()["detail"]
+
+    def test_the_writer_is_told_by_versions_not_by_values(self, client):
+        """A request set False, a save True, a save False (20.4): the last write is a direct save."""
+        profile = ProfileFactory(active=True)
+        seen = client.get(f"/declared/{profile.pk}/")["ETag"]
+        rid = uuid.uuid4()
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=False)
+        for value in (True, False):
+            saved = Profile.objects.get(pk=profile.pk)
+            saved.active = value
+            saved.save()
+        response = put(client, f"/declared/{profile.pk}/", {"name": "c"}, if_match=seen)
+        assert response.status_code == 412
+        (change,) = response.json()["changes"]
+        assert (change["field"], change["now"], change["request_id"]) == ("active", False, None)
+        assert "Active is now False (a direct save)" in response.json()["detail"]
+        assert str(rid) not in response.content.decode()
+
+    @pytest.mark.parametrize("url", ["/owned/{}/", "/cbv-owned/{}/"])
+    def test_a_client_who_may_not_read_the_record_learns_nothing_from_a_stale_if_match(self, client, url):
+        profile = ProfileFactory(name="ann")
+        seen = etag_for(profile)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="changed")
+        as_bob = put(client, url.format(profile.pk), {"name": "b"}, if_match=seen, x_owner="bob")
+        missing = put(client, url.format(999999), {"name": "b"}, if_match=seen, x_owner="bob")
+        assert (
+            (as_bob.status_code, as_bob.json())
+            == (missing.status_code, missing.json())
+            == (
+                412,
+                {"detail": "If-Match: the record does not exist (any more); nothing was written."},
+            )
+        )
+        assert put(client, url.format(profile.pk), {"name": "b"}, x_owner="bob").status_code == 404
+        assert put(client, url.format(profile.pk), {"name": "b"}, if_match=seen, x_owner="ann").status_code == 412
+        assert Profile.objects.get().name == "ann"
+
+    def test_a_login_check_after_the_mixin_in_the_bases_runs_before_any_precondition(self, client):
+        profile = ProfileFactory(name="a")
+        seen = etag_for(profile)
+        another_client_sets_active(profile)
+        assert put(client, f"/logged-in/{profile.pk}/", {"name": "b"}, if_match=seen).status_code == 403
+        assert put(client, f"/logged-in/{profile.pk}/", {"name": "b"}, if_match="junk").status_code == 403
+
+    def test_an_anonymous_user_of_a_per_user_queryset_is_a_404_not_a_500(self, client):
+        """``filter(user=request.user)`` cannot be built for an anonymous user (20.6)."""
+        profile = ProfileFactory()
+        assert client.get(f"/per-user/{profile.pk}/").status_code == 404
+        assert put(client, f"/per-user/{profile.pk}/", {}, if_match=etag_for(profile)).status_code == 412
+
+
+@pytest.mark.django_db
+class TestWhoseConflict:
+    def test_a_stale_save_of_another_record_is_the_views_own(self, monkeypatch):
+        """The view wrote its record, then another record's save went stale (19.6): not a 412 about ours
+        ("nothing was written" would be false), but the view's own error; under ATOMIC_REQUESTS the
+        request's transaction rolls back with it."""
+        from django.db import connection
+        from django.test import Client
+
+        from safeupdates.exceptions import StaleObjectError
+        from tests.testapp.models import Document
+
+        Document.objects.create(title="t")
+        client = Client(raise_request_exception=True)
+        for atomic_requests, name in ((False, "written"), (True, "a")):
+            monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+            profile = ProfileFactory(name="a")
+            with pytest.raises(StaleObjectError, match=r"testapp\.Document"):
+                put(client, f"/writes-another/{profile.pk}/", {}, if_match=etag_for(profile))
+            assert Profile.objects.get(pk=profile.pk).name == name
+
+    def test_under_atomic_requests_a_412_keeps_nothing_the_view_wrote(self, client, monkeypatch):
+        from django.db import connection
+
+        from tests.testapp.models import Document
+
+        monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+        document = Document.objects.create(title="t")
+        profile = ProfileFactory(name="a")
+        # The view writes the document, then its profile, which another client changed meanwhile.
+        http_urls.BETWEEN_READ_AND_WRITE.append(lambda: another_client_sets_active(profile))
+        response = put(client, f"/writes-another-first/{profile.pk}/", {"name": "b"}, if_match=etag_for(profile))
+        assert response.status_code == 412 and "Nothing was written" in response.json()["detail"]
+        assert Document.objects.get(pk=document.pk).title == "t"
+
+    def test_without_if_match_a_row_deleted_while_the_view_ran_is_404_never_412(self, client):
+        """No precondition sent, no 412 (19.7): as a moment later, the record is not found."""
+        profile = ProfileFactory(name="a")
+        http_urls.BETWEEN_READ_AND_WRITE.append(lambda: Profile.objects.filter(pk=profile.pk).delete())
+        response = put(client, f"/profiles/{profile.pk}/", {"name": "b"})
+        assert response.status_code == 404
+        assert response.json() == {
+            "detail": f"Profile {profile.pk} was deleted while the request ran; nothing was written."
+        }
+        assert not Profile.objects.exists()
+
+    def test_with_if_match_a_row_deleted_while_the_view_ran_is_412(self, client):
+        profile = ProfileFactory(name="a")
+        http_urls.BETWEEN_READ_AND_WRITE.append(lambda: Profile.objects.filter(pk=profile.pk).delete())
+        response = put(client, f"/profiles/{profile.pk}/", {"name": "b"}, if_match=etag_for(profile))
+        assert response.status_code == 412 and "was deleted while the request ran" in response.json()["detail"]
+        assert not Profile.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_class_based_views_require_if_match_is_428(client):
+    """``ConditionalMixin.require_if_match = True`` (mutation probe: only the decorator was tested)."""
+    profile = ProfileFactory(name="a")
+    response = put(client, f"/cbv/{profile.pk}/", {"name": "b"})
+    assert response.status_code == 428 and "If-Match" in response.json()["detail"]
+    assert client.delete(f"/cbv/{profile.pk}/").status_code == 428
+    assert client.get(f"/cbv/{profile.pk}/").status_code == 200
+    assert Profile.objects.get().name == "a"
+    assert put(client, f"/cbv/{profile.pk}/", {"name": "b"}, if_match=etag_for(profile)).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_conflict_about_files_bytes_and_custom_types_is_json_never_a_500(client):
+    """Values JSON cannot encode (19.8), in a 412 and in a 409."""
+    from tests.testapp.models import Attachment, Point
+
+    attachment = Attachment.objects.create(title="t", blob=b"\x00", spot=Point(1, 2))
+    url = f"/attachments/{attachment.pk}/"
+    seen = client.get(url)["ETag"]
+
+    def move(spot: Point) -> None:
+        moved = Attachment.objects.get(pk=attachment.pk)
+        moved.file.name, moved.blob, moved.spot = "attachments/a.txt", b"\xff", spot
+        moved.save()
+
+    move(Point(3, 4))
+    response = put(client, url, {"title": "u"}, if_match=seen)
+    assert response.status_code == 412
+    assert [(c["field"], c["now"]) for c in response.json()["changes"]] == [
+        ("file", "attachments/a.txt"),
+        ("blob", "/w=="),
+        ("spot", "3,4"),
+    ]
+    http_urls.BETWEEN_READ_AND_WRITE.append(lambda: move(Point(5, 6)))
+    response = put(client, url, {"title": "u"})
+    assert response.status_code == 409
+    # A full save wrote file and blob again, with the values the view had loaded: only spot differs.
+    assert [(c["field"], c["now"]) for c in response.json()["changes"]] == [("spot", "5,6")]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_row_lock_held_across_the_views_read_then_committed_is_412(client, postgres_only):
     """PostgreSQL: another transaction has written the row, uncommitted, when the view reads it (the
@@ -261,10 +447,8 @@ def test_a_row_lock_held_across_the_views_read_then_committed_is_412(client, pos
     releaser.join(30)
     thread.join(30)
     assert response.status_code == 412, response.content
-    # A full save() writes every field: each is listed, with its value now.
-    assert {"field": "active", "now": True} in [
-        {"field": change["field"], "now": change["now"]} for change in response.json()["changes"]
-    ]
+    # A full save() writes every field, but only active differs from what the view loaded.
+    assert [change["field"] for change in response.json()["changes"]] == ["active"]
     stored = Profile.objects.get()
     assert (stored.name, stored.active) == ("a", True)
 

@@ -3,29 +3,41 @@ on viewsets. Needs the extra: ``pip install "django-safeupdates[drf]"``.
 
 - :class:`LockVersionSerializerMixin` puts ``lock_version`` in the output and accepts it on input as the
   version the client saw: the update writes through the checked ``save()``, against that version, and a
-  stale one is answered 409 Conflict with the fields written since.
+  stale one is answered 409 Conflict with the serializer's fields whose values differ.
 - :class:`ConditionalViewSetMixin` gives a detail route an ETag, 304 on ``If-None-Match``, and checks
   ``If-Match`` in the write (412 on a mismatch, 428 with ``require_if_match``), as the view decorator;
   a create answers the new record's ETag.
+
+A conflict names only the serializer's fields (with their values: the serializer shows them), and the
+preconditions are evaluated after DRF's permission checks (in ``get_object()``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from django.http import Http404, HttpRequest
 from django.http.response import HttpResponseBase
 from rest_framework import serializers
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, NotFound
 from rest_framework.response import Response
 
+from safeupdates.conflicts import digests, reported_fields
 from safeupdates.exceptions import StaleObjectError
-from safeupdates.http import changes_since, conflict_body, etag_for, evaluate
+from safeupdates.http import MISSING, LostWrite, etag_for, evaluate, lost_write
+from safeupdates.models import LockVersionMixin
 
-if TYPE_CHECKING:
-    from safeupdates.models import LockVersionMixin
+__all__ = [
+    "ConditionalViewSetMixin",
+    "ConflictError",
+    "LockVersionSerializerMixin",
+    "PreconditionFailedError",
+    "serializer_fields",
+]
 
-__all__ = ["ConditionalViewSetMixin", "ConflictError", "LockVersionSerializerMixin", "PreconditionFailedError"]
+#: The largest ``lock_version`` (a ``BigIntegerField``): a larger one is a 400, not a database error.
+MAX_VERSION = 2**63 - 1
 
 
 class ConflictError(APIException):  # type: ignore[misc]
@@ -47,16 +59,34 @@ class PreconditionFailedError(ConflictError):
     default_code = "precondition_failed"
 
 
-def _stale(instance: LockVersionMixin, expected: int, error: type[ConflictError]) -> ConflictError | None:
-    """The error for a lost write of ``instance`` at ``expected``; None if its row did not move (the
-    ``StaleObjectError`` was another record's)."""
-    current = type(instance)._base_manager.using(instance._state.db).filter(pk=instance.pk).first()
-    if current is None:
-        label = str(instance._meta.verbose_name).capitalize()
-        return error({"detail": f"{label} {instance.pk} was deleted; nothing was written.", "changes": []})
-    if current.lock_version == expected:
-        return None
-    return error(conflict_body(changes_since(current, expected)))
+def serializer_fields(serializer: Any, model: type[Any]) -> list[str]:
+    """The fields of ``model`` that ``serializer`` shows (by their ``source``): what a conflict may name."""
+    return reported_fields(model, [f.source for f in serializer.fields.values() if not f.write_only])
+
+
+def _api_error(answer: LostWrite) -> APIException:
+    if answer.status == 404:
+        return NotFound(answer.body["detail"])
+    return (PreconditionFailedError if answer.status == 412 else ConflictError)(answer.body)
+
+
+def _write(
+    write: Callable[[], Any],
+    instance: LockVersionMixin,
+    *,
+    precondition: bool,
+    fields: list[str],
+    seen: dict[str, str] | None,
+) -> Any:
+    """Run ``write()`` (the checked save or delete of ``instance``) and turn its lost race into a 409/412/404."""
+    loaded_version = instance.lock_version
+    try:
+        return write()
+    except StaleObjectError:
+        answer = lost_write(instance, loaded_version, precondition=precondition, fields=fields, seen=seen, values=True)
+        if answer is None:
+            raise  # another record's conflict: the view's own
+        raise _api_error(answer) from None
 
 
 class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
@@ -64,11 +94,12 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
 
     In the output, the record's ``lock_version``. In the input of an update, the version the client
     saw: the update is written only if the row still carries it (the checked ``save()``), else 409
-    with the fields written since. It never sets ``lock_version``; a create ignores it. Put the mixin
-    first: ``class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer)``.
+    with the serializer's fields whose values changed. It never sets ``lock_version``; a create ignores it.
+    A version that is not a whole number from 0 to 2**63 - 1 is a 400. Put the mixin first:
+    ``class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer)``.
     """
 
-    lock_version = serializers.IntegerField(min_value=0, required=False)
+    lock_version = serializers.IntegerField(min_value=0, max_value=MAX_VERSION, required=False)
 
     def get_field_names(self, declared_fields: Any, info: Any) -> Any:
         names = super().get_field_names(declared_fields, info)
@@ -79,22 +110,24 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
         return super().create(validated_data)
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
-        seen = validated_data.pop("lock_version", None)
+        seen_version = validated_data.pop("lock_version", None)
         header = self.context.get("if_match_version")
-        if seen is not None and header is not None and seen != header:
+        if seen_version is not None and header is not None and seen_version != header:
             raise serializers.ValidationError(
-                {"lock_version": [f"{seen} is not the version If-Match names ({header}); send one of them."]}
+                {"lock_version": [f"{seen_version} is not the version If-Match names ({header}); send one of them."]}
             )
-        if seen is not None:
-            instance.lock_version = seen
-        expected = instance.lock_version
-        try:
-            return super().update(instance, validated_data)
-        except StaleObjectError:
-            error = _stale(instance, expected, PreconditionFailedError if header is not None else ConflictError)
-            if error is None:
-                raise
-            raise error from None
+        fields = serializer_fields(self, type(instance))
+        # What the client saw, where it is known: the record as loaded, if it sent the version loaded.
+        seen = digests(instance, fields) if seen_version in (None, instance.lock_version) else None
+        if seen_version is not None:
+            instance.lock_version = seen_version
+        return _write(
+            lambda: super(LockVersionSerializerMixin, self).update(instance, validated_data),
+            instance,
+            precondition=header is not None,
+            fields=fields,
+            seen=seen,
+        )
 
 
 class _Answer(Exception):
@@ -107,17 +140,20 @@ class _Answer(Exception):
 
 class ConditionalViewSetMixin:
     """ETag, If-None-Match and If-Match on the detail routes of a ``GenericAPIView`` / ``ViewSet``; the
-    ETag of the new record on a create.
+    ETag of the saved record on a create and an update.
 
-    ``get_object()`` evaluates the preconditions and returns the record carrying the version If-Match
-    names, so the update's (or the destroy's) checked write is the check: a row written since is
-    answered 412 (409 without If-Match: it changed while the request ran). ``require_if_match = True``
-    answers 428 to a write without If-Match.
+    ``get_object()`` evaluates the preconditions, after DRF's own permission checks, and returns the
+    record carrying the version If-Match names, so the update's (or the destroy's) checked write is the
+    check: a row written since is answered 412 (409 without If-Match: it changed while the request ran).
+    ``require_if_match = True`` answers 428 to a write without If-Match. The ETag carries a digest of
+    each of the serializer's fields, so that a 412 lists only those whose value differs.
     """
 
     require_if_match = False
     _if_match_version: int | None = None
     _conditional_object: Any = None
+    _serializer: Any = None
+    _conflict_fields: list[str] | None = None
     request: Any
 
     def get_object(self) -> Any:
@@ -125,11 +161,12 @@ class ConditionalViewSetMixin:
             instance = super().get_object()  # type: ignore[misc]
         except Http404:
             if self.request.headers.get("If-Match") is not None:
-                raise _Answer(
-                    Response({"detail": "If-Match: the record does not exist (any more); nothing was written."}, 412)
-                ) from None
+                raise _Answer(Response({"detail": MISSING}, 412)) from None
             raise
-        decision = evaluate(self._django_request(), instance, require_if_match=self.require_if_match)
+        fields = self._fields(type(instance))
+        decision = evaluate(
+            self._django_request(), instance, require_if_match=self.require_if_match, conflict_fields=fields
+        )
         if decision.response is not None:
             raise _Answer(decision.response)
         if decision.version is not None:
@@ -137,32 +174,38 @@ class ConditionalViewSetMixin:
         self._conditional_object = instance
         return instance
 
+    def _fields(self, model: type[Any]) -> list[str]:
+        """The serializer's fields: what the ETag digests and a conflict names (once per request)."""
+        if self._conflict_fields is None:
+            serializer = self.get_serializer_class()(context=self.get_serializer_context())  # type: ignore[attr-defined]
+            self._conflict_fields = serializer_fields(serializer, model)
+        return self._conflict_fields
+
     def _django_request(self) -> HttpRequest:
         request = self.request._request
         request.method = self.request.method  # DRF may override the method (X-HTTP-Method-Override)
         return request  # type: ignore[no-any-return]
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        # The record a create or an update saved is the serializer's: its ETag is the response's,
+        # whatever perform_create() or perform_update() does to save it.
+        self._serializer = super().get_serializer(*args, **kwargs)  # type: ignore[misc]
+        return self._serializer
 
     def get_serializer_context(self) -> dict[str, Any]:
         context: dict[str, Any] = super().get_serializer_context()  # type: ignore[misc]
         context["if_match_version"] = self._if_match_version
         return context
 
-    def perform_create(self, serializer: Any) -> None:
-        super().perform_create(serializer)  # type: ignore[misc]
-        # The 201 carries the new record's ETag: the client's next write can send If-Match at once.
-        self._conditional_object = serializer.instance
-
     def perform_destroy(self, instance: Any) -> None:
-        expected = instance.lock_version
-        try:
-            super().perform_destroy(instance)  # type: ignore[misc]
-        except StaleObjectError:
-            error = _stale(
-                instance, expected, PreconditionFailedError if self._if_match_version is not None else ConflictError
-            )
-            if error is None:
-                raise
-            raise error from None
+        fields = self._fields(type(instance))
+        _write(
+            lambda: super(ConditionalViewSetMixin, self).perform_destroy(instance),  # type: ignore[misc]
+            instance,
+            precondition=self._if_match_version is not None,
+            fields=fields,
+            seen=digests(instance, fields),
+        )
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, _Answer):
@@ -171,13 +214,15 @@ class ConditionalViewSetMixin:
 
     def finalize_response(self, request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
-        instance = self._conditional_object
+        saved = getattr(self._serializer, "instance", None)
+        instance = saved if isinstance(saved, LockVersionMixin) else self._conditional_object
         if (
             instance is not None
+            and instance.pk is not None
             and 200 <= response.status_code < 300
             and request.method != "DELETE"
             and not response.has_header("ETag")
         ):
-            response["ETag"] = etag_for(instance)
-        self._conditional_object = self._if_match_version = None
+            response["ETag"] = etag_for(instance, self._fields(type(instance)))
+        self._conditional_object = self._if_match_version = self._serializer = self._conflict_fields = None
         return response

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.db import models
@@ -184,3 +185,44 @@ class Shelved(LockVersionMixin):
 
     def __str__(self) -> str:
         return self.title
+
+
+@dataclass(frozen=True)
+class Point:
+    """A value of a type of its own, which JSON cannot encode (as a geometry or a range)."""
+
+    x: int
+    y: int
+
+    def __str__(self) -> str:
+        return f"{self.x},{self.y}"
+
+
+class PointField(models.TextField):  # type: ignore[type-arg]
+    """Stores a :class:`Point` as ``"x,y"``."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Point | None:
+        return self.to_python(value)
+
+    def to_python(self, value: Any) -> Any:
+        if value is None or isinstance(value, Point):
+            return value
+        x, y = str(value).split(",")
+        return Point(int(x), int(y))
+
+    def get_prep_value(self, value: Any) -> Any:
+        return None if value is None else str(value)
+
+
+class Attachment(LockVersionMixin):
+    """Values that JSON cannot encode: a file, bytes, a custom type."""
+
+    title = models.CharField(max_length=40, default="")
+    file = models.FileField(upload_to="attachments/", blank=True)
+    blob = models.BinaryField(default=b"", editable=True, blank=True)
+    spot = PointField(default="0,0")
+    secret = models.CharField(max_length=40, default="", blank=True)
+    kind = models.CharField(max_length=10, choices=[("note", "Note"), ("image", "Image")], default="note")
+
+    def __str__(self) -> str:
+        return self.title or f"attachment {self.pk}"
