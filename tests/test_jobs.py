@@ -154,7 +154,7 @@ class TestEnqueueValidation:
         """enqueue_update's INSERT lists its columns by hand: a column it leaves out must have a default
         in the database, and the values it writes must be the model's defaults."""
         sql, _params = statements.insert_pending(
-            request_id=None, content_type_id=None, object_id="", changes=None, queue=""
+            request_id=None, content_type_id=None, object_id="", changes=None, queue="", kind="update", status="pending"
         )
         columns = re.search(r"AS new \(([^)]*)\)", sql).group(1)
         listed = {name.strip().strip('"') for name in columns.split(",")}

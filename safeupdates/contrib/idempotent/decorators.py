@@ -21,8 +21,6 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import OperationalError, connections, router, transaction
-from django.db.models import F
-from django.db.models.functions import Now
 from rq import get_current_job
 
 from safeupdates import conf
@@ -185,16 +183,9 @@ def _run_once(
                 result = func(*args, **kwargs)
         except Exception as exc:
             failure = exc
-            log.filter(pk=record.pk).update(
-                status=RequestStatus.FAILED,
-                error=f"{type(exc).__name__}: {exc}"[:_ERROR_LENGTH],
-                attempts=F("attempts") + 1,
-                processed_at=Now(),
-            )
+            log.filter(pk=record.pk).complete(f"{type(exc).__name__}: {exc}"[:_ERROR_LENGTH])
         else:
-            log.filter(pk=record.pk).update(
-                status=RequestStatus.APPLIED, error="", attempts=F("attempts") + 1, processed_at=Now()
-            )
+            log.filter(pk=record.pk).complete()
     if failure is not None:
         raise failure
     return result
