@@ -472,7 +472,7 @@ class TestApplyInProcess:
     def test_redis_down_at_commit_leaves_the_request_for_the_relay(self, redis):
         profile = ProfileFactory()
         with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
-            request = enqueue_update(profile, active=True)  # on_commit(robust=True) logs the error
+            request = enqueue_update(profile, active=True)  # one WARNING line: the relay will deliver it
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
         assert queue().count == 0
         assert relay_pending(0) == 1
