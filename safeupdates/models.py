@@ -106,6 +106,14 @@ class ProcessedRequest(models.Model):
                 name="safeupdates_pending",
                 condition=models.Q(status="pending"),
             ),
+            # The outcomes, by status and time: the last hour's per status and the failed requests
+            # (safeupdates_status, the metrics) without reading the history. Pending rows stay out, so
+            # enqueue_update() never writes this index.
+            models.Index(
+                fields=["status", "processed_at"],
+                name="safeupdates_outcomes",
+                condition=~models.Q(status="pending"),
+            ),
         ]
         constraints = [
             # An @idempotent task is its key among tasks, never a request id: no id a client sends can
