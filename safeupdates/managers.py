@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.contenttypes.models import ContentType
 from django.db import OperationalError, connections, models, transaction
 
+from safeupdates import signals
 from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.guard import write_if_newer
@@ -214,6 +215,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                     instance = self.select_for_update(nowait=nowait).get(pk=pk)  # type: ignore[attr-defined]
                 except OperationalError as exc:
                     if is_lock_unavailable(exc):
+                        signals.lock_unavailable.send_robust(sender=self.model, surface="with_lock", using=self.db)
                         how = "nowait=True" if nowait else f"timeout={timeout}s"
                         raise LockUnavailable(
                             f"{self.model._meta.label} pk={pk!r} is locked by another transaction ({how}); "

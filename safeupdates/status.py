@@ -18,7 +18,8 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import router
-from django.db.models import Count, Min
+from django.db.models import Count, DurationField, ExpressionWrapper, Min
+from django.db.models.functions import Now
 
 from safeupdates import db, queues
 from safeupdates.exceptions import BackendUnavailable
@@ -137,12 +138,12 @@ def backlog(using: str | None = None) -> list[Backlog]:
     """The pending update requests per model and queue, with the oldest one's age: one query, through
     the ``safeupdates_pending`` index (it reads pending rows only, however long the history)."""
     using = using or router.db_for_write(ProcessedRequest)
-    now = db.database_now(using)
+    age = ExpressionWrapper(Now() - Min("created_at"), output_field=DurationField())
     rows = (
         ProcessedRequest.objects.using(using)
         .filter(status=RequestStatus.PENDING)
         .values("content_type_id", "queue")
-        .annotate(pending=Count("pk"), oldest=Min("created_at"))
+        .annotate(pending=Count("pk"), oldest_age=age)
         .order_by("content_type_id", "queue")
     )
     return [
@@ -150,7 +151,7 @@ def backlog(using: str | None = None) -> list[Backlog]:
             model=model_label(row["content_type_id"], using),
             queue=row["queue"] or "-",
             pending=row["pending"],
-            oldest_age=max(0.0, (now - row["oldest"]).total_seconds()),
+            oldest_age=max(0.0, row["oldest_age"].total_seconds()),
         )
         for row in rows
     ]

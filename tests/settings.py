@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "safeupdates.contrib.batches",
     "safeupdates.contrib.controls",
     "safeupdates.contrib.idempotent",
+    "safeupdates.contrib.prometheus",
     "tests.testapp",
     "demo_project.toggles",
 ]

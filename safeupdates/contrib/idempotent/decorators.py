@@ -23,7 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import OperationalError, connections, router, transaction
 from rq import get_current_job
 
-from safeupdates import conf
+from safeupdates import conf, signals
 from safeupdates.db import is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import Outcome
@@ -171,6 +171,7 @@ def _run_once(
                     record = log.select_for_update().filter(kind=RequestKind.TASK, key=log_key).first()
             except OperationalError as exc:
                 if is_lock_unavailable(exc):
+                    signals.lock_unavailable.send_robust(sender=None, surface="idempotent", using=alias)
                     raise LockUnavailable(
                         f"idempotency key {task_key!r} stayed locked for {seconds}s by another run; "
                         "it is retried by RQ if the job has retries, or call again later."
