@@ -452,6 +452,8 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             for result in updates:
                 outcome = "duplicate" if duplicate else str(result.status)
                 request = result.request
+                # A request reserved by update_if_newer() gets its version with its outcome.
+                version = request.version if result.version is None else result.version
                 level = logging.WARNING if outcome in ("rejected", "failed") else logging.INFO
                 logger.log(
                     level,
@@ -460,7 +462,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                     outcome,
                     label,
                     None if target is None else target.pk,
-                    request.version,
+                    version,
                     f" fields={','.join(result.fields)}"
                     if result.fields
                     else (f": {result.error}" if result.error else ""),
@@ -468,7 +470,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                         "request_id": str(request.request_id),
                         "model": label,
                         "pk": None if target is None else target.pk,
-                        "version": request.version,
+                        "version": version,
                         "outcome": outcome,
                     },
                 )
@@ -478,7 +480,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                     sender=target.model,
                     pk=target.pk,
                     request_id=request.request_id,
-                    version=request.version,
+                    version=version,
                     fields=result.fields,
                     held=dict(result.held),
                     job_id=job_id,

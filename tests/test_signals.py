@@ -103,12 +103,8 @@ class TestInProcess:
         assert result.outcome == Outcome.APPLIED
         [(name, sender, kwargs, atomic)] = received
         assert (name, sender, atomic) == ("applied", Profile, False)
-        assert (kwargs["fields"], kwargs["held"], kwargs["version"], kwargs["latency"]) == (
-            ("active",),
-            {"newsletter": newer},
-            older,
-            0.0,
-        )
+        assert (kwargs["fields"], kwargs["held"], kwargs["version"]) == (("active",), {"newsletter": newer}, older)
+        assert 0 <= kwargs["latency"] < 5  # 0.0 on PostgreSQL: recorded and written by one statement
 
     def test_stale_duplicate_and_rejected(self, redis, received):
         profile = ProfileFactory()
