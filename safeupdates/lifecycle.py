@@ -455,28 +455,30 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                 # A request reserved by update_if_newer() gets its version with its outcome.
                 version = request.version if result.version is None else result.version
                 level = logging.WARNING if outcome in ("rejected", "failed") else logging.INFO
-                logger.log(
-                    level,
-                    "safeupdates: request %s %s: %s pk=%s version=%s%s",
-                    request.request_id,
-                    outcome,
-                    label,
-                    None if target is None else target.pk,
-                    version,
-                    f" fields={','.join(result.fields)}"
-                    if result.fields
-                    else (f": {result.error}" if result.error else ""),
-                    extra={
-                        "request_id": str(request.request_id),
-                        "model": label,
-                        "pk": None if target is None else target.pk,
-                        "version": version,
-                        "outcome": outcome,
-                    },
-                )
-                if target is None:
+                signal = signals.OUTCOME_SIGNALS[outcome]
+                if logger.isEnabledFor(level):
+                    detail = f" fields={','.join(result.fields)}" if result.fields else ""
+                    logger.log(
+                        level,
+                        "safeupdates: request %s %s: %s pk=%s version=%s%s%s",
+                        request.request_id,
+                        outcome,
+                        label,
+                        None if target is None else target.pk,
+                        version,
+                        detail,
+                        f": {result.error}" if result.error else "",
+                        extra={
+                            "request_id": str(request.request_id),
+                            "model": label,
+                            "pk": None if target is None else target.pk,
+                            "version": version,
+                            "outcome": outcome,
+                        },
+                    )
+                if target is None or not signal.has_listeners(target.model):
                     continue
-                signals.OUTCOME_SIGNALS[outcome].send_robust(
+                signal.send_robust(
                     sender=target.model,
                     pk=target.pk,
                     request_id=request.request_id,

@@ -128,9 +128,10 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         connection = connections[self.db]
         if version is not None:
             ensure_issued(version, self.db)
-        log = request_log().objects.using(self.db)
+        log = None if request_id is None else request_log().objects.using(self.db)
         if (
-            request_id is not None
+            log is not None
+            and request_id is not None
             and version is not None
             and connection.vendor == "postgresql"
             and not spans_tables(self.model)
@@ -153,7 +154,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         )
         with nullcontext() if one_statement else transaction.atomic(using=self.db):
             record = None
-            if request_id is not None:
+            if log is not None and request_id is not None:
                 content_type = ContentType.objects.db_manager(self.db).get_for_model(self.model)
                 changes = json.loads(json.dumps(cleaned, cls=log.changes_encoder()))
                 record = log.reserve(request_id, content_type, str(pk), changes)
@@ -171,7 +172,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                 outcome = Outcome.STALE
             else:
                 outcome = Outcome.MISSING
-            if record is not None:
+            if log is not None and record is not None:
                 self._record(log, record, pk, version, outcome, sorted(written or ()), synced_at)
         return UpdateResult(written is not None, outcome, version)
 

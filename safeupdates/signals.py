@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.dispatch import Signal
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "request_failed",
     "request_rejected",
     "request_stale",
-    "send_after_commit",
     "stale_save_refused",
     "stale_save_refused_robust",
 ]
@@ -80,14 +78,6 @@ OUTCOME_SIGNALS: dict[str, Signal] = {
     "rejected": request_rejected,
     "failed": request_failed,
 }
-
-
-def send_after_commit(signal: Signal, *, using: str, **kwargs: Any) -> None:
-    """Send ``signal`` robustly once the current transaction of ``using`` commits (at once in
-    autocommit); never, if it rolls back."""
-    if not signal.has_listeners(kwargs.get("sender")):
-        return  # nothing to wait for: no closure kept alive until the commit
-    transaction.on_commit(lambda: signal.send_robust(**kwargs), using=using)
 
 
 def stale_save_refused_robust(
