@@ -348,14 +348,16 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         if status is None:
             return None
         outcome = outcome_of_status(status)
-        if listened(model):
-            stored = None if versions is None else statement.load_versions(versions)
-            written = tuple(name for name in fields if stored is not None and stored.get(name) == version)
-            held = {} if outcome is Outcome.MISSING else self._held(model, pk, fields, written, stored)
-            record = self.model(request_id=request_id, version=version, status=status)
-            error = MISSING_TARGET if outcome is Outcome.MISSING else ""
-            result = Result(record, RequestStatus(status), written, held, error)
-            self._announce([result], Target(model, pk, self.db), latency=0.0)  # created and processed at once
+        stored = None if versions is None else statement.load_versions(versions)
+        # A field was written by this request iff it now carries exactly its version: versions are unique.
+        written = tuple(name for name in fields if stored is not None and stored.get(name) == version)
+        held: dict[str, int] = {}
+        if outcome is not Outcome.MISSING and listened(model):
+            held = self.held_versions(model, pk, fields, written, stored)
+        record = self.model(request_id=request_id, version=version, status=status)
+        error = MISSING_TARGET if outcome is Outcome.MISSING else ""
+        result = Result(record, RequestStatus(status), written, held, error)
+        self._announce([result], Target(model, pk, self.db), latency=0.0)  # created and processed at once
         return outcome
 
     def changes_encoder(self) -> type[json.JSONEncoder]:
@@ -407,7 +409,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
 
     # --- what the outcomes tell ------------------------------------------------------------------------
 
-    def _held(
+    def held_versions(
         self,
         model: type[models.Model],
         pk: Any,
@@ -415,8 +417,8 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         written: Iterable[str],
         stored: Mapping[str, Any] | None,
     ) -> dict[str, int]:
-        """``{field: version}`` of ``fields`` not ``written``, as the row's ``field_versions`` (``stored``,
-        else read now) hold them."""
+        """``{field: version}`` of ``fields`` not ``written``, as row ``pk``'s ``field_versions`` hold them
+        (``stored``; None: read them now, only if a field was not written)."""
         rest = [name for name in fields if name not in set(written)]
         if not rest:
             return {}

@@ -32,7 +32,6 @@ from safeupdates.lifecycle import (
     listened,
 )
 from safeupdates.meta import request_log, spans_tables
-from safeupdates.statements import stored_version
 from safeupdates.validation import (
     clean_changes,
     clean_object_id,
@@ -188,10 +187,8 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
     ) -> None:
         """Record the outcome of reserved request ``record``, with the version it was written at."""
         held: dict[str, int] = {}
-        if outcome is not Outcome.MISSING and len(written) < len(record.changes) and listened(self.model):
-            row = self.model._base_manager.db_manager(self.db).filter(pk=pk)
-            versions = row.values_list("field_versions", flat=True).first()
-            held = {name: stored_version(versions, name) for name in record.changes if name not in written}
+        if outcome is not Outcome.MISSING and listened(self.model):
+            held = log.held_versions(self.model, pk, record.changes, written, None)
         error = MISSING_TARGET if outcome is Outcome.MISSING else ""
         status = STATUS_OF_OUTCOME[outcome]
         result = Result(record, status, tuple(written), held, error, version=version, synced_at=synced_at)

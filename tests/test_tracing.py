@@ -104,3 +104,22 @@ def test_every_log_record_of_the_job_carries_its_request_id(redis):
     )
     mine = [r.request_id for r in handler.records if r.name == "myapp"]
     assert mine == [str(first.request_id), str(first.request_id), "-"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_update_if_newer_logs_its_outcome(caplog):
+    """One line per outcome of ``update_if_newer(request_id=...)`` too (one statement on PostgreSQL)."""
+    import uuid
+
+    from safeupdates.versions import next_version
+    from tests.testapp.models import Profile
+
+    profile, rid = ProfileFactory(), uuid.uuid4()
+    version = next_version()
+    with caplog.at_level(logging.INFO, logger="safeupdates.lifecycle"):
+        Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
+        Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
+    assert [r.getMessage() for r in caplog.records if r.name == "safeupdates.lifecycle"] == [
+        f"safeupdates: request {rid} applied: testapp.Profile pk={profile.pk} version={version} fields=active",
+        f"safeupdates: request {rid} duplicate: testapp.Profile pk={profile.pk} version={version}",
+    ]
