@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "safeupdates.contrib.batches",
     "safeupdates.contrib.controls",
     "safeupdates.contrib.idempotent",
+    "safeupdates.contrib.prometheus",  # /metrics/ (docs/observability.md)
     "demo_project.toggles",
 ]
 

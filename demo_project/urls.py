@@ -1,4 +1,5 @@
-"""URLs of the demo project: the toggle page, login, the admin and django-rq's queue statistics."""
+"""URLs of the demo project: the toggle page, login, the admin (with the request log's status page),
+django-rq's queue statistics and safeupdates' Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -12,4 +13,5 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("django-rq/", include("django_rq.urls")),
+    path("metrics/", include("safeupdates.contrib.prometheus.urls")),
 ]

@@ -34,6 +34,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from safeupdates.admin_status import StatusPageMixin
 from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
@@ -493,7 +494,7 @@ def _short(changes: Any, limit: int = 60) -> str:
 
 
 @admin.register(ProcessedRequest)
-class ProcessedRequestAdmin(ReadOnlyAdmin):
+class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
     """The request log is written by safeupdates only: it can be inspected, filtered and searched.
 
     Each request shows what it wanted (``changes``) and why it ended as it did: for a stale request,

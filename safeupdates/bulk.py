@@ -21,6 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from safeupdates import statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import write_if_newer
+from safeupdates.lifecycle import newest_per_field
 from safeupdates.meta import concrete_field, holds_versions, spans_tables
 from safeupdates.statements import stored_version
 from safeupdates.validation import clean_changes, clean_pk, clean_version
@@ -126,6 +127,7 @@ def _merge(model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[
     except TypeError:
         raise InvalidUpdate(f"updates must be an iterable of (pk, version, changes) tuples, got {updates!r}.") from None
     rows: dict[Any, _Row] = {}
+    merged: dict[Any, list[tuple[int, int, dict[str, Any]]]] = {}
     for index, item in enumerate(items):
         try:
             if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 3:
@@ -138,16 +140,12 @@ def _merge(model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[
             cleaned = clean_changes(model, changes)
         except InvalidUpdate as exc:
             raise InvalidUpdate(f"updates[{index}]: {exc} Nothing was written.") from exc
-        row = rows.get(pk)
-        if row is None:
-            row = rows[pk] = _Row(pk, {}, [])
-        row.indexes.append(index)
-        for name, value in cleaned.items():
-            # Strictly newer wins: of two updates with the same version, the first one counts, as it
-            # would when applied one by one (the second then finds its version already there).
-            current = row.winners.get(name)
-            if current is None or current[0] < version:
-                row.winners[name] = (version, index, value)
+        if pk not in rows:
+            rows[pk], merged[pk] = _Row(pk, {}, []), []
+        rows[pk].indexes.append(index)
+        merged[pk].append((version, index, cleaned))
+    for pk, row in rows.items():
+        row.winners = newest_per_field(merged[pk])
     return rows
 
 

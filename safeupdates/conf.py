@@ -18,6 +18,7 @@ DEFAULT_RETRY: dict[str, Any] = {"max": 3, "interval": [1, 5, 15]}
 DEFAULT_RELAY_AFTER = 30
 DEFAULT_RETENTION = 30
 DEFAULT_REDUCE_ATTEMPTS = 5
+DEFAULT_METRICS_CACHE = 10
 
 
 def _get(name: str, default: Any) -> Any:
@@ -92,3 +93,16 @@ def prepared_statements() -> bool:
     """Whether guarded writes and checked saves run as server-side prepared statements on PostgreSQL
     (default True)."""
     return bool(_get("PREPARED_STATEMENTS", True))
+
+
+def metrics_cache() -> float:
+    """Seconds the Prometheus gauges read from the request log are reused before they are read again
+    (``SAFEUPDATES_METRICS_CACHE``, default 10): a scrape costs at most one query per this period."""
+    return float(_get("METRICS_CACHE", DEFAULT_METRICS_CACHE))
+
+
+def metrics_token() -> str | None:
+    """A bearer token that opens the metrics view to a scraper (``SAFEUPDATES_METRICS_TOKEN``); None (the
+    default): only logged-in staff users may read it."""
+    value = _get("METRICS_TOKEN", None)
+    return None if value in (None, "") else str(value)

@@ -6,7 +6,6 @@ and :data:`SafeUpdateManager` is ``Manager.from_queryset(SafeUpdateQuerySet)``.
 
 from __future__ import annotations
 
-import enum
 import json
 import uuid
 from collections.abc import Iterable, Iterator
@@ -17,14 +16,22 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, OperationalError, connections, models, transaction
-from django.db.models.functions import Now
+from django.db import OperationalError, connections, models, transaction
 
+from safeupdates import signals
 from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.guard import statement_cursor, write_if_newer
+from safeupdates.guard import write_if_newer
+from safeupdates.lifecycle import (
+    MISSING_TARGET,
+    STATUS_OF_OUTCOME,
+    Outcome,
+    RequestLogQuerySet,
+    Result,
+    Target,
+    listened,
+)
 from safeupdates.meta import request_log, spans_tables
-from safeupdates.statements import guarded_update
 from safeupdates.validation import (
     clean_changes,
     clean_object_id,
@@ -44,19 +51,6 @@ __all__ = ["Outcome", "SafeUpdateManager", "SafeUpdateQuerySet", "SafeUpdateQuer
 _M = TypeVar("_M", bound=models.Model)
 
 
-class Outcome(enum.StrEnum):
-    """What an update did."""
-
-    APPLIED = "applied"
-    """At least one field was written."""
-    STALE = "stale"
-    """Every field already carried a newer write (or the timestamp was not newer): nothing written."""
-    DUPLICATE = "duplicate"
-    """The request id was already processed: nothing written."""
-    MISSING = "missing"
-    """No row has that primary key: nothing written."""
-
-
 @dataclass(frozen=True)
 class UpdateResult:
     """The result of :meth:`SafeUpdateQuerySet.update_if_newer`."""
@@ -64,9 +58,6 @@ class UpdateResult:
     applied: bool
     outcome: Outcome
     version: int | None
-
-
-_OUTCOME_OF_STATUS = {"applied": Outcome.APPLIED, "stale": Outcome.STALE, "rejected": Outcome.MISSING}
 
 
 class SafeUpdateQuerySetMixin(Generic[_M]):
@@ -136,10 +127,17 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         connection = connections[self.db]
         if version is not None:
             ensure_issued(version, self.db)
-        if request_id is not None and version is not None and connection.vendor == "postgresql":
-            status = self._apply_recorded(pk, cleaned, version, request_id)
-            if status is not None:
-                return UpdateResult(status == "applied", _OUTCOME_OF_STATUS[status], version)
+        log = None if request_id is None else request_log().objects.using(self.db)
+        if (
+            log is not None
+            and request_id is not None
+            and version is not None
+            and connection.vendor == "postgresql"
+            and not spans_tables(self.model)
+        ):
+            outcome = log.apply_recorded(self.model, pk, cleaned, version=version, request_id=request_id)
+            if outcome is not None:
+                return UpdateResult(outcome is Outcome.APPLIED, outcome, version)
             # The request id is known: a duplicate, or a pending request from enqueue_update; or a
             # concurrent call claimed it first. The claiming path below tells which.
 
@@ -154,102 +152,47 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             and not spans_tables(self.model)
         )
         with nullcontext() if one_statement else transaction.atomic(using=self.db):
-            record = None if request_id is None else self._reserve_request(request_id, pk, cleaned)
-            if record is not None and record.is_terminal:
-                return UpdateResult(False, Outcome.DUPLICATE, record.version)
+            record = None
+            if log is not None and request_id is not None:
+                content_type = ContentType.objects.db_manager(self.db).get_for_model(self.model)
+                changes = json.loads(json.dumps(cleaned, cls=log.changes_encoder()))
+                record = log.reserve(request_id, content_type, str(pk), changes)
+                if record.is_terminal:
+                    log.report_duplicate(self.model, pk, record)
+                    return UpdateResult(False, Outcome.DUPLICATE, record.version)
             if synced_at is not None:
                 version = next_version(self.db)
             assert version is not None
             values = {name: (value, version) for name, value in cleaned.items()}
-            written = write_if_newer(self.model, pk, values, connection, synced_at=synced_at) is not None
-            if written:
+            written = write_if_newer(self.model, pk, values, connection, synced_at=synced_at)
+            if written is not None:
                 outcome = Outcome.APPLIED
             elif self.model._default_manager.db_manager(self.db).filter(pk=pk).exists():
                 outcome = Outcome.STALE
             else:
                 outcome = Outcome.MISSING
-            if record is not None:
-                self._record(record, version, outcome, synced_at)
-        return UpdateResult(written, outcome, version)
-
-    def _apply_recorded(self, pk: Any, cleaned: dict[str, Any], version: int, request_id: uuid.UUID) -> str | None:
-        """Record and apply in one prepared statement, one round trip (PostgreSQL, one table).
-
-        Returns the recorded status, or None if the request id is known (or was claimed concurrently:
-        the statement then failed on the unique request id and wrote nothing).
-        """
-        ProcessedRequest = request_log()
-        connection = connections[self.db]
-        if spans_tables(self.model):
-            return None
-        fields = tuple(sorted(cleaned))
-        statement = guarded_update(self.model, fields, connection)
-        assert statement.recorded_sql is not None
-        params = statement.recorded_params(
-            pk,
-            [
-                (self.model._meta.get_field(name).get_db_prep_save(cleaned[name], connection), version)  # type: ignore[union-attr]
-                for name in fields
-            ],
-            request_id=request_id,
-            content_type_id=ContentType.objects.db_manager(self.db).get_for_model(self.model).pk,
-            version=version,
-            changes_json=json.dumps(cleaned, cls=_changes_encoder()),
-        )
-        # In the caller's transaction a failed statement needs a savepoint to roll back to; in
-        # autocommit the statement is its own transaction.
-        savepoint = transaction.atomic(using=self.db) if connection.in_atomic_block else nullcontext()
-        try:
-            with savepoint, statement_cursor(connection) as cursor:
-                cursor.execute(statement.recorded_sql, params)
-                status: str | None = cursor.fetchone()[0]
-        except IntegrityError as exc:
-            # Only the log's unique request id means "claimed concurrently"; a constraint of the
-            # target table is the caller's error.
-            if getattr(getattr(exc.__cause__, "diag", None), "table_name", None) != ProcessedRequest._meta.db_table:
-                raise
-            return None
-        return status
-
-    def _reserve_request(self, request_id: uuid.UUID, pk: Any, cleaned: dict[str, Any]) -> ProcessedRequest:
-        """Insert the request's log row if it is new, then lock it: a concurrent duplicate waits here."""
-        ProcessedRequest = request_log()
-        log = ProcessedRequest.objects.using(self.db)
-        content_type = ContentType.objects.db_manager(self.db).get_for_model(self.model)
-        changes = json.loads(json.dumps(cleaned, cls=_changes_encoder()))
-        log.bulk_create(
-            [ProcessedRequest(request_id=request_id, content_type=content_type, object_id=str(pk), changes=changes)],
-            ignore_conflicts=True,
-        )
-        record = log.select_for_update().get(request_id=request_id)
-        if record.kind != ProcessedRequest.Kind.UPDATE or (record.content_type_id, record.object_id) != (
-            content_type.pk,
-            str(pk),
-        ):
-            raise InvalidUpdate(f"request_id {request_id} was already used for another object.")
-        if not record.is_terminal and record.changes != changes:
-            # A pending request of enqueue_update with other changes: applying ours would lose its own.
-            raise InvalidUpdate(
-                f"request_id {request_id} is a pending request with other changes ({record.changes}); "
-                "let its job apply it, or use a new request id."
-            )
-        return record
+            if log is not None and record is not None:
+                self._record(log, record, pk, version, outcome, sorted(written or ()), synced_at)
+        return UpdateResult(written is not None, outcome, version)
 
     def _record(
-        self, record: ProcessedRequest, version: int, outcome: Outcome, synced_at: datetime | None = None
+        self,
+        log: RequestLogQuerySet,
+        record: ProcessedRequest,
+        pk: Any,
+        version: int,
+        outcome: Outcome,
+        written: list[str],
+        synced_at: datetime | None,
     ) -> None:
-        ProcessedRequest = request_log()
-        RequestStatus = ProcessedRequest.Status
-        status = RequestStatus.REJECTED if outcome is Outcome.MISSING else RequestStatus(outcome.value)
-        error = "the target object does not exist" if outcome is Outcome.MISSING else ""
-        ProcessedRequest.objects.using(self.db).filter(pk=record.pk).update(
-            status=status,
-            error=error,
-            version=version,
-            synced_at=synced_at,
-            attempts=models.F("attempts") + 1,
-            processed_at=Now(),
-        )
+        """Record the outcome of reserved request ``record``, with the version it was written at."""
+        held: dict[str, int] = {}
+        if outcome is not Outcome.MISSING and listened(self.model):
+            held = log.held_versions(self.model, pk, record.changes, written, None)
+        error = MISSING_TARGET if outcome is Outcome.MISSING else ""
+        status = STATUS_OF_OUTCOME[outcome]
+        result = Result(record, status, tuple(written), held, error, version=version, synced_at=synced_at)
+        log.finish([result], Target(self.model, pk, self.db))
 
     @contextmanager
     def with_lock(self, pk: Any, *, nowait: bool = False, timeout: float | None = None) -> Iterator[_M]:
@@ -270,6 +213,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                     instance = self.select_for_update(nowait=nowait).get(pk=pk)  # type: ignore[attr-defined]
                 except OperationalError as exc:
                     if is_lock_unavailable(exc):
+                        signals.lock_unavailable.send_robust(sender=self.model, surface="with_lock", using=self.db)
                         how = "nowait=True" if nowait else f"timeout={timeout}s"
                         raise LockUnavailable(
                             f"{self.model._meta.label} pk={pk!r} is locked by another transaction ({how}); "
@@ -277,11 +221,6 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                         ) from exc
                     raise
             yield instance
-
-
-def _changes_encoder() -> type[json.JSONEncoder]:
-    """The JSON encoder of the request log's ``changes`` (``ChangesEncoder``), as the field declares it."""
-    return request_log()._meta.get_field("changes").encoder  # type: ignore[attr-defined,no-any-return,return-value]
 
 
 class SafeUpdateQuerySet(SafeUpdateQuerySetMixin[_M], models.QuerySet[_M]):

@@ -18,13 +18,16 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.base import BASE_VERSION_KEY, LockVersionMixin, SafeUpdateModel, SyncedAtMixin
+from safeupdates.lifecycle import TERMINAL_STATUSES, RequestKind, RequestLogQuerySet, RequestStatus
 
 __all__ = [
     "BASE_VERSION_KEY",
+    "TERMINAL_STATUSES",
     "ChangesEncoder",
     "LockVersionMixin",
     "ProcessedRequest",
     "RequestKind",
+    "RequestLogManager",
     "RequestStatus",
     "SafeUpdateModel",
     "SyncedAtMixin",
@@ -43,31 +46,15 @@ class ChangesEncoder(DjangoJSONEncoder):
         return super().default(o)
 
 
-class RequestStatus(models.TextChoices):
-    """Status of a :class:`ProcessedRequest`. Every status but ``pending`` is terminal."""
-
-    PENDING = "pending", _("pending")
-    APPLIED = "applied", _("applied")
-    STALE = "stale", _("stale")
-    REJECTED = "rejected", _("rejected")
-    FAILED = "failed", _("failed")
-
-
-class RequestKind(models.TextChoices):
-    """What a :class:`ProcessedRequest` records."""
-
-    UPDATE = "update", _("update of a row")
-    TASK = "task", _("idempotent task")
-    BATCH_ITEM = "batch_item", _("batch item")
-
-
-TERMINAL_STATUSES = frozenset(RequestStatus) - {RequestStatus.PENDING}
+#: The request log's manager: every change of a request's status is a method of its QuerySet.
+RequestLogManager = models.Manager.from_queryset(RequestLogQuerySet)
 
 
 class ProcessedRequest(models.Model):
     """One update request: outbox row while ``pending``, then its outcome and idempotency record.
 
-    ``created_at`` and ``processed_at`` come from the database's clock, never from a worker's.
+    ``created_at`` and ``processed_at`` come from the database's clock, never from a worker's. Its
+    status changes only through its manager's methods (:mod:`safeupdates.lifecycle`).
     """
 
     Status = RequestStatus
@@ -104,6 +91,8 @@ class ProcessedRequest(models.Model):
     # compared with, kept so that a stale one can be explained.
     synced_at = models.DateTimeField(_("synced at"), null=True, blank=True)
 
+    objects = RequestLogManager()
+
     class Meta:
         verbose_name = _("processed request")
         verbose_name_plural = _("processed requests")
@@ -116,6 +105,14 @@ class ProcessedRequest(models.Model):
                 fields=["content_type", "object_id", "version"],
                 name="safeupdates_pending",
                 condition=models.Q(status="pending"),
+            ),
+            # The outcomes, by status and time: the last hour's per status and the failed requests
+            # (safeupdates_status, the metrics) without reading the history. Pending rows stay out, so
+            # enqueue_update() never writes this index.
+            models.Index(
+                fields=["status", "processed_at"],
+                name="safeupdates_outcomes",
+                condition=~models.Q(status="pending"),
             ),
         ]
         constraints = [

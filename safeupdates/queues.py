@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import django_rq
@@ -20,7 +24,7 @@ from django.apps import apps
 from django.conf import settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq import Queue, Retry, get_current_job
+from rq import Queue, Retry, Worker, get_current_job
 from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 from rq.scheduler import RQScheduler
@@ -31,7 +35,11 @@ from safeupdates.exceptions import BackendUnavailable, InvalidControl
 
 __all__ = [
     "APPLY_UPDATE",
+    "QueueState",
+    "current_job_id",
+    "current_job_meta",
     "deliver",
+    "deliver_or_leave_for_relay",
     "deliver_with_outcome",
     "dotted_path",
     "fail_without_retry",
@@ -39,11 +47,14 @@ __all__ = [
     "job_id",
     "job_options",
     "queue_problem",
+    "queue_states",
     "resolve",
     "scheduler_state",
     "unreachable_redis",
     "will_retry",
 ]
+
+logger = logging.getLogger("safeupdates")
 
 # Job states in which a queued job has not yet read the pending requests: it will see ours.
 _WILL_RUN = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
@@ -149,9 +160,10 @@ def deliver(
     *,
     force: bool = False,
     likely_queued: bool = False,
+    meta: dict[str, Any] | None = None,
 ) -> Job | None:
     """Make sure a job will apply ``request_id``; return the job put on the queue, or None if one was
-    already waiting there.
+    already waiting there. ``meta`` goes into a new job's meta (a trace context; never the changes).
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
@@ -163,7 +175,7 @@ def deliver(
     on its way to a worker: see :func:`_find_waiting`.
     """
     return deliver_with_outcome(
-        request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued
+        request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued, meta=meta
     )[0]
 
 
@@ -180,6 +192,7 @@ def deliver_with_outcome(
     *,
     force: bool = False,
     likely_queued: bool = False,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[Job | None, str]:
     """:func:`deliver`, and what it found or did (``ENQUEUED`` ...).
 
@@ -193,7 +206,9 @@ def deliver_with_outcome(
     for candidate in (record_job, f"{record_job}-next"):
         status = _job_status(queue, candidate) if likely_queued else None
         if status is None:
-            job = queue.create_job(APPLY_UPDATE, args=args, job_id=candidate, **job_options(content_type_id, object_id))
+            job = queue.create_job(
+                APPLY_UPDATE, args=args, job_id=candidate, meta=meta, **job_options(content_type_id, object_id)
+            )
             try:
                 return _enqueue_unique(queue, job, force=force), ENQUEUED
             except DuplicateJobError:
@@ -205,7 +220,7 @@ def deliver_with_outcome(
             if found is not None:
                 return found
         # Started, failed, or lost on its way: it may have read the pending requests already.
-    return queue.enqueue_call(APPLY_UPDATE, args=args, **job_options(content_type_id, object_id)), ENQUEUED
+    return queue.enqueue_call(APPLY_UPDATE, args=args, meta=meta, **job_options(content_type_id, object_id)), ENQUEUED
 
 
 def _find_waiting(queue: Queue, job_id: str, status: JobStatus) -> tuple[Job | None, str] | None:
@@ -303,13 +318,155 @@ def unreachable_redis(queue_name: str) -> Iterator[None]:
     try:
         yield
     except (RedisConnectionError, RedisTimeoutError) as exc:
-        options = get_queue(queue_name).connection.connection_pool.connection_kwargs
-        where = (
-            f"unix://{options['path']}?db={options.get('db', 0)}"
-            if options.get("path")
-            else f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        raise BackendUnavailable("Redis", _where(queue_name), exc) from exc
+
+
+def _where(queue_name: str) -> str:
+    """The address of queue ``queue_name``'s Redis server, without a password."""
+    options = get_queue(queue_name).connection.connection_pool.connection_kwargs
+    if options.get("path"):
+        return f"unix://{options['path']}?db={options.get('db', 0)}"
+    return f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+
+
+#: Seconds between two summaries of an outage of Redis in the log (see :func:`deliver_or_leave_for_relay`).
+OUTAGE_SUMMARY_EVERY = 60.0
+
+
+class _Outage:
+    """The deliveries of this process that found Redis unreachable, since the last one that reached it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.since: float | None = None
+        self.left = 0
+        self.summarized_at = 0.0
+
+    def failed(self, where: str) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if self.since is None:
+                self.since, self.left, self.summarized_at = now, 0, now
+            self.left += 1
+            if now - self.summarized_at < OUTAGE_SUMMARY_EVERY:
+                return
+            self.summarized_at = now
+            lasted, left = now - self.since, self.left
+        logger.warning(
+            "safeupdates: Redis at %s has been unreachable for %.0f s: %d request(s) saved and left for the "
+            "relay (safeupdates_relay) meanwhile.",
+            where,
+            lasted,
+            left,
         )
-        raise BackendUnavailable("Redis", where, exc) from exc
+
+    def reached(self, where: str) -> None:
+        if self.since is None:  # the usual case: no lock taken
+            return
+        with self.lock:
+            if self.since is None:
+                return
+            lasted, left, self.since, self.left = time.monotonic() - self.since, self.left, None, 0
+        logger.warning(
+            "safeupdates: Redis at %s is reachable again after %.0f s; %d request(s) saved meanwhile wait for "
+            "the relay (safeupdates_relay).",
+            where,
+            lasted,
+            left,
+        )
+
+
+_outage = _Outage()
+
+
+def deliver_or_leave_for_relay(
+    request_id: uuid.UUID | str,
+    content_type_id: int,
+    object_id: str,
+    queue_name: str,
+    *,
+    what: str,
+    likely_queued: bool = False,
+    meta: dict[str, Any] | None = None,
+) -> Job | None:
+    """:func:`deliver`, after the request's commit; if Redis cannot be reached, leave it to the relay.
+
+    The request is saved (pending) and the relay delivers it, so an unreachable Redis is worth one
+    WARNING line per request (``what`` names its record), no traceback, and while the outage lasts a
+    summary at most every :data:`OUTAGE_SUMMARY_EVERY` seconds; the first delivery that reaches Redis
+    again says so. Any other error propagates.
+    """
+    try:
+        job = deliver(request_id, content_type_id, object_id, queue_name, likely_queued=likely_queued, meta=meta)
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        where = _where(queue_name)
+        logger.warning(
+            "safeupdates: request %s (%s) is saved, but Redis at %s is unreachable (%s): the relay will deliver it.",
+            request_id,
+            what,
+            where,
+            exc,
+            extra={"request_id": str(request_id)},
+        )
+        _outage.failed(where)
+        return None
+    _outage.reached(_where(queue_name))
+    return job
+
+
+def current_job_id() -> str | None:
+    """The id of the RQ job this code runs in, or None outside a job."""
+    job = get_current_job()
+    return None if job is None else str(job.id)
+
+
+def current_job_meta(key: str) -> Any:
+    """Entry ``key`` of the running RQ job's meta (None outside a job, or if it has none)."""
+    job = get_current_job()
+    return None if job is None else job.meta.get(key)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What RQ shows of one queue: jobs waiting, scheduled (retries) and failed; live workers; whether an
+    RQ scheduler holds the queue's lock."""
+
+    name: str
+    queued: int
+    scheduled: int
+    failed: int
+    workers: int
+    busy_workers: int
+    scheduler: bool
+
+    @property
+    def scheduler_gone(self) -> bool:
+        """Workers live, but no scheduler runs for the queue: RQ's retries wait for the relay."""
+        return self.workers > 0 and not self.scheduler
+
+
+def queue_states(names: list[str]) -> list[QueueState]:
+    """The :class:`QueueState` of every queue in ``names`` (each one a key of ``RQ_QUEUES``).
+
+    Raises :class:`~safeupdates.exceptions.BackendUnavailable` if a queue's Redis cannot be reached.
+    """
+    states = []
+    for name in names:
+        queue = get_queue(name)
+        with unreachable_redis(name):
+            workers = Worker.all(queue=queue)
+            states.append(
+                QueueState(
+                    name=name,
+                    queued=queue.count,
+                    scheduled=queue.scheduled_job_registry.count,
+                    failed=queue.failed_job_registry.count,
+                    workers=len(workers),
+                    busy_workers=sum(1 for worker in workers if worker.get_state() == "busy"),
+                    scheduler=bool(queue.connection.exists(RQScheduler.get_locking_key(name))),
+                )
+            )
+    return states
 
 
 def fail_without_retry() -> None:

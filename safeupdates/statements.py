@@ -15,7 +15,7 @@ Python and :func:`stored_version_sql` in SQL.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -346,7 +346,8 @@ class GuardedUpdate:
     order, so that a merged batch can carry a different version per field. In timestamp mode ``sql``
     also sets ``last_synced_at`` and requires it to be older. ``recorded_sql`` (PostgreSQL only) also
     records the request in the request log, in the same statement (:meth:`recorded_params`); it
-    returns the recorded status, or NULL if the request id was already there.
+    returns the recorded status (NULL if the request id was already there) and the row's new
+    ``field_versions`` (NULL if nothing was written).
     """
 
     fields: tuple[str, ...]
@@ -390,10 +391,14 @@ class GuardedUpdate:
         content_type_id: int,
         version: int,
         changes_json: str,
+        recorded: Mapping[str, str],
     ) -> dict[str, Any]:
-        """The parameters of :attr:`recorded_sql`: those of :attr:`sql`, and the request's."""
+        """The parameters of :attr:`recorded_sql`: those of :attr:`sql`, and the request's. ``recorded``
+        holds what the lifecycle records: ``kind``, the statuses ``applied``, ``stale`` and ``missing``,
+        and ``missing_error``."""
         return {
             **self.params(pk, values),
+            **recorded,
             "request_id": request_id,
             "content_type_id": content_type_id,
             "object_id": str(pk),
@@ -469,13 +474,13 @@ def _guarded_update(model: type[models.Model], fields: tuple[str, ...], vendor: 
 
     recorded_sql = None
     if vendor == "postgresql" and not timestamp:
-        recorded_sql = _recorded(sql, table, pk_column, qn(request_log()._meta.db_table))
+        recorded_sql = _recorded(sql, table, pk_column, qn(request_log()._meta.db_table), fv)
     return GuardedUpdate(
         fields=fields, sql=sql, recorded_sql=recorded_sql, timestamp=timestamp, versions_column=fv, vendor=vendor
     )
 
 
-def _recorded(update_sql: str, table: str, pk_column: str, log: str) -> str:
+def _recorded(update_sql: str, table: str, pk_column: str, log: str, versions_column: str) -> str:
     """Wrap ``update_sql`` so that it also records the request, in one statement and one round trip.
 
     The update runs only if the request id is not in the log yet. A concurrent duplicate that passed
@@ -484,21 +489,24 @@ def _recorded(update_sql: str, table: str, pk_column: str, log: str) -> str:
     nothing and returns NULL. No ON CONFLICT DO NOTHING: a concurrent call with the same request id
     passed the NOT EXISTS tests on the same snapshot, and may have written its row already. Its INSERT
     must fail, so that the whole statement (and with it that write) is undone; the caller then takes
-    the claiming path.
+    the claiming path. The kind, the statuses and the error it records are parameters
+    (:meth:`GuardedUpdate.recorded_params`): the request lifecycle (:mod:`safeupdates.lifecycle`) owns
+    them. It returns the recorded status and the row's new ``field_versions`` (NULL if nothing was
+    written).
     """
     exists = f"EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %(pk)s)"
     return (
         f"WITH upd AS ({update_sql} AND NOT EXISTS "
-        f"(SELECT 1 FROM {log} WHERE request_id = %(request_id)s) RETURNING 1), "
+        f"(SELECT 1 FROM {log} WHERE request_id = %(request_id)s) RETURNING {versions_column}), "
         f"ins AS (INSERT INTO {log} (kind, key, request_id, content_type_id, object_id, version, changes, "
         f"status, error, attempts, queue, created_at, processed_at) "
-        f"SELECT 'update', '', %(request_id)s, %(content_type_id)s, %(object_id)s, %(version)s, %(changes)s::jsonb, "
-        f"CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 'applied' "
-        f"WHEN {exists} THEN 'stale' ELSE 'rejected' END, "
+        f"SELECT %(kind)s, '', %(request_id)s, %(content_type_id)s, %(object_id)s, %(version)s, %(changes)s::jsonb, "
+        f"CASE WHEN EXISTS (SELECT 1 FROM upd) THEN %(applied)s "
+        f"WHEN {exists} THEN %(stale)s ELSE %(missing)s END, "
         f"CASE WHEN EXISTS (SELECT 1 FROM upd) OR {exists} "
-        f"THEN '' ELSE 'the target object does not exist' END, 1, '', now(), now() "
+        f"THEN '' ELSE %(missing_error)s END, 1, '', now(), now() "
         f"WHERE NOT EXISTS (SELECT 1 FROM {log} WHERE request_id = %(request_id)s) RETURNING status) "
-        f"SELECT (SELECT status FROM ins)"
+        f"SELECT (SELECT status FROM ins), (SELECT {versions_column} FROM upd)"
     )
 
 
@@ -585,24 +593,28 @@ def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdat
 
 
 @cache
-def _insert_pending_sql() -> str:
+def _insert_pending_sql(kind: str, status: str) -> str:
+    # Literals, not parameters: a generic plan of the prepared statement must still see that
+    # ``other.status = 'pending'`` is the condition of the safeupdates_pending index.
+    for value in (kind, status):
+        if not value.isidentifier():
+            raise SafeUpdatesError(f"not a request kind or status: {value!r}")
     log = request_log()
     qn = vendor_connection("postgresql").ops.quote_name
     names = ("request_id", "content_type", "object_id", "changes", "queue", "kind", "status", "key", "error")
     columns = ", ".join(qn(column(log, name)) for name in (*names, "attempts", "version"))
-    update, pending = log.Kind.UPDATE.value, log.Status.PENDING.value
     values = (
         "%(request_id)s, %(content_type_id)s, %(object_id)s, %(changes)s, %(queue)s, "
-        f"'{update}', '{pending}', '', '', 0, nextval('{SEQUENCE_NAME}')"
+        f"'{kind}', '{status}', '', '', 0, nextval('{SEQUENCE_NAME}')"
     )
     table = qn(log._meta.db_table)
-    pk, request_id, content_type, object_id, status, version, created_at = (
+    pk, request_id, content_type, object_id, status_column, version, created_at = (
         qn(column(log, name))
         for name in ("pk", "request_id", "content_type", "object_id", "status", "version", "created_at")
     )
     # Read through the safeupdates_pending index: the record's pending requests, not its history.
     others_pending = (
-        f"EXISTS (SELECT 1 FROM {table} other WHERE other.{status} = '{pending}' "
+        f"EXISTS (SELECT 1 FROM {table} other WHERE other.{status_column} = '{status}' "
         f"AND other.{content_type} = new.{content_type} AND other.{object_id} = new.{object_id} "
         f"AND other.{pk} <> new.{pk})"
     )
@@ -613,14 +625,15 @@ def _insert_pending_sql() -> str:
 
 
 def insert_pending(
-    *, request_id: Any, content_type_id: int | None, object_id: str, changes: Any, queue: str
+    *, request_id: Any, content_type_id: int | None, object_id: str, changes: Any, queue: str, kind: str, status: str
 ) -> tuple[str, dict[str, Any]]:
-    """The INSERT of a new pending update request with a fresh version, and its parameters.
+    """The INSERT of a new update request (``kind``) in ``status`` (pending) with a fresh version, and
+    its parameters.
 
     The rest of the columns are what a new request always has: no key, no error, no attempts;
     ``created_at`` (the database's clock) and ``processed_at`` (NULL) keep their column defaults. A known
     request id is skipped (``ON CONFLICT DO NOTHING``): no row comes back. The row that comes back is
-    ``(pk, version, created_at, others_pending)``.
+    ``(pk, version, created_at, others_pending)``: whether other requests of the record are in ``status``.
     """
     params = {
         "request_id": request_id,
@@ -629,4 +642,4 @@ def insert_pending(
         "changes": changes,
         "queue": queue,
     }
-    return _insert_pending_sql(), params
+    return _insert_pending_sql(kind, status), params

@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "safeupdates.contrib.batches",
     "safeupdates.contrib.controls",
     "safeupdates.contrib.idempotent",
+    "safeupdates.contrib.prometheus",
     "tests.testapp",
     "tests.django_contract",
     "demo_project.toggles",

@@ -205,3 +205,58 @@ def test_the_core_never_imports_contrib():
         for reference in contrib_references(tree, name)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+#: The one module that writes a request's status (DESIGN: "Nothing else writes status").
+LIFECYCLE_MODULE = "safeupdates.lifecycle"
+_WRITES = {"update", "create", "bulk_create", "bulk_update", "update_or_create", "get_or_create"}
+
+
+def status_writes(tree: ast.Module) -> list[tuple[int, str]]:
+    """Writes of a request's ``status``: a ``status=`` keyword of a write call (``update()``, ``create()``
+    ...) or of a model constructor, an assignment to ``.status``, and SQL that names request statuses.
+    The batches' own ``Batch.status`` (values of ``BatchStatus``) is the batch's, not a request's."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            # A model's constructor writes what it is given; a response's status is HTTP, a Q() reads.
+            constructor = name[:1].isupper() and name != "Q" and not name.endswith("Response")
+            if name in _WRITES or constructor:
+                for keyword in node.keywords:
+                    if keyword.arg == "status" and "BatchStatus" not in ast.unparse(keyword.value):
+                        found.append((node.lineno, ast.unparse(node)[:80]))
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr == "status":
+                    found.append((node.lineno, ast.unparse(node)[:80]))
+    for line, text in sql_literals(tree):
+        if re.search(r"'(pending|applied|stale|rejected|failed)'", text):
+            found.append((line, text[:80]))
+    return found
+
+
+def test_the_status_rule_finds_status_writes():
+    source = (
+        "log.filter(pk=1).update(status=RequestStatus.FAILED)\n"
+        "ProcessedRequest(status='applied')\n"
+        "record.status = 'stale'\n"
+        "sql = \"UPDATE log SET status = 'applied' WHERE id = %s\"\n"
+    )
+    assert sorted(line for line, _text in status_writes(ast.parse(source))) == [1, 2, 3, 4]
+    reads = "log.filter(status=RequestStatus.PENDING).exists()\nBatch.objects.update(status=BatchStatus.DONE)\n"
+    assert status_writes(ast.parse(reads)) == []
+
+
+def test_only_the_lifecycle_module_writes_a_requests_status():
+    """Every transition of a request-log row goes through safeupdates.lifecycle: the job path, the manager,
+    the relay's revival and the optional job tools call it."""
+    offenders = [
+        f"{name}:{line}: {text}"
+        for name, tree in modules().items()
+        if name != LIFECYCLE_MODULE
+        for line, text in status_writes(tree)
+    ]
+    assert not offenders, "\n".join(offenders)

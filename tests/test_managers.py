@@ -571,6 +571,27 @@ class TestClaimBeforeWrite:
         assert (row.active, row.newsletter) == (recorded.get("active", False), recorded.get("newsletter", False))
         assert row.active != row.newsletter  # exactly one of the two calls wrote
 
+    def test_two_calls_with_a_pending_requests_id_apply_it_once(self, postgres_only, redis):
+        """The request row is locked before the record is written (issue 19's probe): the second call
+        waits for the first one's transaction and finds the request done, a duplicate. Without the lock
+        both would write, the second one find its own version there (stale) and overwrite the status."""
+        from safeupdates import enqueue_update
+
+        profile = ProfileFactory()
+        pending = enqueue_update(profile, active=True)
+
+        def call():
+            return Profile.objects.update_if_newer(
+                profile.pk, version=pending.version, request_id=pending.request_id, active=True
+            )
+
+        results, errors = self.race([(profile.pk, call), (profile.pk, call)])
+        assert not errors
+        assert sorted(r.outcome for r in results) == [Outcome.APPLIED, Outcome.DUPLICATE]
+        record = ProcessedRequest.objects.get(pk=pending.pk)
+        assert (record.status, record.attempts) == ("applied", 1)
+        assert Profile.objects.get(pk=profile.pk).active is True
+
 
 @pytest.mark.django_db
 class TestVersionsBeyondTheSource:

@@ -161,12 +161,7 @@ def run_batch_item(request_id: str) -> str:
             error = f"{type(exc).__name__}: {exc}"[:2000]
             logger.warning("safeupdates: batch %s item %s failed: %s", batch_id, item.key, error)
         succeeded = not error
-        ProcessedRequest.objects.using(using).filter(pk=item.pk).update(
-            status=RequestStatus.APPLIED if succeeded else RequestStatus.FAILED,
-            error=error,
-            attempts=F("attempts") + 1,
-            processed_at=Now(),
-        )
+        ProcessedRequest.objects.using(using).filter(pk=item.pk).complete(error)
         counter = "succeeded" if succeeded else "failed"
         Batch.objects.using(using).filter(pk=batch.pk).update(**{counter: F(counter) + 1})
         batch.refresh_from_db(fields=["succeeded", "failed", "total", "status"])

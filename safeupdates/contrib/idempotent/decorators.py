@@ -21,11 +21,9 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import OperationalError, connections, router, transaction
-from django.db.models import F
-from django.db.models.functions import Now
 from rq import get_current_job
 
-from safeupdates import conf
+from safeupdates import conf, signals
 from safeupdates.contrib import require_app
 from safeupdates.db import is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
@@ -176,6 +174,7 @@ def _run_once(
                     record = log.select_for_update().filter(kind=RequestKind.TASK, key=log_key).first()
             except OperationalError as exc:
                 if is_lock_unavailable(exc):
+                    signals.lock_unavailable.send_robust(sender=None, surface="idempotent", using=alias)
                     raise LockUnavailable(
                         f"idempotency key {task_key!r} stayed locked for {seconds}s by another run; "
                         "it is retried by RQ if the job has retries, or call again later."
@@ -188,16 +187,9 @@ def _run_once(
                 result = func(*args, **kwargs)
         except Exception as exc:
             failure = exc
-            log.filter(pk=record.pk).update(
-                status=RequestStatus.FAILED,
-                error=f"{type(exc).__name__}: {exc}"[:_ERROR_LENGTH],
-                attempts=F("attempts") + 1,
-                processed_at=Now(),
-            )
+            log.filter(pk=record.pk).complete(f"{type(exc).__name__}: {exc}"[:_ERROR_LENGTH])
         else:
-            log.filter(pk=record.pk).update(
-                status=RequestStatus.APPLIED, error="", attempts=F("attempts") + 1, processed_at=Now()
-            )
+            log.filter(pk=record.pk).complete()
     if failure is not None:
         raise failure
     return result

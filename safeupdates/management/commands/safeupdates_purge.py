@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import QuerySet
 
 from safeupdates import conf, db
+from safeupdates.lifecycle import RequestLogQuerySet
 from safeupdates.models import TERMINAL_STATUSES, ProcessedRequest, RequestKind
 
 #: The oldest cutoff a purge takes: 1000 years, far inside every supported database's date range.
@@ -76,7 +76,7 @@ class Command(BaseCommand):
         self.stdout.write(f"deleted {self._summary(deleted, days, task_days)}")
 
     @staticmethod
-    def _delete(queryset: QuerySet[ProcessedRequest], batch_size: int) -> int:
+    def _delete(queryset: RequestLogQuerySet, batch_size: int) -> int:
         deleted = 0
         while True:
             ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:batch_size])
@@ -84,7 +84,7 @@ class Command(BaseCommand):
                 return deleted
             # The queryset's conditions again: a row that changed meanwhile (a failed task that ran again
             # and completed just now) is rechecked by the DELETE and kept.
-            deleted += queryset.filter(pk__in=ids).delete()[0]
+            deleted += queryset.filter(pk__in=ids).purge()
 
     @staticmethod
     def _summary(counts: list[int], days: float, task_days: int | None) -> str:

@@ -9,7 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
-from safeupdates.jobs import BackendUnavailable, relay
+from safeupdates.exceptions import BackendUnavailable
+from safeupdates.relay import relay
 
 
 class Command(BaseCommand):

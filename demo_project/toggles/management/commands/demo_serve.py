@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from typing import Any
@@ -29,13 +31,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue, slow_queue = conf.queue_name(), conf.slow_queue()
-        server = manage_py("runserver", options["addrport"])
+        # The metrics of every process (server, workers) in one place: prometheus-client's multiprocess mode.
+        metrics_dir = tempfile.mkdtemp(prefix="safeupdates-demo-metrics-")
+        env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+        server = manage_py("runserver", options["addrport"], env=env)
         # Separate pools, as in production: toggles never wait behind a slow job.
         pool = Workers(name="demo-serve", output=None)
-        pool.start(options["workers"], (queue,), verbosity=1)
+        pool.start(options["workers"], (queue,), verbosity=1, env=env)
         slow_pool = Workers(name="demo-serve-slow", output=None)
         if slow_queue != queue:
-            slow_pool.start(1, (slow_queue,), verbosity=1)
+            slow_pool.start(1, (slow_queue,), verbosity=1, env=env)
         interval = options["relay_interval"]
         relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
         threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()
@@ -43,7 +48,10 @@ class Command(BaseCommand):
             f"Serving http://{options['addrport']}/ with {options['workers']} worker(s) on queue {queue!r} and "
             f"one on the slow queue {slow_queue!r}; relay: safeupdates_relay every {interval:g} s for requests "
             f"pending over {conf.relay_after()} s. "
-            "Log in as demo / demo (`python manage.py demo_user`). Ctrl-C stops everything."
+            "Log in as demo / demo (`python manage.py demo_user`). Ctrl-C stops everything.\n"
+            f"Status: http://{options['addrport']}/admin/safeupdates/processedrequest/status/ "
+            f"(or `python manage.py safeupdates_status`); metrics: http://{options['addrport']}/metrics/ "
+            "(as a staff user)."
         )
         try:
             while True:
@@ -72,6 +80,7 @@ class Command(BaseCommand):
                         proc.wait(10)
                     except subprocess.TimeoutExpired:
                         proc.kill()
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
     def _echo_deliveries(self, proc: subprocess.Popen[bytes]) -> None:
         """Echo the relay's passes that delivered something (one line every few seconds otherwise)."""

@@ -1,0 +1,40 @@
+"""The request log admin's read-only status page: the summary of ``manage.py safeupdates_status``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+
+from safeupdates import status
+
+__all__ = ["StatusPageMixin"]
+
+
+class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Adds ``status/`` to the request log's admin (anyone who may view the log may view it), and a
+    link to it above the list."""
+
+    change_list_template = "safeupdates/admin/processedrequest_change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.model._meta.app_label}_{self.model._meta.model_name}_status"
+        return [path("status/", self.admin_site.admin_view(self.status_view), name=name), *super().get_urls()]
+
+    def status_view(self, request: HttpRequest) -> TemplateResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        snapshot = status.collect()
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": "Safe updates: status",
+            "opts": self.model._meta,
+            "status": snapshot,
+            "problems": snapshot.problems(),
+            "warnings": snapshot.warnings(),
+        }
+        return TemplateResponse(request, "safeupdates/admin/status.html", context)

@@ -1,0 +1,257 @@
+"""The second stage of the job path: :func:`apply_update`, the RQ job that applies a record's requests.
+
+A job applies *every* pending request of its record in one guarded statement (a burst of toggles costs
+one write): the requests are claimed (locked), merged per field by version
+(:func:`~safeupdates.lifecycle.newest_per_field`), written, and their outcomes recorded in the same
+transaction through :mod:`safeupdates.lifecycle`, so that running the job again changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import DatabaseError, connections, models, router, transaction
+from django.db.utils import InterfaceError, OperationalError
+
+from safeupdates import db, queues, signals, tracing
+from safeupdates.exceptions import InvalidUpdate, RequestNotFound
+from safeupdates.guard import write_if_newer
+from safeupdates.lifecycle import MISSING_TARGET, Result, Target, listened, newest_per_field, target_of
+from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.statements import stored_version
+from safeupdates.validation import clean_changes, clean_pk, clean_request_id
+
+__all__ = ["BATCH_SIZE", "apply_update", "describe_database", "is_transient"]
+
+logger = logging.getLogger("safeupdates")
+
+#: How many pending requests of one record a job locks and merges at a time.
+BATCH_SIZE = 500
+
+
+def apply_update(request_id: str) -> str:
+    """RQ job: apply pending request ``request_id`` and every other pending request of its record.
+
+    The requests are locked (``SKIP LOCKED``: a concurrent job takes the others), merged per field by
+    version, written with one guarded statement, and marked ``applied`` or ``stale`` in the same
+    transaction, so running the job again changes nothing (a request already done is reported as a
+    duplicate). Requests whose stored data is invalid, or whose value the database refuses (a
+    constraint, a trigger: any error that is not :func:`transient <is_transient>`), are ``rejected`` at
+    once and the others applied. Transient database errors propagate so that RQ retries the job; the
+    request is marked ``failed`` when the retries are spent. A ``request_id`` that is no UUID fails the
+    job at once, without retries; one that the worker's database does not hold raises
+    :class:`RequestNotFound`. Every log record of the job can carry ``request_id``
+    (:class:`safeupdates.tracing.RequestIdFilter`). Returns a one-line summary.
+    """
+    try:
+        rid = clean_request_id(request_id)
+    except InvalidUpdate:
+        queues.fail_without_retry()
+        raise
+    using = router.db_for_write(ProcessedRequest)
+    with tracing.job_context(str(rid), queues.current_job_meta(tracing.TRACE_META_KEY)):
+        try:
+            counts: dict[str, int] = {}
+            first = True
+            while True:
+                with transaction.atomic(using=using):
+                    done = _apply_batch(rid, using, first=first)
+                first = False
+                for status, count in done.items():
+                    counts[status] = counts.get(status, 0) + count
+                if sum(done.values()) < BATCH_SIZE:
+                    break
+        except DatabaseError as exc:
+            # Transient (a lost connection, a lock timeout): RQ retries it; the last try marks it failed.
+            _record_failed_attempt(rid, using, exc)
+            raise
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "nothing pending"
+
+
+def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
+    log = ProcessedRequest.objects.using(using)
+    batch = log.claim(rid, BATCH_SIZE)
+    if not batch:
+        # A request that names no model matches no record: it would stay pending for good.
+        orphan = log.claim_orphan(rid)
+        if orphan is not None:
+            return log.finish([_rejected(orphan, "the request names no model (content_type is NULL).")], None)
+        record = log.filter(request_id=rid).first()
+        if record is None:
+            raise RequestNotFound(
+                f"request {rid} is not in database {using!r} ({describe_database(using)}): this worker's "
+                "DATABASES differ from those of the process that enqueued it (two projects sharing one RQ "
+                "queue?), or the request was purged."
+            )
+        if first and record.kind == RequestKind.UPDATE and record.is_terminal:
+            # Delivered again once done (a redelivery, or a job of a burst another job applied).
+            target = target_of(record, using)
+            if target is not None:
+                log.report_duplicate(target.model, target.pk, record)
+        return {}
+    try:
+        content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
+    except ContentType.DoesNotExist:
+        # The log has no foreign key on content types (see ProcessedRequest.content_type).
+        content_type = None
+    model = None if content_type is None else content_type.model_class()
+    if model is None:
+        missing = f"content type {batch[0].content_type_id}" if content_type is None else f"model {content_type}"
+        return log.finish([_rejected(r, f"{missing} no longer exists") for r in batch], None)
+
+    try:
+        pk = clean_pk(model, batch[0].object_id)
+    except InvalidUpdate as exc:
+        return log.finish([_rejected(r, str(exc)) for r in batch], Target(model, batch[0].object_id, using))
+    target = Target(model, pk, using)
+    rejected: list[Result] = []
+    valid: list[tuple[ProcessedRequest, dict[str, Any]]] = []
+    for request in batch:
+        try:
+            if not request.version:
+                raise InvalidUpdate("the request has no version.")
+            if not isinstance(request.changes, dict):
+                raise InvalidUpdate(
+                    f"changes must be a JSON object of field: value, not {type(request.changes).__name__}."
+                )
+            cleaned = clean_changes(model, request.changes, allowed=getattr(model, "safe_update_fields", ()))
+        except InvalidUpdate as exc:
+            rejected.append(_rejected(request, str(exc)))
+            continue
+        valid.append((request, cleaned))
+    if not valid:
+        return log.finish(rejected, target)
+
+    winners = newest_per_field((request.version or 0, request.pk, cleaned) for request, cleaned in valid)
+    try:
+        # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
+        with transaction.atomic(using=using):
+            written = _write(model, pk, winners, using)
+    except DatabaseError as exc:
+        if is_transient(exc):
+            raise  # RQ retries the job; nothing here is the requests' fault
+        return log.finish([*rejected, *_one_by_one(model, pk, valid, using)], target)
+    stored = None
+    if written is None or (len(written) < len(winners) and listened(model)):
+        # Nothing written: is there a row? Something held back: by which versions (for the signals)?
+        stored = _stored_versions(model, pk, using)
+        if stored is None:
+            return log.finish([*rejected, *(_rejected(r, MISSING_TARGET) for r, _ in valid)], target)
+    written = written or {}
+    results = []
+    for request, cleaned in valid:
+        fields = tuple(sorted(name for name in cleaned if written.get(name) == request.pk))
+        held = {}
+        for name in cleaned:
+            if name in written and written[name] != request.pk:
+                held[name] = winners[name][0]  # a newer request of this job wrote it
+            elif name not in written and stored is not None:
+                held[name] = stored_version(stored, name)  # the row held it
+        status = RequestStatus.APPLIED if fields else RequestStatus.STALE
+        results.append(Result(request, status, fields, held))
+    return log.finish([*rejected, *results], target)
+
+
+def _one_by_one(
+    model: type[models.Model], pk: Any, valid: list[tuple[ProcessedRequest, dict[str, Any]]], using: str
+) -> list[Result]:
+    """Find the culprit of a refused batch: apply the requests one by one, in version order, each in its
+    own savepoint; the refused ones are rejected."""
+    results = []
+    for request, cleaned in valid:
+        try:
+            with transaction.atomic(using=using):
+                one = _write(model, pk, newest_per_field([(request.version or 0, request.pk, cleaned)]), using)
+        except DatabaseError as exc:
+            if is_transient(exc):
+                raise
+            results.append(_rejected(request, f"the database refused it: {type(exc).__name__}: {exc}"[:2000]))
+            continue
+        fields = tuple(sorted(one or ()))
+        results.append(Result(request, RequestStatus.APPLIED if fields else RequestStatus.STALE, fields))
+    return results
+
+
+def _rejected(request: ProcessedRequest, error: str) -> Result:
+    return Result(request, RequestStatus.REJECTED, error=error)
+
+
+def _stored_versions(model: type[models.Model], pk: Any, using: str) -> dict[str, Any] | None:
+    """Row ``pk``'s ``field_versions``, or None if there is no such row."""
+    row = model._base_manager.db_manager(using).filter(pk=pk).values_list("field_versions", flat=True)
+    found = list(row[:1])
+    return None if not found else dict(found[0] or {})
+
+
+# SQLSTATE classes and codes of errors that are not about the values written: the same statement may
+# succeed when it runs again, so RQ retries the job. Every other error with a SQLSTATE (a trigger's RAISE
+# EXCEPTION, P0001; a constraint, 23xxx; a bad value, 22xxx; a permission, 42501 ...) is the statement's
+# own and would fail again: the request that causes it is rejected.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset(
+    {
+        "08",  # connection exception
+        "40",  # transaction rollback: serialization failure 40001, deadlock 40P01, ...
+        "53",  # insufficient resources: disk full, out of memory, too many connections
+        "57",  # operator intervention: query canceled (statement_timeout) 57014, shutdown 57P01-57P03
+        "58",  # system error (an I/O error)
+        "XX",  # internal error: the server's fault, not the value's
+    }
+)
+_TRANSIENT_SQLSTATES = frozenset(
+    {
+        db.LOCK_NOT_AVAILABLE,  # 55P03: lock_timeout or NOWAIT
+        "55006",  # object in use
+        "25006",  # read-only transaction: a primary that became a standby in a failover
+        "25P03",  # idle_in_transaction_session_timeout
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if database error ``exc`` may not happen again when the job is retried.
+
+    PostgreSQL says so in the error's SQLSTATE (see above). An error without one comes from the client
+    library: a connection lost before the server answered (``OperationalError``, ``InterfaceError``) is
+    transient; on SQLite "database is locked" is an ``OperationalError`` too, and its refusals of a value
+    (a constraint, a trigger's ``RAISE(ABORT)``) are ``IntegrityError``.
+    """
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate in _TRANSIENT_SQLSTATES
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def describe_database(using: str) -> str:
+    """``vendor NAME at HOST:PORT`` of database ``using``, for error messages (no password)."""
+    connection = connections[using]
+    config = connection.settings_dict
+    where = f" at {config.get('HOST')}:{config.get('PORT') or 'default port'}" if config.get("HOST") else ""
+    return f"{connection.display_name} {config.get('NAME')}{where}"
+
+
+def _write(
+    model: type[models.Model], pk: Any, winners: dict[str, tuple[int, int, Any]], using: str
+) -> dict[str, int] | None:
+    """Run the guarded update; return ``{field: request pk}`` of what it wrote, or None if nothing was."""
+    values = {name: (value, version) for name, (version, _pk, value) in winners.items()}
+    written = write_if_newer(model, pk, values, connections[using])
+    return None if written is None else {name: winners[name][1] for name in written}
+
+
+def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
+    """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
+    final = not queues.will_retry()
+    connection = connections[using]
+    if db.is_lock_unavailable(exc):
+        signals.lock_unavailable.send_robust(sender=None, surface="job", using=using)
+    try:
+        if connection.in_atomic_block:
+            return  # called synchronously inside a transaction: the caller decides
+        connection.close_if_unusable_or_obsolete()
+        ProcessedRequest.objects.using(using).fail(rid, f"{type(exc).__name__}: {exc}", final=final)
+    except DatabaseError:
+        # The database is still unreachable: the request stays pending and the relay delivers it again.
+        logger.exception("safeupdates: could not record the failure of request %s", rid)

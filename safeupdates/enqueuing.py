@@ -1,0 +1,114 @@
+"""The first stage of the job path: :func:`enqueue_update` records a request and enqueues its job.
+
+PostgreSQL is the source of truth and Redis only delivers: a request is a ``pending`` row of the request
+log, written in the caller's transaction (the outbox); its job, enqueued when that transaction commits,
+carries ids only. Jobs are deduplicated per record with RQ's ``unique=True`` while one is still queued,
+so a burst of toggles costs few jobs. The next stages: :mod:`safeupdates.apply` (the job) and
+:mod:`safeupdates.relay` (redelivery of what was lost).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.db import models, router, transaction
+
+from safeupdates import conf, queues, tracing
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.models import ProcessedRequest
+from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_request_id
+
+__all__ = ["aenqueue_update", "enqueue_update"]
+
+
+def enqueue_update(
+    obj_or_model: models.Model | type[models.Model],
+    pk: Any = None,
+    *,
+    request_id: uuid.UUID | str | None = None,
+    queue: str | None = None,
+    **changes: Any,
+) -> ProcessedRequest:
+    """Record a request to write ``changes`` to a row, and enqueue its job when the caller commits.
+
+    Field names must be in the model's ``safe_update_fields`` and values must be valid for the model
+    fields, else :class:`~safeupdates.exceptions.InvalidUpdate` is raised and nothing is written or
+    enqueued. The request gets a version from the database, is written as ``pending`` in the caller's
+    transaction (a rolled-back caller enqueues nothing), and its job is enqueued on commit. Passing the
+    ``request_id`` of a request already recorded returns that request and records nothing new (once it
+    has reached its outcome, that is a duplicate: signalled, see :mod:`safeupdates.signals`).
+    """
+    if isinstance(obj_or_model, models.Model):
+        model: type[models.Model] = type(obj_or_model)
+        pk = obj_or_model.pk if pk is None else pk
+    elif isinstance(obj_or_model, type) and issubclass(obj_or_model, models.Model):
+        model = obj_or_model
+    else:
+        raise InvalidUpdate(f"enqueue_update() takes a model instance or a model class, not {obj_or_model!r}.")
+    # The fields come from the class given: a proxy may narrow its concrete model's safe_update_fields.
+    allowed = getattr(model, "safe_update_fields", None)
+    if allowed is None:
+        raise InvalidUpdate(
+            f"{model._meta.label} is not a SafeUpdateModel: give it safe_update_fields to enqueue updates."
+        )
+    cleaned = clean_changes(model, changes, allowed=allowed)
+    model = model._meta.concrete_model or model
+    pk = clean_pk(model, pk)
+    object_id = clean_object_id(model, pk)
+    rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
+    queue_name = _queue_name(queue)
+    using = router.db_for_write(model)
+    content_type = ContentType.objects.db_manager(using).get_for_model(model)
+    record = ProcessedRequest(
+        request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
+    )
+    log = ProcessedRequest.objects.using(using)
+    with tracing.enqueue_span(model._meta.label, pk, str(rid)) as trace:
+        created, others_pending = log.create_pending(record)
+    if not created:
+        existing = _known_request(log.get(request_id=rid), content_type, pk)
+        if existing.is_terminal:
+            log.report_duplicate(model, pk, existing)
+        return existing
+    what = f"{model._meta.label} pk={pk}"
+    meta = {tracing.TRACE_META_KEY: trace} if trace else None
+
+    # If Redis is down at commit, the request stays pending and the relay delivers it.
+    def deliver_on_commit() -> None:
+        queues.deliver_or_leave_for_relay(
+            rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, meta=meta
+        )
+
+    transaction.on_commit(deliver_on_commit, using=using, robust=True)
+    return record
+
+
+async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> ProcessedRequest:
+    """Async :func:`enqueue_update`, for async views."""
+    return await sync_to_async(enqueue_update)(obj_or_model, pk, **kwargs)
+
+
+def _queue_name(queue: str | None) -> str:
+    """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``."""
+    configured = getattr(settings, "RQ_QUEUES", None) or {}
+    name = queue or conf.queue_name()
+    if name in configured:
+        return name
+    problem = queues.queue_problem() if queue is None else None
+    if problem is not None:
+        # The settings are wrong, not the call: say what the system check says.
+        message, hint, check_id = problem
+        raise InvalidUpdate(f"{message} {hint} ({check_id})")
+    choices = ", ".join(configured) or "(none configured)"
+    raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {choices}.")
+
+
+def _known_request(existing: ProcessedRequest, content_type: ContentType, pk: Any) -> ProcessedRequest:
+    """Return the request already recorded under a reused request id, if it targets the same row."""
+    if existing.content_type_id != content_type.pk or existing.object_id != str(pk):
+        raise InvalidUpdate(f"request_id {existing.request_id} was already used for another object.")
+    return existing

@@ -1,0 +1,519 @@
+"""A request's lifecycle: every status a row of the request log takes, and every change of it.
+
+A request is created ``pending`` (:meth:`RequestLogQuerySet.create_pending`, or
+:meth:`~RequestLogQuerySet.reserve` for ``update_if_newer(request_id=...)``), claimed by its job
+(:meth:`~RequestLogQuerySet.claim`), and ends ``applied``, ``stale`` or ``rejected``
+(:meth:`~RequestLogQuerySet.finish`, or in one statement with the write:
+:meth:`~RequestLogQuerySet.apply_recorded`), or ``failed`` once transient errors outlast its retries
+(:meth:`~RequestLogQuerySet.fail`). ``safeupdates_relay --retry-failed`` makes a failed request pending
+again (:meth:`~RequestLogQuerySet.revive`); ``safeupdates_purge`` deletes terminal ones
+(:meth:`~RequestLogQuerySet.purge`). A request submitted or delivered again once terminal is a
+``duplicate``: reported (:meth:`~RequestLogQuerySet.report_duplicate`), never stored. The rows of
+``@idempotent`` tasks and batch items end through :meth:`~RequestLogQuerySet.complete`.
+
+Nothing else writes ``status`` (``tests/test_layout.py`` checks it). Every outcome of an update request
+is logged (one INFO line, logger ``safeupdates.lifecycle``) and signalled (:mod:`safeupdates.signals`)
+once its transaction commits. The mapping between a write's :class:`Outcome` and a request's
+:class:`RequestStatus`, and the newest-per-field merge of requests, are written here, once.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import IntegrityError, connections, models, transaction
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+from safeupdates import queues, signals, statements
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.guard import statement_cursor
+from safeupdates.versions import next_version
+
+if TYPE_CHECKING:
+    from django.contrib.contenttypes.models import ContentType
+
+    from safeupdates.models import ProcessedRequest
+
+__all__ = [
+    "MISSING_TARGET",
+    "STATUS_OF_OUTCOME",
+    "TERMINAL_STATUSES",
+    "Outcome",
+    "RequestKind",
+    "RequestLogQuerySet",
+    "RequestStatus",
+    "Result",
+    "Target",
+    "listened",
+    "newest_per_field",
+    "outcome_of_status",
+    "target_of",
+]
+
+logger = logging.getLogger("safeupdates.lifecycle")
+
+
+class RequestStatus(models.TextChoices):
+    """Status of a :class:`~safeupdates.models.ProcessedRequest`. Every status but ``pending`` is terminal."""
+
+    PENDING = "pending", _("pending")
+    APPLIED = "applied", _("applied")
+    STALE = "stale", _("stale")
+    REJECTED = "rejected", _("rejected")
+    FAILED = "failed", _("failed")
+
+
+class RequestKind(models.TextChoices):
+    """What a :class:`~safeupdates.models.ProcessedRequest` records."""
+
+    UPDATE = "update", _("update of a row")
+    TASK = "task", _("idempotent task")
+    BATCH_ITEM = "batch_item", _("batch item")
+
+
+TERMINAL_STATUSES = frozenset(RequestStatus) - {RequestStatus.PENDING}
+
+
+class Outcome(enum.StrEnum):
+    """What an update did."""
+
+    APPLIED = "applied"
+    """At least one field was written."""
+    STALE = "stale"
+    """Every field already carried a newer write (or the timestamp was not newer): nothing written."""
+    DUPLICATE = "duplicate"
+    """The request id was already processed: nothing written."""
+    MISSING = "missing"
+    """No row has that primary key: nothing written."""
+
+
+#: The status a request is recorded with for the outcome of its write. A duplicate is not recorded.
+STATUS_OF_OUTCOME: Mapping[Outcome, RequestStatus] = {
+    Outcome.APPLIED: RequestStatus.APPLIED,
+    Outcome.STALE: RequestStatus.STALE,
+    Outcome.MISSING: RequestStatus.REJECTED,
+}
+
+#: The error of a request whose target row does not exist.
+MISSING_TARGET = "the target object does not exist"
+
+#: What the one-statement write of ``update_if_newer(request_id=...)`` records, by name (see
+#: ``statements.GuardedUpdate.recorded_params``).
+_RECORDED = {
+    "kind": RequestKind.UPDATE.value,
+    "applied": RequestStatus.APPLIED.value,
+    "stale": RequestStatus.STALE.value,
+    "missing": STATUS_OF_OUTCOME[Outcome.MISSING].value,
+    "missing_error": MISSING_TARGET,
+}
+
+
+def outcome_of_status(status: str) -> Outcome:
+    """The :class:`Outcome` of a write recorded with ``status`` (``applied``, ``stale`` or ``rejected``)."""
+    for outcome, recorded in STATUS_OF_OUTCOME.items():
+        if recorded == status:
+            return outcome
+    raise ValueError(f"no write outcome is recorded as {status!r}")
+
+
+_K = TypeVar("_K")
+
+
+def newest_per_field(requests: Iterable[tuple[int, _K, Mapping[str, Any]]]) -> dict[str, tuple[int, _K, Any]]:
+    """Merge ``(version, key, changes)`` requests per field: the newest version's ``(version, key, value)``.
+
+    Strictly newer wins: of two requests with the same version, the first one counts, as it would when
+    applied one by one (the second then finds its version already there).
+    """
+    winners: dict[str, tuple[int, _K, Any]] = {}
+    for version, key, changes in requests:
+        for name, value in changes.items():
+            current = winners.get(name)
+            if current is None or current[0] < version:
+                winners[name] = (version, key, value)
+    return winners
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome decided for one request: its ``status``, the ``fields`` it wrote and the ones ``held``
+    by newer writes (``{field: version}``), or its ``error``. ``version`` and ``synced_at`` are recorded
+    too where given (a request that ``update_if_newer`` reserved without them)."""
+
+    request: ProcessedRequest
+    status: RequestStatus
+    fields: tuple[str, ...] = ()
+    held: Mapping[str, int] = field(default_factory=dict)
+    error: str = ""
+    version: int | None = None
+    synced_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """The record a set of requests targets, as the signals name it."""
+
+    model: type[models.Model]
+    pk: Any
+    using: str
+
+
+class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
+    """The request log's QuerySet: every change of a request's status is one of its methods."""
+
+    # --- created pending -----------------------------------------------------------------------------
+
+    def create_pending(self, record: ProcessedRequest) -> tuple[bool, bool]:
+        """Insert update request ``record`` as ``pending`` with a fresh version.
+
+        Returns ``(created, others_pending)``: ``created`` is False if the request id exists already
+        (nothing written); ``others_pending`` says whether other requests of the same record were
+        pending, which in a burst means that the record's job is most likely still queued (a hint for
+        the delivery, nothing more). On PostgreSQL one statement (:func:`statements.insert_pending`):
+        the version comes from the sequence inside it, and a known request id is skipped by ``ON
+        CONFLICT DO NOTHING``, so the caller's transaction stays usable without a savepoint.
+        """
+        using = self.db
+        record.kind, record.status = RequestKind.UPDATE, RequestStatus.PENDING
+        connection = connections[using]
+        if connection.vendor != "postgresql":
+            try:
+                with transaction.atomic(using=using):
+                    record.version = next_version(using)
+                    record.save(using=using, force_insert=True)
+            except IntegrityError:
+                if not self.filter(request_id=record.request_id).exists():
+                    raise
+                return False, False
+            return True, False
+        changes = self.model._meta.get_field("changes").get_db_prep_save(record.changes, connection)
+        sql, params = statements.insert_pending(
+            request_id=record.request_id,
+            content_type_id=record.content_type_id,
+            object_id=record.object_id,
+            changes=changes,
+            queue=record.queue,
+            kind=RequestKind.UPDATE.value,
+            status=RequestStatus.PENDING.value,
+        )
+        with statement_cursor(connection) as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return False, False
+        record.pk, record.version, record.created_at, others_pending = row
+        record._state.adding = False
+        record._state.db = using
+        return True, bool(others_pending)
+
+    def reserve(
+        self, request_id: uuid.UUID, content_type: ContentType, object_id: str, changes: dict[str, Any]
+    ) -> ProcessedRequest:
+        """Insert update request ``request_id`` if it is new, then lock its row: a concurrent call with
+        the same id waits here until the first one's transaction ends, then finds it terminal.
+
+        Raises :class:`~safeupdates.exceptions.InvalidUpdate` if the id belongs to another record or
+        kind, or to a pending request with other changes (applying ours would lose its own).
+        """
+        self.bulk_create(
+            [self.model(request_id=request_id, content_type=content_type, object_id=object_id, changes=changes)],
+            ignore_conflicts=True,
+        )
+        record = self.select_for_update().get(request_id=request_id)
+        if record.kind != RequestKind.UPDATE or (record.content_type_id, record.object_id) != (
+            content_type.pk,
+            object_id,
+        ):
+            raise InvalidUpdate(f"request_id {request_id} was already used for another object.")
+        if not record.is_terminal and record.changes != changes:
+            raise InvalidUpdate(
+                f"request_id {request_id} is a pending request with other changes ({record.changes}); "
+                "let its job apply it, or use a new request id."
+            )
+        return record
+
+    def claim(self, request_id: uuid.UUID, limit: int) -> list[ProcessedRequest]:
+        """Lock up to ``limit`` pending update requests of the record that request ``request_id``
+        targets, oldest version first; rows another job holds are skipped (``SKIP LOCKED``)."""
+        target = self.filter(request_id=request_id)
+        return list(
+            self.filter(
+                status=RequestStatus.PENDING,
+                content_type_id=models.Subquery(target.values("content_type_id")[:1]),
+                object_id=models.Subquery(target.values("object_id")[:1]),
+            )
+            .select_for_update(skip_locked=True)
+            .order_by("version")[:limit]
+        )
+
+    def claim_orphan(self, request_id: uuid.UUID) -> ProcessedRequest | None:
+        """Lock pending update request ``request_id`` if it names no model (it matches no record)."""
+        return (
+            self.filter(request_id=request_id, kind=RequestKind.UPDATE, status=RequestStatus.PENDING, content_type=None)
+            .select_for_update(skip_locked=True)
+            .first()
+        )
+
+    # --- outcomes --------------------------------------------------------------------------------------
+
+    def finish(self, results: Sequence[Result], target: Target | None) -> dict[str, int]:
+        """Record ``results`` (applied, stale, rejected), each attempt counted, in the current transaction.
+
+        Once it commits, every update request's outcome is logged and signalled (``target`` names its
+        record; None: a request that names no model, logged only). Returns the count per status.
+        """
+        # One UPDATE per (error, version, synced_at): a job's applied and stale requests share one.
+        groups: dict[tuple[str, int | None, datetime | None], list[Result]] = {}
+        for result in results:
+            if result.status not in TERMINAL_STATUSES - {RequestStatus.FAILED}:
+                raise ValueError(f"finish() records applied, stale or rejected, not {result.status!r}")
+            groups.setdefault((result.error, result.version, result.synced_at), []).append(result)
+        for (error, version, synced_at), members in groups.items():
+            statuses = {result.status for result in members}
+            status: Any = Value(members[0].status)
+            if len(statuses) > 1:
+                status = Case(
+                    *(
+                        When(pk__in=[r.request.pk for r in members if r.status == one], then=Value(one))
+                        for one in sorted(statuses)
+                    )
+                )
+            update: dict[str, Any] = {
+                "status": status,
+                "error": error,
+                "attempts": F("attempts") + 1,
+                "processed_at": Now(),
+            }
+            if version is not None:
+                update.update(version=version, synced_at=synced_at)
+            self.filter(pk__in=[result.request.pk for result in members]).update(**update)
+        self._announce(results, target)
+        counts: dict[str, int] = {}
+        for result in results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+        return counts
+
+    def apply_recorded(
+        self, model: type[models.Model], pk: Any, cleaned: dict[str, Any], *, version: int, request_id: uuid.UUID
+    ) -> Outcome | None:
+        """Write ``cleaned`` to row ``pk`` and record update request ``request_id`` in one prepared
+        statement, one round trip (PostgreSQL, a model whose fields live in one table).
+
+        Returns the write's outcome, or None if the request id is known (or was claimed by a concurrent
+        call: the statement then failed on the unique request id and wrote nothing; the caller takes
+        the path of :meth:`reserve`).
+        """
+        from django.contrib.contenttypes.models import ContentType
+
+        connection = connections[self.db]
+        fields = tuple(sorted(cleaned))
+        statement = statements.guarded_update(model, fields, connection)
+        assert statement.recorded_sql is not None
+        prepared = [
+            (model._meta.get_field(name).get_db_prep_save(cleaned[name], connection), version)  # type: ignore[union-attr]
+            for name in fields
+        ]
+        params = statement.recorded_params(
+            pk,
+            prepared,
+            request_id=request_id,
+            content_type_id=ContentType.objects.db_manager(self.db).get_for_model(model).pk,
+            version=version,
+            changes_json=json.dumps(cleaned, cls=self.changes_encoder()),
+            recorded=_RECORDED,
+        )
+        # In the caller's transaction a failed statement needs a savepoint to roll back to; in
+        # autocommit the statement is its own transaction.
+        savepoint = transaction.atomic(using=self.db) if connection.in_atomic_block else nullcontext()
+        try:
+            with savepoint, statement_cursor(connection) as cursor:
+                cursor.execute(statement.recorded_sql, params)
+                status, versions = cursor.fetchone()
+        except IntegrityError as exc:
+            # Only the log's unique request id means "claimed concurrently"; a constraint of the
+            # target table is the caller's error.
+            if getattr(getattr(exc.__cause__, "diag", None), "table_name", None) != self.model._meta.db_table:
+                raise
+            return None
+        if status is None:
+            return None
+        outcome = outcome_of_status(status)
+        stored = None if versions is None else statement.load_versions(versions)
+        # A field was written by this request iff it now carries exactly its version: versions are unique.
+        written = tuple(name for name in fields if stored is not None and stored.get(name) == version)
+        held: dict[str, int] = {}
+        if outcome is not Outcome.MISSING and listened(model):
+            held = self.held_versions(model, pk, fields, written, stored)
+        record = self.model(request_id=request_id, version=version, status=status)
+        error = MISSING_TARGET if outcome is Outcome.MISSING else ""
+        result = Result(record, RequestStatus(status), written, held, error)
+        self._announce([result], Target(model, pk, self.db), latency=0.0)  # created and processed at once
+        return outcome
+
+    def changes_encoder(self) -> type[json.JSONEncoder]:
+        """The JSON encoder of the log's ``changes``, as the field declares it."""
+        encoder: type[json.JSONEncoder] = self.model._meta.get_field("changes").encoder  # type: ignore[union-attr,assignment]
+        return encoder
+
+    def fail(self, request_id: uuid.UUID, error: str, *, final: bool) -> None:
+        """Count a failed attempt of pending request ``request_id``; if no retry follows (``final``), mark
+        it ``failed``: transient errors (an outage) outlasted its retries, and nothing of it was written."""
+        update: dict[str, Any] = {"error": error[:2000], "attempts": F("attempts") + 1}
+        if final:
+            update.update(status=RequestStatus.FAILED, processed_at=Now())
+        if not self.filter(request_id=request_id, status=RequestStatus.PENDING).update(**update) or not final:
+            return
+        record = self.filter(request_id=request_id).first()
+        target = None if record is None else target_of(record, self.db)
+        if record is not None:
+            result = Result(record, RequestStatus.FAILED, error=record.error)
+            self._announce([result], target)
+
+    def revive(self) -> list[int]:
+        """Make this queryset's ``failed`` update requests ``pending`` again; return their primary keys.
+
+        A request fails when transient errors outlast its retries (a long outage); its write was rolled
+        back with them, so delivering it again is safe.
+        """
+        failed = self.filter(kind=RequestKind.UPDATE, status=RequestStatus.FAILED)
+        revived = list(failed.values_list("pk", flat=True))
+        failed.filter(pk__in=revived).update(status=RequestStatus.PENDING, processed_at=None)
+        return revived
+
+    def complete(self, error: str = "") -> int:
+        """Mark this queryset's task or batch-item rows ``applied`` (``error`` empty) or ``failed`` with
+        ``error``, counting the attempt. Returns how many rows changed."""
+        status = RequestStatus.FAILED if error else RequestStatus.APPLIED
+        return self.update(status=status, error=error[:2000], attempts=F("attempts") + 1, processed_at=Now())
+
+    def report_duplicate(self, model: type[models.Model], pk: Any, record: ProcessedRequest) -> None:
+        """Report that terminal request ``record`` was submitted or delivered again: logged and signalled
+        (:data:`~safeupdates.signals.request_duplicate`) after the current transaction commits; nothing
+        is stored."""
+        result = Result(record, RequestStatus(record.status))
+        self._announce([result], Target(model, pk, self.db), duplicate=True)
+
+    def purge(self) -> int:
+        """Delete this queryset's terminal requests (never a pending one); return how many."""
+        return int(self.filter(status__in=TERMINAL_STATUSES).delete()[0])
+
+    # --- what the outcomes tell ------------------------------------------------------------------------
+
+    def held_versions(
+        self,
+        model: type[models.Model],
+        pk: Any,
+        fields: Iterable[str],
+        written: Iterable[str],
+        stored: Mapping[str, Any] | None,
+    ) -> dict[str, int]:
+        """``{field: version}`` of ``fields`` not ``written``, as row ``pk``'s ``field_versions`` hold them
+        (``stored``; None: read them now, only if a field was not written)."""
+        rest = [name for name in fields if name not in set(written)]
+        if not rest:
+            return {}
+        if stored is None:
+            row = model._base_manager.db_manager(self.db).filter(pk=pk).values_list("field_versions", flat=True)
+            stored = row.first()
+        return {name: statements.stored_version(dict(stored or {}), name) for name in rest}
+
+    def _announce(
+        self,
+        results: Sequence[Result],
+        target: Target | None,
+        *,
+        duplicate: bool = False,
+        latency: float | None = None,
+    ) -> None:
+        """After commit: one log line per update request's outcome, and its outcome signal."""
+        updates = [r for r in results if r.request.kind == RequestKind.UPDATE]
+        if not updates:
+            return
+        using, job_id = self.db, queues.current_job_id()
+        latencies: dict[int, float] = {}
+        if not duplicate and latency is None and target is not None and listened(target.model):
+            # The database's clock, as the row holds it: processed_at was set by this transaction.
+            for pk, created_at, processed_at in self.filter(pk__in=[r.request.pk for r in updates]).values_list(
+                "pk", "created_at", "processed_at"
+            ):
+                if created_at is not None and processed_at is not None:
+                    latencies[pk] = max(0.0, (processed_at - created_at).total_seconds())
+
+        def announce() -> None:
+            label = "unknown model" if target is None else target.model._meta.label
+            for result in updates:
+                outcome = "duplicate" if duplicate else str(result.status)
+                request = result.request
+                # A request reserved by update_if_newer() gets its version with its outcome.
+                version = request.version if result.version is None else result.version
+                level = logging.WARNING if outcome in ("rejected", "failed") else logging.INFO
+                signal = signals.OUTCOME_SIGNALS[outcome]
+                if logger.isEnabledFor(level):
+                    detail = f" fields={','.join(result.fields)}" if result.fields else ""
+                    logger.log(
+                        level,
+                        "safeupdates: request %s %s: %s pk=%s version=%s%s%s",
+                        request.request_id,
+                        outcome,
+                        label,
+                        None if target is None else target.pk,
+                        version,
+                        detail,
+                        f": {result.error}" if result.error else "",
+                        extra={
+                            "request_id": str(request.request_id),
+                            "model": label,
+                            "pk": None if target is None else target.pk,
+                            "version": version,
+                            "outcome": outcome,
+                        },
+                    )
+                if target is None or not signal.has_listeners(target.model):
+                    continue
+                signal.send_robust(
+                    sender=target.model,
+                    pk=target.pk,
+                    request_id=request.request_id,
+                    version=version,
+                    fields=result.fields,
+                    held=dict(result.held),
+                    job_id=job_id,
+                    using=using,
+                    latency=None if duplicate else latencies.get(request.pk, latency),
+                )
+
+        transaction.on_commit(announce, using=using)
+
+
+def listened(model: type[models.Model]) -> bool:
+    """True if any outcome signal has a receiver for ``model``: only then is more read than the write needs."""
+    return any(signal.has_listeners(model) for signal in signals.OUTCOME_SIGNALS.values())
+
+
+def target_of(record: ProcessedRequest, using: str) -> Target | None:
+    """The record that update request ``record`` targets, if its model still exists."""
+    from django.contrib.contenttypes.models import ContentType
+
+    if record.content_type_id is None:
+        return None
+    try:
+        model = ContentType.objects.db_manager(using).get_for_id(record.content_type_id).model_class()
+    except ContentType.DoesNotExist:
+        return None
+    if model is None:
+        return None
+    try:
+        pk = model._meta.pk.to_python(record.object_id)  # type: ignore[union-attr]
+    except Exception:  # a corrupt object id: the signal carries it as stored
+        pk = record.object_id
+    return Target(model, pk, using)

@@ -1,0 +1,214 @@
+"""What an operator needs to see of the job path, read at once: :func:`collect` and :class:`Status`.
+
+The backlog per model and queue and the oldest pending request (one query through the
+``safeupdates_pending`` index), outcomes of the last hour and the failed requests (through
+``safeupdates_outcomes``), the batches of ``fan_out()`` when their app is installed (found through the
+app registry: the core never imports ``safeupdates.contrib``), and what RQ shows of each queue: jobs
+waiting, workers, and whether a scheduler runs. ``manage.py safeupdates_status`` prints it and the
+request log's admin shows it; :meth:`Status.problems` is what makes either call the system unhealthy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.db import router
+from django.db.models import Count, DurationField, ExpressionWrapper, Min
+from django.db.models.functions import Now
+
+from safeupdates import db, queues
+from safeupdates.exceptions import BackendUnavailable
+from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
+from safeupdates.models import ProcessedRequest
+
+__all__ = ["Backlog", "FailedRequest", "Status", "backlog", "collect", "model_label"]
+
+#: The window of :attr:`Status.outcomes`, in seconds.
+RECENT = 3600
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The pending requests of one model on one queue, and the age of the oldest (seconds)."""
+
+    model: str
+    queue: str
+    pending: int
+    oldest_age: float
+
+
+@dataclass(frozen=True)
+class FailedRequest:
+    """A failed request to look at: ``safeupdates_relay --retry-failed`` delivers update requests again."""
+
+    request_id: str
+    kind: str
+    model: str
+    object_id: str
+    key: str
+    error: str
+    attempts: int
+    processed_at: datetime | None
+
+
+@dataclass
+class Status:
+    """A snapshot of the job path; see the module's docstring."""
+
+    checked_at: datetime
+    backlog: list[Backlog]
+    #: Requests recorded in the last hour, per status. Duplicates are not stored: count them with the
+    #: ``request_duplicate`` signal (the Prometheus metrics do).
+    outcomes: dict[str, int]
+    failed: int
+    failed_requests: list[FailedRequest]
+    #: ``{"running": n, "reduce_failed": n}``; None without the batches app.
+    batches: dict[str, int] | None
+    queues: list[queues.QueueState] = field(default_factory=list)
+    #: Why RQ could not be asked (Redis unreachable), or "".
+    redis_error: str = ""
+
+    @property
+    def pending(self) -> int:
+        return sum(entry.pending for entry in self.backlog)
+
+    @property
+    def oldest_pending_age(self) -> float | None:
+        """Seconds since the oldest pending request was created (the database's clock); None if none is."""
+        return max((entry.oldest_age for entry in self.backlog), default=None)
+
+    def warnings(self) -> list[str]:
+        """What deserves a look but does not make the system unhealthy."""
+        found = []
+        for state in self.queues:
+            if state.scheduler_gone:
+                found.append(
+                    f"queue {state.name!r}: {state.workers} worker(s) live but no RQ scheduler runs for it: "
+                    f"RQ's retries ({state.scheduled} scheduled) wait for the relay. Restart the workers with "
+                    "--with-scheduler (see docs/operations.md)."
+                )
+        if self.batches and self.batches.get("reduce_failed"):
+            found.append(f"{self.batches['reduce_failed']} batch(es) whose reduce gave up (reduce_failed).")
+        return found
+
+    def problems(self, *, max_age: float | None = None, max_failed: int | None = None) -> list[str]:
+        """Why the system is unhealthy: a request pending longer than ``max_age`` seconds, more failed
+        requests than ``max_failed``, or Redis unreachable. Empty when healthy."""
+        found = []
+        oldest = self.oldest_pending_age
+        if max_age is not None and oldest is not None and oldest > max_age:
+            found.append(f"a request has been pending for {oldest:.0f} s (more than --max-age {max_age:g} s).")
+        if max_failed is not None and self.failed > max_failed:
+            found.append(f"{self.failed} failed request(s) (more than --max-failed {max_failed}).")
+        if self.redis_error:
+            found.append(f"RQ cannot be asked: {self.redis_error}")
+        return found
+
+    def as_json(self) -> dict[str, Any]:
+        """The snapshot as JSON-ready data (``--json``)."""
+        data = asdict(self)
+        data["checked_at"] = self.checked_at.isoformat()
+        data["pending"] = self.pending
+        data["oldest_pending_age"] = self.oldest_pending_age
+        for entry in data["failed_requests"]:
+            entry["processed_at"] = entry["processed_at"] and entry["processed_at"].isoformat()
+        for state, entry in zip(self.queues, data["queues"], strict=True):
+            entry["scheduler_gone"] = state.scheduler_gone
+        data["warnings"] = self.warnings()
+        return data
+
+
+def model_label(content_type_id: int | None, using: str) -> str:
+    """``app_label.Model`` of a content type id, ``"-"`` for none, ``"content type N"`` if it is gone."""
+    if content_type_id is None:
+        return "-"
+    try:
+        model = ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
+    except ContentType.DoesNotExist:
+        model = None
+    return f"content type {content_type_id}" if model is None else model._meta.label
+
+
+def backlog(using: str | None = None) -> list[Backlog]:
+    """The pending update requests per model and queue, with the oldest one's age: one query, through
+    the ``safeupdates_pending`` index (it reads pending rows only, however long the history)."""
+    using = using or router.db_for_write(ProcessedRequest)
+    age = ExpressionWrapper(Now() - Min("created_at"), output_field=DurationField())
+    rows = (
+        ProcessedRequest.objects.using(using)
+        .filter(status=RequestStatus.PENDING)
+        .values("content_type_id", "queue")
+        .annotate(pending=Count("pk"), oldest_age=age)
+        .order_by("content_type_id", "queue")
+    )
+    return [
+        Backlog(
+            model=model_label(row["content_type_id"], using),
+            queue=row["queue"] or "-",
+            pending=row["pending"],
+            oldest_age=max(0.0, row["oldest_age"].total_seconds()),
+        )
+        for row in rows
+    ]
+
+
+def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = True) -> Status:
+    """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, RQ's view of
+    every queue of ``RQ_QUEUES``. An unreachable Redis is reported in ``redis_error``, not raised."""
+    using = using or router.db_for_write(ProcessedRequest)
+    log = ProcessedRequest.objects.using(using)
+    # Terminal statuses only, as the safeupdates_outcomes index is (status <> 'pending').
+    done = log.filter(status__in=sorted(TERMINAL_STATUSES)).exclude(status=RequestStatus.PENDING)
+    recent = done.filter(processed_at__gte=db.older_than(RECENT)).values("status").annotate(count=Count("pk"))
+    outcomes = {str(status): 0 for status in sorted(TERMINAL_STATUSES)}
+    outcomes.update({row["status"]: row["count"] for row in recent})
+    failed = done.filter(status=RequestStatus.FAILED)
+    failed_requests = [
+        FailedRequest(
+            request_id=str(row.request_id),
+            kind=row.kind,
+            model=model_label(row.content_type_id, using),
+            object_id=row.object_id,
+            key=row.key,
+            error=row.error,
+            attempts=row.attempts,
+            processed_at=row.processed_at,
+        )
+        for row in failed.order_by("-processed_at")[:failed_limit]
+    ]
+    status = Status(
+        checked_at=db.database_now(using),
+        backlog=backlog(using),
+        outcomes=outcomes,
+        failed=failed.count(),
+        failed_requests=failed_requests,
+        batches=_batches(using),
+    )
+    if ask_rq:
+        try:
+            status.queues = queues.queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
+        except BackendUnavailable as exc:
+            status.redis_error = str(exc)
+    return status
+
+
+def _batches(using: str) -> dict[str, int] | None:
+    """Running and failed batches of ``fan_out()``, if its app is installed (through the app registry)."""
+    try:
+        batch = apps.get_model("safeupdates_batches", "Batch")  # the app's label: nothing of it is imported
+    except LookupError:
+        return None
+    wanted = [batch.Status.RUNNING, batch.Status.REDUCE_FAILED]
+    counts = dict(
+        batch._default_manager.using(using)
+        .filter(status__in=wanted)
+        .values_list("status")
+        .annotate(count=Count("pk"))
+        .values_list("status", "count")
+    )
+    return {str(status): counts.get(status, 0) for status in wanted}

@@ -1,0 +1,198 @@
+"""The Prometheus metrics of safeupdates.contrib.prometheus: values and labels after a known burst, in
+this process and summed over real worker processes (multiprocess mode), the request log's gauges (one
+query, cached), and who may read the view."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from safeupdates import enqueue_update, signals
+from safeupdates.contrib.prometheus import metrics
+from safeupdates.exceptions import LockUnavailable
+from safeupdates.jobs import apply_update, relay
+from safeupdates.models import ProcessedRequest
+from safeupdates.versions import next_version
+from tests.factories import ProfileFactory
+from tests.testapp.models import Profile
+from tests.workers import RowLock, wait_until
+
+TOKEN = "s3cret-token"
+
+
+def scrape(client, **headers) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The metrics view's samples: ``{(name, sorted labels): value}``."""
+    response = client.get(reverse("safeupdates_metrics"), **headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture
+def token_client(client):
+    with override_settings(SAFEUPDATES_METRICS_TOKEN=TOKEN):
+        yield lambda: scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_counters_after_a_known_burst(redis, token_client):
+    """In this process (no multiprocess mode): requests by outcome, fields written or held, latencies,
+    stale saves, relay deliveries and revivals."""
+    before = token_client()
+    profile = ProfileFactory()
+    held_by_row = enqueue_update(profile, newsletter=True)
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), newsletter=False)
+    with transaction.atomic():
+        older = enqueue_update(profile, active=True)
+        enqueue_update(profile, active=False)
+    apply_update(str(older.request_id))  # 1 applied (active), 2 stale (active, newsletter)
+    apply_update(str(held_by_row.request_id))  # a duplicate delivery
+    refused = enqueue_update(profile, score=-13)
+    apply_update(str(refused.request_id))  # rejected
+    signals.stale_save_refused_robust(
+        Profile, pk=profile.pk, version=1, fields=("name",), surface="admin", using="default"
+    )
+    enqueue_update(ProfileFactory(), active=True)
+    failed = enqueue_update(ProfileFactory(), active=True)
+    ProcessedRequest.objects.fail(failed.request_id, "OperationalError: gone", final=True)
+    redis.flushdb()  # their jobs are lost: the relay delivers them again
+    report = relay(0, retry_failed=True)
+    assert (report.enqueued, report.revived) == (2, 1)
+    after = token_client()
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    model = "testapp.Profile"
+    assert {
+        outcome: delta("safeupdates_requests_total", model=model, outcome=outcome)
+        for outcome in ("applied", "stale", "duplicate", "rejected", "failed")
+    } == {"applied": 1, "stale": 2, "duplicate": 1, "rejected": 1, "failed": 1}
+    assert delta("safeupdates_field_writes_total", model=model, field="active", outcome="applied") == 1
+    assert delta("safeupdates_field_writes_total", model=model, field="active", outcome="stale") == 1
+    assert delta("safeupdates_field_writes_total", model=model, field="newsletter", outcome="stale") == 1
+    # Latency of each recorded outcome (not of the duplicate, which records nothing).
+    assert delta("safeupdates_request_latency_seconds_count", model=model) == 5
+    assert delta("safeupdates_request_latency_seconds_bucket", model=model, le="+Inf") == 5
+    assert delta("safeupdates_stale_saves_total", model=model, surface="admin") == 1
+    assert delta("safeupdates_relay_deliveries_total") == 2
+    assert delta("safeupdates_relay_revivals_total") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lock_timeouts_are_counted(postgres_only, token_client):
+    profile = ProfileFactory()
+    before = token_client()
+    with (
+        RowLock(Profile, profile.pk),
+        pytest.raises(LockUnavailable),
+        Profile.objects.with_lock(profile.pk, nowait=True),
+    ):
+        pass
+    after = token_client()
+    labels = {"model": "testapp.Profile", "surface": "with_lock"}
+    count = "safeupdates_lock_timeouts_total"
+    assert value(after, count, **labels) - value(before, count, **labels) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gauges_come_from_one_cached_query(redis, token_client):
+    profile = ProfileFactory()
+    old = enqueue_update(profile, active=True)
+    enqueue_update(profile, newsletter=True, queue="fast")
+    enqueue_update(ProfileFactory(), newsletter=True, queue="fast")
+    ProcessedRequest.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(seconds=300))
+    with override_settings(SAFEUPDATES_METRICS_CACHE=0), CaptureQueriesContext(connection) as queries:
+        samples = token_client()
+    reads = [q["sql"] for q in queries.captured_queries if "safeupdates_processedrequest" in q["sql"]]
+    assert len(reads) == 1 and "GROUP BY" in reads[0]
+    assert value(samples, "safeupdates_pending_requests", model="testapp.Profile", queue="default") == 1
+    assert value(samples, "safeupdates_pending_requests", model="testapp.Profile", queue="fast") == 2
+    assert (
+        300 <= value(samples, "safeupdates_oldest_pending_age_seconds", model="testapp.Profile", queue="default") < 360
+    )
+    assert value(samples, "safeupdates_oldest_pending_age_seconds", model="testapp.Profile", queue="fast") < 60
+
+    ProcessedRequest.objects.filter(pk=old.pk).delete()
+    with override_settings(SAFEUPDATES_METRICS_CACHE=60), CaptureQueriesContext(connection) as queries:
+        cached = token_client()
+    assert not [q for q in queries.captured_queries if "safeupdates_processedrequest" in q["sql"]]
+    assert value(cached, "safeupdates_pending_requests", model="testapp.Profile", queue="default") == 1  # cached
+    with override_settings(SAFEUPDATES_METRICS_CACHE=0):
+        fresh = token_client()
+    assert value(fresh, "safeupdates_pending_requests", model="testapp.Profile", queue="default") == 0
+
+
+@pytest.mark.django_db
+def test_who_may_read_the_metrics(client, django_user_model):
+    url = reverse("safeupdates_metrics")
+    assert client.get(url).status_code == 403
+    user = django_user_model.objects.create_user("someone", password="x")
+    client.force_login(user)
+    assert client.get(url).status_code == 403
+    user.is_staff = True
+    user.save()
+    assert client.get(url).status_code == 200
+    client.logout()
+    with override_settings(SAFEUPDATES_METRICS_TOKEN=TOKEN):
+        refused = client.get(url, HTTP_AUTHORIZATION="Bearer wrong")
+        assert (refused.status_code, refused["WWW-Authenticate"]) == (403, 'Bearer realm="safeupdates metrics"')
+        assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+    assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 403  # no token set
+    assert client.post(url, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code in (403, 405)
+
+
+def test_a_work_horse_writes_its_workers_files(monkeypatch):
+    monkeypatch.setenv("RQ_WORKER_ID", "w/1")
+    assert metrics._process_identifier() == str(os.getpid())  # the worker itself
+    monkeypatch.setattr(metrics, "_STARTED_IN", -1)  # as seen from a forked child
+    assert metrics._process_identifier() == "rq-w_1"
+
+
+@pytest.mark.workers
+def test_several_worker_processes(workers, redis, client, tmp_path, monkeypatch):
+    """Three workers in prometheus-client's multiprocess mode, one directory: the view sums what every
+    work horse counted, and each worker's horses share one file."""
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    profiles = [ProfileFactory() for _ in range(12)]
+    requests = []
+    for profile in profiles:
+        with transaction.atomic():  # one job per record
+            requests += [enqueue_update(profile, active=True), enqueue_update(profile, active=False)]
+    rejected = enqueue_update(ProfileFactory(), score=-13)
+    workers.start(3, env={"PROMETHEUS_MULTIPROC_DIR": str(directory)})
+    log = ProcessedRequest.objects.filter(request_id__in=[r.request_id for r in [*requests, rejected]])
+    assert wait_until(lambda: not log.filter(status="pending").exists(), 60), workers.logs()
+    workers.stop()  # every horse has exited: its counts are in the files
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    with override_settings(SAFEUPDATES_METRICS_TOKEN=TOKEN):
+        samples = scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    model = "testapp.Profile"
+    assert value(samples, "safeupdates_requests_total", model=model, outcome="applied") == 12
+    assert value(samples, "safeupdates_requests_total", model=model, outcome="stale") == 12
+    assert value(samples, "safeupdates_requests_total", model=model, outcome="rejected") == 1
+    assert value(samples, "safeupdates_field_writes_total", model=model, field="active", outcome="applied") == 12
+    assert value(samples, "safeupdates_field_writes_total", model=model, field="active", outcome="stale") == 12
+    assert value(samples, "safeupdates_request_latency_seconds_count", model=model) == 25
+    # Per worker, a file of its own process and one its work horses share; not one per job (13+ jobs).
+    files = sorted(path.name for path in Path(directory).glob("counter_*.db"))
+    horses = [name for name in files if name.startswith("counter_rq-")]
+    assert 1 <= len(horses) <= 3 and len(files) <= 6, files

@@ -1,0 +1,234 @@
+"""The outcome signals of safeupdates.signals: one per request, after commit, never for a rolled-back
+write, and a receiver that raises changes nothing. In this process, then with real workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections import Counter
+
+import pytest
+from django.db import DatabaseError, connections, transaction
+
+from safeupdates import enqueue_update, signals
+from safeupdates.jobs import apply_update
+from safeupdates.managers import Outcome
+from safeupdates.models import ProcessedRequest
+from safeupdates.versions import next_version
+from tests.factories import ProfileFactory
+from tests.test_jobs import refusing_trigger  # noqa: F401  (a fixture)
+from tests.testapp.models import Profile
+from tests.testapp.signals import RECORDED_KEY
+from tests.workers import wait_until
+
+NAMES = {signal: name for name, signal in signals.OUTCOME_SIGNALS.items()}
+
+
+@pytest.fixture
+def received():
+    """Every outcome signal sent in this process: ``(name, sender, kwargs, in a transaction?)``."""
+    got: list[tuple[str, type, dict, bool]] = []
+
+    def receiver(signal, sender, **kwargs):
+        got.append((NAMES[signal], sender, kwargs, connections[kwargs["using"]].in_atomic_block))
+
+    for signal in NAMES:
+        signal.connect(receiver, weak=False, dispatch_uid="tests.received")
+    yield got
+    for signal in NAMES:
+        signal.disconnect(dispatch_uid="tests.received")
+
+
+def by_request(got):
+    return {str(kwargs["request_id"]): (name, kwargs) for name, _sender, kwargs, _atomic in got}
+
+
+@pytest.mark.django_db(transaction=True)
+class TestInProcess:
+    def test_a_job_signals_each_request_after_its_commit(self, redis, received):
+        """Three requests of one record: one written, one held by it, one held by a newer direct write."""
+        profile = ProfileFactory()
+        held_by_row = enqueue_update(profile, newsletter=True)
+        direct = next_version()
+        Profile.objects.update_if_newer(profile.pk, version=direct, newsletter=False)
+        with transaction.atomic():
+            older = enqueue_update(profile, active=True)
+            newer = enqueue_update(profile, active=False)
+        assert received == []  # enqueueing is no outcome
+        assert apply_update(str(older.request_id)) == "1 applied, 2 stale"
+        # In version order.
+        assert [kwargs["request_id"] for _n, _s, kwargs, _a in received] == [
+            held_by_row.request_id,
+            older.request_id,
+            newer.request_id,
+        ]
+        assert all(sender is Profile for _name, sender, _kwargs, _atomic in received)
+        assert not any(atomic for *_rest, atomic in received)  # after the commit
+        got = by_request(received)
+        expected = {
+            str(newer.request_id): ("applied", newer.version, ("active",), {}),
+            str(older.request_id): ("stale", older.version, (), {"active": newer.version}),
+            str(held_by_row.request_id): ("stale", held_by_row.version, (), {"newsletter": direct}),
+        }
+        assert {
+            rid: (name, kwargs["version"], kwargs["fields"], kwargs["held"]) for rid, (name, kwargs) in got.items()
+        } == expected
+        for _name, kwargs in got.values():
+            assert (kwargs["pk"], kwargs["job_id"], kwargs["using"]) == (profile.pk, None, "default")
+            assert isinstance(kwargs["latency"], float) and 0 <= kwargs["latency"] < 60
+
+    def test_no_signal_before_the_commit_nor_for_a_rolled_back_write(self, received):
+        profile = ProfileFactory()
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+            assert received == []
+            raise RuntimeError("the caller fails after the write")
+        assert received == []
+        rid = uuid.uuid4()
+        with transaction.atomic():
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
+            assert received == []
+        assert [(name, kwargs["request_id"]) for name, _s, kwargs, _a in received] == [("applied", rid)]
+
+    def test_one_statement_path_names_what_it_wrote_and_what_held(self, received):
+        profile = ProfileFactory()
+        older = next_version()
+        newer = next_version()
+        Profile.objects.update_if_newer(profile.pk, version=newer, newsletter=True)
+        rid = uuid.uuid4()
+        result = Profile.objects.update_if_newer(
+            profile.pk, version=older, request_id=rid, active=True, newsletter=False
+        )
+        assert result.outcome == Outcome.APPLIED
+        [(name, sender, kwargs, atomic)] = received
+        assert (name, sender, atomic) == ("applied", Profile, False)
+        assert (kwargs["fields"], kwargs["held"], kwargs["version"]) == (("active",), {"newsletter": newer}, older)
+        assert 0 <= kwargs["latency"] < 5  # 0.0 on PostgreSQL: recorded and written by one statement
+
+    def test_stale_duplicate_and_rejected(self, redis, received):
+        profile = ProfileFactory()
+        old, rid = next_version(), uuid.uuid4()
+        newer = next_version()
+        Profile.objects.update_if_newer(profile.pk, version=newer, active=True)
+        assert Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False).outcome == "stale"
+        again = Profile.objects.update_if_newer(profile.pk, version=old, request_id=rid, active=False)
+        assert again.outcome == Outcome.DUPLICATE
+        missing = uuid.uuid4()
+        Profile.objects.update_if_newer(10**9, version=next_version(), request_id=missing, active=True)
+        known = enqueue_update(profile, request_id=rid, active=False)  # a double submit of a done request
+        assert known.status == "stale"
+        assert [(name, str(kwargs["request_id"])) for name, _s, kwargs, _a in received] == [
+            ("stale", str(rid)),
+            ("duplicate", str(rid)),
+            ("rejected", str(missing)),
+            ("duplicate", str(rid)),
+        ]
+        stale, duplicate, rejected, _again = (kwargs for _n, _s, kwargs, _a in received)
+        assert stale["held"] == {"active": newer}
+        assert (duplicate["fields"], duplicate["held"], duplicate["latency"]) == ((), {}, None)
+        assert (rejected["pk"], rejected["fields"], rejected["held"]) == (10**9, (), {})
+
+    def test_a_job_of_a_request_already_done_is_a_duplicate(self, redis, received):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, active=True)
+        apply_update(str(request.request_id))
+        assert apply_update(str(request.request_id)) == "nothing pending"
+        assert [name for name, *_rest in received] == ["applied", "duplicate"]
+
+    def test_a_value_the_database_refuses_is_rejected(self, redis, received):
+        profile = ProfileFactory()
+        request = enqueue_update(profile, score=-13)  # testapp_profile_score_not_minus_13
+        assert apply_update(str(request.request_id)) == "1 rejected"
+        [(name, _sender, kwargs, _atomic)] = received
+        assert (name, kwargs["request_id"], kwargs["fields"]) == ("rejected", request.request_id, ())
+
+    def test_failed_once_the_retries_are_spent(self, redis, received, refusing_trigger):  # noqa: F811
+        refusing_trigger("40P01")  # a deadlock: transient
+        profile = ProfileFactory()
+        request = enqueue_update(profile, name="forbidden")
+        with pytest.raises(DatabaseError):
+            apply_update(str(request.request_id))  # outside a worker: no retry left
+        [(name, sender, kwargs, atomic)] = received
+        assert (name, sender, kwargs["request_id"], kwargs["pk"], atomic) == (
+            "failed",
+            Profile,
+            request.request_id,
+            profile.pk,
+            False,
+        )
+
+    def test_a_receiver_that_raises_changes_nothing(self, received, caplog):
+        def raises(sender, **kwargs):
+            raise RuntimeError("a receiver that raises")
+
+        signals.request_applied.connect(raises, weak=False, dispatch_uid="tests.raises")
+        try:
+            profile, rid = ProfileFactory(), uuid.uuid4()
+            with caplog.at_level(logging.ERROR, logger="django.dispatch"):
+                result = Profile.objects.update_if_newer(
+                    profile.pk, version=next_version(), request_id=rid, active=True
+                )
+        finally:
+            signals.request_applied.disconnect(dispatch_uid="tests.raises")
+        assert result.outcome == Outcome.APPLIED
+        assert ProcessedRequest.objects.get(request_id=rid).status == "applied"
+        assert Profile.objects.get(pk=profile.pk).active is True
+        assert [name for name, *_rest in received] == ["applied"]  # the other receivers still ran
+        assert any("a receiver that raises" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+@pytest.mark.workers
+def test_with_workers(workers, redis, refusing_trigger):  # noqa: F811
+    """Two real workers whose receivers push what they get to Redis (tests/testapp/signals.py), one of
+    which raises before the others: a record of 300 requests in one job, records of two requests, a value
+    the database refuses, and a record whose deadlocks outlast its retries."""
+    refusing_trigger("40P01")
+    burst, pairs, refused, failing = (
+        ProfileFactory(),
+        [ProfileFactory() for _ in range(5)],
+        ProfileFactory(),
+        ProfileFactory(),
+    )
+    with transaction.atomic():
+        requests = [enqueue_update(burst, score=index) for index in range(300)]
+    for profile in pairs:
+        requests += [enqueue_update(profile, active=True), enqueue_update(profile, active=False)]
+    requests.append(enqueue_update(refused, score=-13))
+    doomed = enqueue_update(failing, name="forbidden")
+    workers.start(2, env={"SAFEUPDATES_TEST_SIGNALS": "1"})
+    log = ProcessedRequest.objects.filter(request_id__in=[r.request_id for r in [*requests, doomed]])
+    assert wait_until(lambda: not log.filter(status="pending").exists(), 90), workers.logs()
+    statuses = dict(log.values_list("request_id", "status"))
+
+    def recorded() -> list[dict]:
+        return [json.loads(entry) for entry in redis.lrange(RECORDED_KEY, 0, -1)]
+
+    # The failed request's signal comes after its last attempt, in autocommit.
+    assert wait_until(lambda: sum(e["signal"] != "duplicate" for e in recorded()) == len(statuses), 30), workers.logs()
+    entries = recorded()
+    outcomes = [e for e in entries if e["signal"] != "duplicate"]
+    # One outcome signal per request, the one its row records, none for a rolled-back attempt.
+    assert Counter(e["request_id"] for e in outcomes) == Counter(str(rid) for rid in statuses)
+    assert {e["request_id"]: e["signal"] for e in outcomes} == {str(rid): status for rid, status in statuses.items()}
+    assert Counter(statuses.values()) == {"applied": 6, "stale": 304, "rejected": 1, "failed": 1}
+    # A duplicate is only ever a delivery of a request already done.
+    assert all(statuses[uuid.UUID(e["request_id"])] != "pending" for e in entries if e["signal"] == "duplicate")
+    for entry in outcomes:
+        assert entry["in_transaction"] is False and entry["using"] == "default"
+        assert entry["job_id"] is not None and entry["sender"] == "testapp.Profile"
+    [winner] = [e for e in outcomes if e["pk"] == burst.pk and e["signal"] == "applied"]
+    assert (winner["request_id"], winner["fields"], winner["held"]) == (str(requests[299].request_id), ["score"], {})
+    last = requests[299].version
+    assert all(e["held"] == {"score": last} for e in outcomes if e["pk"] == burst.pk and e["signal"] == "stale")
+    # 300 requests, one job, one transaction: every signal of the burst names that job.
+    assert len({e["job_id"] for e in outcomes if e["pk"] == burst.pk}) == 1
+    assert Profile.objects.get(pk=burst.pk).score == 299
+    # The receiver that raised for every applied request failed no job.
+    assert django_rq_failed() == 1  # the failing record's job only
+
+
+def django_rq_failed() -> int:
+    import django_rq
+
+    return django_rq.get_queue("default").failed_job_registry.count

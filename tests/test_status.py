@@ -1,0 +1,164 @@
+"""``manage.py safeupdates_status`` and the request log admin's status page: what they show, and the
+command's exit status on a healthy system and on a planted stuck request (issue 21.4), and a queue whose
+scheduler is gone while its workers live (issue 20 item 11)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from django.urls import reverse
+from django.utils import timezone
+from rq.scheduler import RQScheduler
+
+from safeupdates import enqueue_update, status
+from safeupdates.jobs import apply_update
+from safeupdates.models import ProcessedRequest
+from tests.factories import ProfileFactory
+from tests.workers import wait_until
+
+
+def run_status(*args: str) -> tuple[int, str]:
+    """Run the command; return its exit status and what it printed."""
+    out = io.StringIO()
+    try:
+        call_command("safeupdates_status", *args, stdout=out)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+def plant_stuck_request(seconds: float) -> ProcessedRequest:
+    """A pending request created ``seconds`` ago whose job was lost."""
+    request = enqueue_update(ProfileFactory(), active=True)
+    ProcessedRequest.objects.filter(pk=request.pk).update(created_at=timezone.now() - timedelta(seconds=seconds))
+    return request
+
+
+@pytest.mark.django_db(transaction=True)
+class TestCommand:
+    def test_healthy(self, redis):
+        request = enqueue_update(ProfileFactory(), active=True)
+        apply_update(str(request.request_id))
+        code, out = run_status("--max-age", "60", "--max-failed", "0")
+        assert code == 0
+        assert out.splitlines()[0].endswith(": healthy")
+        assert "Pending: 0 request(s)\n" in out
+        assert "Last hour: 1 applied, 0 failed, 0 rejected, 0 stale (duplicates are not stored: see the metrics)" in out
+        assert "Batches: 0 running, 0 reduce_failed" in out
+        # The request's job is still queued: it was applied here, by calling the job's function.
+        assert "Queue default: 1 queued, 0 scheduled, 0 failed; 0 worker(s) (0 busy), NO scheduler" in out
+
+    def test_a_stuck_request_makes_it_unhealthy(self, redis):
+        stuck = plant_stuck_request(7200)
+        enqueue_update(ProfileFactory(), active=False)  # a fresh one beside it
+        assert run_status("--max-age", "9000")[0] == 0
+        code, out = run_status("--max-age", "3600")
+        assert code == 1
+        assert out.splitlines()[:2] == [
+            out.splitlines()[0].split(": ")[0] + ": UNHEALTHY",
+            "  problem: a request has been pending for 7200 s (more than --max-age 3600 s).",
+        ]
+        assert "Pending: 2 request(s), the oldest for 7200 s" in out
+        code, out = run_status("--json", "--max-age", "3600")
+        assert code == 1
+        data = json.loads(out)
+        assert data["healthy"] is False and data["pending"] == 2
+        assert round(data["oldest_pending_age"]) == 7200
+        assert data["backlog"] == [
+            {"model": "testapp.Profile", "queue": "default", "pending": 2, "oldest_age": data["oldest_pending_age"]}
+        ]
+        assert stuck.status == "pending"
+
+    def test_failures_beyond_max_failed_make_it_unhealthy(self, redis):
+        request = enqueue_update(ProfileFactory(), active=True)
+        ProcessedRequest.objects.filter(pk=request.pk).fail(request.request_id, "OperationalError: gone", final=True)
+        assert run_status("--max-failed", "1")[0] == 0
+        code, out = run_status("--max-failed", "0")
+        assert code == 1
+        assert "  problem: 1 failed request(s) (more than --max-failed 0)." in out
+        assert f"  {request.request_id} update testapp.Profile {request.object_id} after 1 attempt(s): " in out
+        data = json.loads(run_status("--json")[1])
+        assert [entry["request_id"] for entry in data["failed_requests"]] == [str(request.request_id)]
+        assert data["outcomes"]["failed"] == 1
+
+    def test_redis_unreachable_makes_it_unhealthy(self, redis):
+        with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
+            code, out = run_status()
+        assert code == 1
+        assert "  problem: RQ cannot be asked: Redis unreachable at redis://127.0.0.1:1/0 (Error 111 " in out
+
+    @pytest.mark.parametrize(("option", "value"), [("--max-age", "nan"), ("--max-age", "-1"), ("--max-failed", "-1")])
+    def test_bad_thresholds(self, option, value):
+        with pytest.raises(CommandError, match=f"{option} must be"):
+            call_command("safeupdates_status", option, value, stdout=io.StringIO())
+
+    def test_without_the_batches_app_there_is_no_batch_section(self, redis):
+        apps = [name for name in settings.INSTALLED_APPS if name != "safeupdates.contrib.batches"]
+        with override_settings(INSTALLED_APPS=apps):
+            snapshot = status.collect(ask_rq=False)
+            assert snapshot.batches is None
+            assert "Batches" not in run_status()[1]
+
+
+@pytest.mark.workers
+def test_workers_and_a_scheduler_that_is_gone(workers, redis):
+    """A worker started --with-scheduler whose scheduler process died (its lock expired): the status
+    names the queue; the same worker with a live scheduler is fine."""
+    workers.start(1)
+    assert wait_until(lambda: bool(redis.exists(RQScheduler.get_locking_key("default"))), 30), workers.logs()
+    assert wait_until(lambda: [s.workers for s in status.collect().queues if s.name == "default"] == [1], 30)
+    snapshot = status.collect()
+    assert snapshot.warnings() == []
+    assert "Queue default: 0 queued, 0 scheduled, 0 failed; 1 worker(s) (0 busy), scheduler running" in run_status()[1]
+
+    # The scheduler is a child process of the worker: kill it, and let its lock go as its expiry would.
+    [scheduler] = [pid for pid in _children(workers.procs[0].pid)]
+    os.kill(scheduler, signal.SIGKILL)
+    redis.delete(RQScheduler.get_locking_key("default"))
+    snapshot = status.collect()
+    [default] = [s for s in snapshot.queues if s.name == "default"]
+    assert (default.workers, default.scheduler, default.scheduler_gone) == (1, False, True)
+    warning = (
+        "queue 'default': 1 worker(s) live but no RQ scheduler runs for it: RQ's retries (0 scheduled) wait for "
+        "the relay. Restart the workers with --with-scheduler (see docs/operations.md)."
+    )
+    assert snapshot.warnings() == [warning]
+    code, out = run_status("--max-age", "60")
+    assert code == 0  # a warning, not unhealthy: the relay still delivers
+    assert f"  warning: {warning}" in out
+    assert json.loads(run_status("--json")[1])["queues"][0]["scheduler_gone"] is True
+
+
+def _children(pid: int) -> list[int]:
+    from demo_project.processes import children
+
+    return children(pid)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_status_page(redis, admin_client):
+    plant_stuck_request(120)
+    changelist = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
+    url = reverse("admin:safeupdates_processedrequest_status")
+    assert f'href="{url}" id="safeupdates-status-link"' in changelist.content.decode()
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<strong>Healthy</strong>" in html
+    assert "<h2>Pending: 1, the oldest for 120 s</h2>" in html
+    assert "<td>testapp.Profile</td><td>default</td><td>1</td><td>120</td>" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_status_page_needs_the_view_permission(client, django_user_model):
+    user = django_user_model.objects.create_user("staff", password="x", is_staff=True)
+    client.force_login(user)
+    assert client.get(reverse("admin:safeupdates_processedrequest_status")).status_code == 403
