@@ -32,11 +32,15 @@ __all__ = [
     "CURRENT_TIMESTAMP",
     "LAST_VALUE",
     "NEXTVAL",
+    "PURGE_REQUESTS",
+    "PURGE_TASKS",
     "SAVE_VERSION_CTE",
     "SEQUENCE_NAME",
+    "SQLITE_NOW",
     "SUPPORTED_VENDORS",
     "CheckedSave",
     "GuardedUpdate",
+    "PurgeBatch",
     "VersionedInsert",
     "bulk_update",
     "checked_delete",
@@ -46,6 +50,7 @@ __all__ = [
     "insert_pending",
     "lock_timeout",
     "next_version_expression",
+    "purge_batch",
     "raise_sequence",
     "saved_versions",
     "sequence_exists",
@@ -122,6 +127,8 @@ def next_version_expression() -> RawSQL:
 # --- The database's clock and scoped lock timeouts -------------------------------------------------------
 
 CURRENT_TIMESTAMP = "SELECT CURRENT_TIMESTAMP"
+#: SQLite's CURRENT_TIMESTAMP has whole seconds; this has the milliseconds of the timestamps ``Now()`` stores.
+SQLITE_NOW = "SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW')"
 
 
 @dataclass(frozen=True)
@@ -630,3 +637,90 @@ def insert_pending(
         "queue": queue,
     }
     return _insert_pending_sql(), params
+
+
+# --- Maintenance of the request log: the purge's batches --------------------------
+
+
+@dataclass(frozen=True)
+class PurgeBatch:
+    """One batch of ``safeupdates_purge``: up to ``%(limit)s`` rows of the request log that match its
+    condition (terminal, older than ``%(cutoff)s``), in keyset order, deleted.
+
+    PostgreSQL: one statement, :attr:`first` or (after the keyset ``%(after0)s, ...`` of the last row
+    of the batch before) :attr:`after`. It locks the batch's rows with ``SKIP LOCKED`` (a row that
+    another transaction is changing is left for the next run: the purge never waits for a writer),
+    deletes them where they still match, and returns one row ``(deleted, looked at, *keyset of the last
+    row looked at)``, or none once nothing matches. Its row locks last as long as the statement, which
+    ``limit`` bounds, and the keyset makes each batch start where the last one ended instead of
+    stepping again over the index entries of the rows deleted so far.
+
+    SQLite (no DELETE in a WITH clause, no row locks: a write locks the whole database): :attr:`first`
+    selects the ids of the batch, :attr:`delete` deletes those of the JSON list ``%(ids)s`` that still
+    match; run both in one transaction. A deleted row leaves nothing behind in SQLite's b-tree, so every
+    batch starts at the beginning; :attr:`after` is not used.
+    """
+
+    vendor: str
+    first: str
+    after: str
+    delete: str
+
+    @staticmethod
+    def params(cutoff: Any, limit: int, after: Sequence[Any] = ()) -> dict[str, Any]:
+        """The parameters of :attr:`first` (no ``after``) or :attr:`after` (the keyset to start after)."""
+        params: dict[str, Any] = {"cutoff": cutoff, "limit": limit}
+        params.update({f"after{index}": value for index, value in enumerate(after)})
+        return params
+
+
+#: The scopes of a purge: requests of every kind but tasks, old by ``created_at``, in ``(created_at, id)``
+#: order (the index ``safeupdates_created``); ``@idempotent`` task rows, old by ``processed_at`` (the time
+#: since which no run needed them), in ``key`` order (the partial unique index ``safeupdates_task_key``).
+PURGE_REQUESTS, PURGE_TASKS = "requests", "tasks"
+
+
+@lru_cache(maxsize=8)
+def purge_batch(vendor: str, scope: str) -> PurgeBatch:
+    """The :class:`PurgeBatch` of ``scope`` (:data:`PURGE_REQUESTS` or :data:`PURGE_TASKS`) on ``vendor``.
+
+    Only terminal rows older than ``%(cutoff)s`` match: a pending request is never deleted.
+    """
+    if vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    log = request_log()
+    qn = vendor_connection(vendor).ops.quote_name
+    table = qn(log._meta.db_table)
+    pk, kind, status = (qn(column(log, name)) for name in ("pk", "kind", "status"))
+    task, pending = log.Kind.TASK.value, log.Status.PENDING.value
+    if scope == PURGE_REQUESTS:
+        keyset: tuple[str, ...] = (qn(column(log, "created_at")), pk)
+        condition = f"{kind} <> '{task}' AND {status} <> '{pending}' AND {keyset[0]} < %(cutoff)s"
+    elif scope == PURGE_TASKS:
+        keyset = (qn(column(log, "key")),)
+        condition = f"{kind} = '{task}' AND {status} <> '{pending}' AND {qn(column(log, 'processed_at'))} < %(cutoff)s"
+    else:
+        raise SafeUpdatesError(f"not a purge scope: {scope!r}")
+    names = ", ".join(keyset)
+    if vendor == "sqlite":
+        return PurgeBatch(
+            vendor,
+            first=f"SELECT {pk} FROM {table} WHERE {condition} ORDER BY {names} LIMIT %(limit)s",
+            after="",
+            delete=f"DELETE FROM {table} WHERE {pk} IN (SELECT value FROM json_each(%(ids)s)) AND {condition}",
+        )
+    later = f"({names}) > ({', '.join(f'%(after{index})s' for index in range(len(keyset)))})"
+    # The batch's columns: the id and the keyset, each once (a WITH query names its columns).
+    columns = names if pk in keyset else f"{pk}, {names}"
+    newest_first = ", ".join(f"{name} DESC" for name in keyset)
+
+    def batch(where: str) -> str:
+        return (
+            f"WITH batch AS (SELECT {columns} FROM {table} WHERE {where} ORDER BY {names} LIMIT %(limit)s "
+            f"FOR UPDATE SKIP LOCKED), "
+            f"gone AS (DELETE FROM {table} WHERE {pk} IN (SELECT {pk} FROM batch) AND {condition} RETURNING 1) "
+            f"SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM batch), last.* "
+            f"FROM (SELECT {names} FROM batch ORDER BY {newest_first} LIMIT 1) last"
+        )
+
+    return PurgeBatch(vendor, first=batch(condition), after=batch(f"{condition} AND {later}"), delete="")
