@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import DatabaseError, connections, models, transaction
+from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Value
 from django.db.models.functions import Cast
 
+from safeupdates import statements
 from safeupdates.guard import concrete_field
-from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.models import LockVersionMixin
+from safeupdates.statements import stored_version
 
 __all__ = ["Drift", "find_drift", "replay"]
 
@@ -26,32 +29,39 @@ def replay(obj: models.Model) -> dict[str, Any]:
     """
     if not isinstance(obj, LockVersionMixin):
         raise TypeError(f"replay() needs a model with LockVersionMixin, got {type(obj).__name__}.")
-    content_type = ContentType.objects.db_manager(obj._state.db).get_for_model(obj)
-    requests = (
-        ProcessedRequest.objects.using(obj._state.db)
-        .filter(
-            kind=RequestKind.UPDATE,
-            content_type=content_type,
-            object_id=str(obj.pk),
-            status=RequestStatus.APPLIED,
+    using = obj._state.db or router.db_for_read(type(obj), instance=obj)
+    return next(_replayed(type(obj), [obj], using), (obj, {}))[1]
+
+
+def _replayed(
+    model: type[models.Model], objs: Sequence[models.Model], using: str
+) -> Iterator[tuple[models.Model, dict[str, Any]]]:
+    """:func:`replay` of each of ``objs`` (of ``model``, on database ``using``) that the log derives any
+    field of, in one query: per record and field, the newest applied request that changed the field."""
+    connection = connections[using]
+    content_type = ContentType.objects.db_manager(using).get_for_model(model)
+    by_id = {str(obj.pk): obj for obj in objs}
+    if connection.vendor == "postgresql":
+        object_ids: Any = list(by_id)
+    else:
+        object_ids = json.dumps(list(by_id))
+    fields = {field.name: field for field in model._meta.concrete_fields}
+    derived: dict[str, dict[str, Any]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statements.newest_applied(connection.vendor), {"content_type": content_type.pk, "object_ids": object_ids}
         )
-        .order_by("-version")
-        .values_list("version", "changes")
-    )
-    pending_fields = {
-        name for name in (obj.field_versions or {}) if name != "*"
-    }  # only fields written by versioned updates can come from the log
-    derived: dict[str, Any] = {}
-    for version, changes in requests.iterator():
-        for name, value in changes.items():
-            if name in derived or name not in pending_fields:
+        for object_id, name, version, value in cursor.fetchall():
+            obj = by_id[object_id]
+            versions = obj.field_versions or {}  # type: ignore[attr-defined]
+            # Its own entry, at this request's version: the field's latest write is this request's.
+            if name not in fields or name not in versions or stored_version(versions, name) != version:
                 continue
-            if obj.field_version(name) == version:
-                derived[name] = concrete_field(type(obj), name).to_python(value)
-            pending_fields.discard(name)
-        if not pending_fields:
-            break
-    return derived
+            # JSON text: on PostgreSQL the value (Django reads jsonb undecoded), on SQLite the whole changes.
+            value = json.loads(value) if connection.vendor == "postgresql" else json.loads(value)[name]
+            derived.setdefault(object_id, {})[name] = fields[name].to_python(value)
+    for object_id, values in derived.items():
+        yield by_id[object_id], values
 
 
 @dataclass(frozen=True)
@@ -65,26 +75,43 @@ class Drift:
     derived: Any
 
 
-def find_drift(model: type[LockVersionMixin]) -> Iterator[Drift]:
-    """Yield every field of ``model``'s rows that differs from :func:`replay` of the request log."""
-    content_type = ContentType.objects.get_for_model(model)
-    object_ids = (
-        ProcessedRequest.objects.filter(
-            kind=RequestKind.UPDATE, content_type=content_type, status=RequestStatus.APPLIED
-        )
-        .values_list("object_id", flat=True)
-        .distinct()
-    )
-    pk_field = model._meta.pk
-    assert pk_field is not None
-    pks = [pk_field.to_python(object_id) for object_id in object_ids.iterator()]
-    for start in range(0, len(pks), 500):
-        for obj in model._default_manager.filter(pk__in=pks[start : start + 500]).order_by("pk"):
-            for name, derived in replay(obj).items():
+#: Records per batch of :func:`find_drift`: one query of the records, one of their requests.
+BATCH_SIZE = 1000
+
+
+def find_drift(
+    model: type[LockVersionMixin],
+    *,
+    using: str | None = None,
+    after: Any = None,
+    batch_size: int = BATCH_SIZE,
+    progress: Callable[[int, Any], None] | None = None,
+) -> Iterator[Drift]:
+    """Yield every field of ``model``'s rows that differs from :func:`replay` of the request log.
+
+    The rows are read in primary key order, ``batch_size`` at a time, each batch with its records'
+    requests in one query, so memory stays flat however large the table and the log. ``after`` starts
+    after that primary key (to resume a pass). ``progress(records checked so far, last pk)`` is called
+    after each batch. ``using``: the database of the rows and of their requests (default: where the
+    router writes ``model``; a replica may lag behind its primary).
+    """
+    using = using or router.db_for_write(model)
+    rows = model._default_manager.db_manager(using).order_by("pk")
+    checked = 0
+    while True:
+        batch = list((rows if after is None else rows.filter(pk__gt=after))[:batch_size])
+        if not batch:
+            return
+        for obj, values in _replayed(model, batch, using):
+            for name, derived in values.items():
                 field = concrete_field(model, name)
                 stored = getattr(obj, field.attname)
                 if stored != derived and stored != _as_stored(obj, field, derived):
                     yield Drift(model._meta.label, obj.pk, name, stored, derived)
+        checked += len(batch)
+        after = batch[-1].pk
+        if progress is not None:
+            progress(checked, after)
 
 
 def _as_stored(obj: models.Model, field: models.Field[Any, Any], value: Any) -> Any:

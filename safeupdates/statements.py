@@ -49,6 +49,7 @@ __all__ = [
     "guarded_update",
     "insert_pending",
     "lock_timeout",
+    "newest_applied",
     "next_version_expression",
     "purge_batch",
     "raise_sequence",
@@ -639,7 +640,7 @@ def insert_pending(
     return _insert_pending_sql(), params
 
 
-# --- Maintenance of the request log: the purge's batches --------------------------
+# --- Maintenance of the request log: the purge's batches and the verify pass --------------------------
 
 
 @dataclass(frozen=True)
@@ -724,3 +725,42 @@ def purge_batch(vendor: str, scope: str) -> PurgeBatch:
         )
 
     return PurgeBatch(vendor, first=batch(condition), after=batch(f"{condition} AND {later}"), delete="")
+
+
+@lru_cache(maxsize=8)
+def newest_applied(vendor: str) -> str:
+    """Per record of ``%(object_ids)s`` (a list of object ids, as text; an array on PostgreSQL, a JSON
+    list on SQLite) of content type ``%(content_type)s``, and per field, the newest applied update
+    request that changed the field: rows ``(object_id, field, version, value)``.
+
+    One ordered pass over the records' requests (the index ``safeupdates_target_version``) instead of
+    a query per record. ``value`` is the logged JSON value, decoded on PostgreSQL; on SQLite the column
+    holds the request's whole ``changes`` (JSON text), from which the caller takes ``field``.
+    """
+    if vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    log = request_log()
+    qn = vendor_connection(vendor).ops.quote_name
+    table = qn(log._meta.db_table)
+    object_id, version, changes, content_type, kind, status = (
+        f"r.{qn(column(log, name))}" for name in ("object_id", "version", "changes", "content_type", "kind", "status")
+    )
+    applied = (
+        f"{content_type} = %(content_type)s AND {kind} = '{log.Kind.UPDATE.value}' "
+        f"AND {status} = '{log.Status.APPLIED.value}'"
+    )
+    if vendor == "postgresql":
+        return (
+            f"SELECT DISTINCT ON ({object_id}, c.key) {object_id}, c.key, {version}, c.value "
+            f"FROM {table} r CROSS JOIN LATERAL jsonb_each({changes}) c "
+            f"WHERE {applied} AND {object_id} = ANY(%(object_ids)s) AND jsonb_typeof({changes}) = 'object' "
+            f"ORDER BY {object_id}, c.key, {version} DESC"
+        )
+    return (
+        f"SELECT object_id, key, version, changes FROM (SELECT {object_id} AS object_id, j.key AS key, "
+        f"{version} AS version, {changes} AS changes, "
+        f"ROW_NUMBER() OVER (PARTITION BY {object_id}, j.key ORDER BY {version} DESC) AS newest "
+        f"FROM {table} r, json_each({changes}) j WHERE {applied} "
+        f"AND {object_id} IN (SELECT value FROM json_each(%(object_ids)s)) AND json_type({changes}) = 'object') "
+        f"WHERE newest = 1"
+    )
