@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,6 @@ from django.db.models.functions import Cast
 from safeupdates import statements
 from safeupdates.guard import concrete_field
 from safeupdates.models import LockVersionMixin
-from safeupdates.statements import stored_version
 
 __all__ = ["Drift", "find_drift", "replay"]
 
@@ -30,38 +28,36 @@ def replay(obj: models.Model) -> dict[str, Any]:
     if not isinstance(obj, LockVersionMixin):
         raise TypeError(f"replay() needs a model with LockVersionMixin, got {type(obj).__name__}.")
     using = obj._state.db or router.db_for_read(type(obj), instance=obj)
-    return next(_replayed(type(obj), [obj], using), (obj, {}))[1]
+    object_id = str(obj.pk)
+    return _derived(type(obj), {object_id: obj.field_versions}, using).get(object_id, {})
 
 
-def _replayed(
-    model: type[models.Model], objs: Sequence[models.Model], using: str
-) -> Iterator[tuple[models.Model, dict[str, Any]]]:
-    """:func:`replay` of each of ``objs`` (of ``model``, on database ``using``) that the log derives any
-    field of, in one query: per record and field, the newest applied request that changed the field."""
-    connection = connections[using]
-    content_type = ContentType.objects.db_manager(using).get_for_model(model)
-    by_id = {str(obj.pk): obj for obj in objs}
-    if connection.vendor == "postgresql":
-        object_ids: Any = list(by_id)
-    else:
-        object_ids = json.dumps(list(by_id))
+def _derived(model: type[models.Model], versions: dict[str, Any], using: str) -> dict[str, dict[str, Any]]:
+    """:func:`replay` of the records whose ``field_versions`` are ``versions`` (by object id), on database
+    ``using``, in one query: per record and field with a version of its own, the value of the applied
+    request at that version (a version is handed out once: it names the request that wrote the field
+    last). Records the log derives nothing of are left out."""
     fields = {field.name: field for field in model._meta.concrete_fields}
-    derived: dict[str, dict[str, Any]] = {}
+    wanted = [
+        (object_id, name, version)
+        for object_id, field_versions in versions.items()
+        if isinstance(field_versions, dict)
+        for name, version in field_versions.items()
+        # A field's own entry (not "*", the last full save's); a JSON null is no entry.
+        if name in fields and isinstance(version, int) and not isinstance(version, bool)
+    ]
+    if not wanted:
+        return {}
+    connection = connections[using]
+    statement = statements.applied_values(connection.vendor)
+    content_type = ContentType.objects.db_manager(using).get_for_model(model)
     with connection.cursor() as cursor:
-        cursor.execute(
-            statements.newest_applied(connection.vendor), {"content_type": content_type.pk, "object_ids": object_ids}
-        )
-        for object_id, name, version, value in cursor.fetchall():
-            obj = by_id[object_id]
-            versions = obj.field_versions or {}  # type: ignore[attr-defined]
-            # Its own entry, at this request's version: the field's latest write is this request's.
-            if name not in fields or name not in versions or stored_version(versions, name) != version:
-                continue
-            # JSON text: on PostgreSQL the value (Django reads jsonb undecoded), on SQLite the whole changes.
-            value = json.loads(value) if connection.vendor == "postgresql" else json.loads(value)[name]
-            derived.setdefault(object_id, {})[name] = fields[name].to_python(value)
-    for object_id, values in derived.items():
-        yield by_id[object_id], values
+        cursor.execute(statement.sql, statement.params(content_type.pk, wanted))
+        rows = statement.rows(cursor.fetchall())
+    derived: dict[str, dict[str, Any]] = {}
+    for object_id, name, value in rows:
+        derived.setdefault(object_id, {})[name] = fields[name].to_python(value)
+    return derived
 
 
 @dataclass(frozen=True)
@@ -96,25 +92,33 @@ def find_drift(
     router writes ``model``; a replica may lag behind its primary).
     """
     using = using or router.db_for_write(model)
-    rows = model._default_manager.db_manager(using).order_by("pk")
+    pk_field = model._meta.pk
+    assert pk_field is not None
+    # Rows as tuples, not instances: most of a pass is reading them.
+    columns = [field.attname for field in model._meta.concrete_fields]
+    pk_at, versions_at = columns.index(pk_field.attname), columns.index("field_versions")
+    rows = model._default_manager.db_manager(using).order_by("pk").values_list(*columns)
     checked = 0
     while True:
         batch = list((rows if after is None else rows.filter(pk__gt=after))[:batch_size])
         if not batch:
             return
-        for obj, values in _replayed(model, batch, using):
-            for name, derived in values.items():
+        by_id = {str(row[pk_at]): row for row in batch}
+        derived = _derived(model, {object_id: row[versions_at] for object_id, row in by_id.items()}, using)
+        for object_id, values in derived.items():
+            row = by_id[object_id]
+            for name, value in values.items():
                 field = concrete_field(model, name)
-                stored = getattr(obj, field.attname)
-                if stored != derived and stored != _as_stored(obj, field, derived):
-                    yield Drift(model._meta.label, obj.pk, name, stored, derived)
+                stored = row[columns.index(field.attname)]
+                if stored != value and stored != _as_stored(model, row[pk_at], using, field, value):
+                    yield Drift(model._meta.label, row[pk_at], name, stored, value)
         checked += len(batch)
-        after = batch[-1].pk
+        after = batch[-1][pk_at]
         if progress is not None:
             progress(checked, after)
 
 
-def _as_stored(obj: models.Model, field: models.Field[Any, Any], value: Any) -> Any:
+def _as_stored(model: type[models.Model], pk: Any, using: str, field: models.Field[Any, Any], value: Any) -> Any:
     """``value`` as the database stores it in ``field``'s column and Django reads it back.
 
     The request log keeps a value as it was requested; the column may hold something else that is no
@@ -123,14 +127,12 @@ def _as_stored(obj: models.Model, field: models.Field[Any, Any], value: Any) -> 
     under ``USE_TZ``, a decimal is rounded to its places. The database itself says what it makes of the
     value: PostgreSQL through a cast to the column's type; SQLite stores what Django adapted, unchanged.
     """
-    using = obj._state.db or "default"
     expression: Any = Value(value, output_field=field)
     if connections[using].vendor == "postgresql":
         expression = Cast(expression, output_field=field)
     query = (
-        type(obj)
-        ._default_manager.using(using)
-        .filter(pk=obj.pk)
+        model._default_manager.using(using)
+        .filter(pk=pk)
         .annotate(_safeupdates_as_stored=expression)
         .values_list("_safeupdates_as_stored", flat=True)
     )

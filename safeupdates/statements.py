@@ -38,10 +38,12 @@ __all__ = [
     "SEQUENCE_NAME",
     "SQLITE_NOW",
     "SUPPORTED_VENDORS",
+    "AppliedValues",
     "CheckedSave",
     "GuardedUpdate",
     "PurgeBatch",
     "VersionedInsert",
+    "applied_values",
     "bulk_update",
     "checked_delete",
     "checked_save",
@@ -49,7 +51,6 @@ __all__ = [
     "guarded_update",
     "insert_pending",
     "lock_timeout",
-    "newest_applied",
     "next_version_expression",
     "purge_batch",
     "raise_sequence",
@@ -727,16 +728,44 @@ def purge_batch(vendor: str, scope: str) -> PurgeBatch:
     return PurgeBatch(vendor, first=batch(condition), after=batch(f"{condition} AND {later}"), delete="")
 
 
-@lru_cache(maxsize=8)
-def newest_applied(vendor: str) -> str:
-    """Per record of ``%(object_ids)s`` (a list of object ids, as text; an array on PostgreSQL, a JSON
-    list on SQLite) of content type ``%(content_type)s``, and per field, the newest applied update
-    request that changed the field: rows ``(object_id, field, version, value)``.
+@dataclass(frozen=True)
+class AppliedValues:
+    """The verify pass's query: for pairs ``(object id, field, version)`` of records of one content type,
+    the value of ``field`` in the applied update request of that record at that version, if there is
+    one that changed the field. A version is handed out once, so a field's version names the one
+    request (or save) that wrote it last; the lookup runs through the index on (content type, object
+    id, version), without reading the records' other requests.
 
-    One ordered pass over the records' requests (the index ``safeupdates_target_version``) instead of
-    a query per record. ``value`` is the logged JSON value, decoded on PostgreSQL; on SQLite the column
-    holds the request's whole ``changes`` (JSON text), from which the caller takes ``field``.
+    PostgreSQL: one row, a JSON array of ``[object id, field, value]`` (one decode per batch, not per
+    value); SQLite: rows ``(object id, field, changes)``. :meth:`rows` reads either.
     """
+
+    vendor: str
+    sql: str
+
+    def params(self, content_type: int, wanted: Sequence[tuple[str, str, int]]) -> dict[str, Any]:
+        """The parameters for the pairs ``wanted``: ``(object id, field, version)`` each."""
+        if self.vendor == "postgresql":
+            return {
+                "content_type": content_type,
+                "object_ids": [object_id for object_id, _name, _version in wanted],
+                "names": [name for _object_id, name, _version in wanted],
+                "versions": [version for _object_id, _name, version in wanted],
+            }
+        return {"content_type": content_type, "wanted": json.dumps(list(wanted))}
+
+    def rows(self, fetched: Sequence[Sequence[Any]]) -> list[tuple[str, str, Any]]:
+        """``(object id, field, value)`` of what :attr:`sql` fetched, values decoded from JSON."""
+        if self.vendor == "postgresql":
+            found = fetched[0][0] if fetched else None
+            return [tuple(row) for row in json.loads(found)] if found else []  # type: ignore[misc]
+        decoded = ((object_id, name, json.loads(changes)) for object_id, name, changes in fetched)
+        return [(object_id, name, changes[name]) for object_id, name, changes in decoded if name in changes]
+
+
+@lru_cache(maxsize=8)
+def applied_values(vendor: str) -> AppliedValues:
+    """The :class:`AppliedValues` query of ``vendor``."""
     if vendor not in SUPPORTED_VENDORS:
         raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
     log = request_log()
@@ -745,22 +774,22 @@ def newest_applied(vendor: str) -> str:
     object_id, version, changes, content_type, kind, status = (
         f"r.{qn(column(log, name))}" for name in ("object_id", "version", "changes", "content_type", "kind", "status")
     )
-    applied = (
-        f"{content_type} = %(content_type)s AND {kind} = '{log.Kind.UPDATE.value}' "
-        f"AND {status} = '{log.Status.APPLIED.value}'"
+    join = (
+        f"JOIN {table} r ON {content_type} = %(content_type)s AND {object_id} = want.object_id "
+        f"AND {version} = want.version "
+        f"WHERE {kind} = '{log.Kind.UPDATE.value}' AND {status} = '{log.Status.APPLIED.value}'"
     )
     if vendor == "postgresql":
-        return (
-            f"SELECT DISTINCT ON ({object_id}, c.key) {object_id}, c.key, {version}, c.value "
-            f"FROM {table} r CROSS JOIN LATERAL jsonb_each({changes}) c "
-            f"WHERE {applied} AND {object_id} = ANY(%(object_ids)s) AND jsonb_typeof({changes}) = 'object' "
-            f"ORDER BY {object_id}, c.key, {version} DESC"
+        return AppliedValues(
+            vendor,
+            f"SELECT jsonb_agg(jsonb_build_array(want.object_id, want.name, {changes} -> want.name)) "
+            f"FROM unnest(%(object_ids)s::text[], %(names)s::text[], %(versions)s::bigint[]) "
+            f"AS want(object_id, name, version) {join} "
+            f"AND jsonb_typeof({changes}) = 'object' AND {changes} ? want.name",
         )
-    return (
-        f"SELECT object_id, key, version, changes FROM (SELECT {object_id} AS object_id, j.key AS key, "
-        f"{version} AS version, {changes} AS changes, "
-        f"ROW_NUMBER() OVER (PARTITION BY {object_id}, j.key ORDER BY {version} DESC) AS newest "
-        f"FROM {table} r, json_each({changes}) j WHERE {applied} "
-        f"AND {object_id} IN (SELECT value FROM json_each(%(object_ids)s)) AND json_type({changes}) = 'object') "
-        f"WHERE newest = 1"
+    return AppliedValues(
+        vendor,
+        f"SELECT want.object_id, want.name, {changes} FROM (SELECT json_extract(value, '$[0]') AS object_id, "
+        f"json_extract(value, '$[1]') AS name, json_extract(value, '$[2]') AS version "
+        f"FROM json_each(%(wanted)s)) want {join} AND json_type({changes}) = 'object'",
     )
