@@ -159,11 +159,12 @@ def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(r
 )
 def test_records_of_two_databases_never_share_a_job(redis):
     home, away = twins()
-    content_types = {
-        alias: ContentType.objects.db_manager(alias).get_for_model(Profile).pk for alias in ("default", TENANT)
-    }
-    if len(set(content_types.values())) != 1:
-        pytest.skip(f"the databases' content type ids differ ({content_types}): their jobs cannot collide")
+    # Two databases migrated alike number their content types alike: here, whatever order the test
+    # databases were set up in.
+    shared = ContentType.objects.db_manager("default").get_for_model(Profile).pk
+    ContentType.objects.using(TENANT).all().delete()
+    ContentType.objects.using(TENANT).create(pk=shared, app_label="testapp", model="profile")
+    ContentType.objects.clear_cache()
     enqueue_update(Profile, home.pk, active=True)
     with tenant():
         enqueue_update(Profile, away.pk, active=True)
