@@ -759,13 +759,18 @@ class AppliedValues:
         if self.vendor == "postgresql":
             found = fetched[0][0] if fetched else None
             return [tuple(row) for row in json.loads(found)] if found else []  # type: ignore[misc]
-        decoded = ((object_id, name, json.loads(changes)) for object_id, name, changes in fetched)
-        return [(object_id, name, changes[name]) for object_id, name, changes in decoded if name in changes]
+        return [(object_id, name, json.loads(changes)[name]) for object_id, name, changes in fetched if changes]
 
 
 @lru_cache(maxsize=8)
 def applied_values(vendor: str) -> AppliedValues:
-    """The :class:`AppliedValues` query of ``vendor``."""
+    """The :class:`AppliedValues` query of ``vendor``.
+
+    Each pair is looked up on its own (a LATERAL subquery with LIMIT, on SQLite a correlated one): the
+    planner cannot turn the lookups into a hash join over the whole log, which it chose at 100k
+    requests (the filter on the JSON's type hid how many rows match) and which read the whole log per
+    batch.
+    """
     if vendor not in SUPPORTED_VENDORS:
         raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
     log = request_log()
@@ -774,22 +779,24 @@ def applied_values(vendor: str) -> AppliedValues:
     object_id, version, changes, content_type, kind, status = (
         f"r.{qn(column(log, name))}" for name in ("object_id", "version", "changes", "content_type", "kind", "status")
     )
-    join = (
-        f"JOIN {table} r ON {content_type} = %(content_type)s AND {object_id} = want.object_id "
-        f"AND {version} = want.version "
-        f"WHERE {kind} = '{log.Kind.UPDATE.value}' AND {status} = '{log.Status.APPLIED.value}'"
+    at_version = (
+        f"FROM {table} r WHERE {content_type} = %(content_type)s AND {object_id} = want.object_id "
+        f"AND {version} = want.version AND {kind} = '{log.Kind.UPDATE.value}' "
+        f"AND {status} = '{log.Status.APPLIED.value}'"
     )
     if vendor == "postgresql":
         return AppliedValues(
             vendor,
-            f"SELECT jsonb_agg(jsonb_build_array(want.object_id, want.name, {changes} -> want.name)) "
+            f"SELECT jsonb_agg(jsonb_build_array(want.object_id, want.name, found.value)) "
             f"FROM unnest(%(object_ids)s::text[], %(names)s::text[], %(versions)s::bigint[]) "
-            f"AS want(object_id, name, version) {join} "
-            f"AND jsonb_typeof({changes}) = 'object' AND {changes} ? want.name",
+            f"AS want(object_id, name, version) "
+            f"CROSS JOIN LATERAL (SELECT {changes} -> want.name AS value {at_version} "
+            f"AND jsonb_typeof({changes}) = 'object' AND {changes} ? want.name LIMIT 1) found",
         )
     return AppliedValues(
         vendor,
-        f"SELECT want.object_id, want.name, {changes} FROM (SELECT json_extract(value, '$[0]') AS object_id, "
-        f"json_extract(value, '$[1]') AS name, json_extract(value, '$[2]') AS version "
-        f"FROM json_each(%(wanted)s)) want {join} AND json_type({changes}) = 'object'",
+        f"SELECT want.object_id, want.name, (SELECT {changes} {at_version} AND json_type({changes}) = 'object' "
+        f"AND json_type({changes}, '$.\"' || want.name || '\"') IS NOT NULL LIMIT 1) "
+        f"FROM (SELECT json_extract(value, '$[0]') AS object_id, json_extract(value, '$[1]') AS name, "
+        f"json_extract(value, '$[2]') AS version FROM json_each(%(wanted)s)) want",
     )
