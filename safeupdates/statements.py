@@ -3,9 +3,10 @@
 The ORM writes everything else. What is here could not be said through it in one statement: the
 guarded UPDATE that checks and writes per-field versions atomically (alone, and with the request log
 in one round trip), the bulk write, the pending INSERT of ``enqueue_update()``, the save()'s versions,
-the version sequence, the database's clock and scoped lock timeouts. Each statement is built next to
-the code that builds its parameters; the guarded statements use named parameters, so that no list has
-to follow the order of the placeholders in a text built elsewhere. ``tests/test_layout.py`` checks that
+the version sequence, the database's clock, scoped lock timeouts, and the request log's maintenance (the
+purge's batches, the verify pass's lookup). Each statement is built next to the code that builds its
+parameters; the guarded statements use named parameters, so that no list has to follow the order of the
+placeholders in a text built elsewhere. ``tests/test_layout.py`` checks that
 no other module holds SQL.
 
 The stored version of a field is one rule, kept here twice, side by side: :func:`stored_version` in
@@ -652,8 +653,8 @@ class PurgeBatch:
     PostgreSQL: one statement, :attr:`first` or (after the keyset ``%(after0)s, ...`` of the last row
     of the batch before) :attr:`after`. It locks the batch's rows with ``SKIP LOCKED`` (a row that
     another transaction is changing is left for the next run: the purge never waits for a writer),
-    deletes them where they still match, and returns one row ``(deleted, looked at, *keyset of the last
-    row looked at)``, or none once nothing matches. Its row locks last as long as the statement, which
+    deletes them where they still match, and returns one row ``(deleted, *keyset of the last row of the
+    batch)``, or none once nothing matches. Its row locks last as long as the statement, which
     ``limit`` bounds, and the keyset makes each batch start where the last one ended instead of
     stepping again over the index entries of the rows deleted so far.
 
@@ -721,7 +722,7 @@ def purge_batch(vendor: str, scope: str) -> PurgeBatch:
             f"WITH batch AS (SELECT {columns} FROM {table} WHERE {where} ORDER BY {names} LIMIT %(limit)s "
             f"FOR UPDATE SKIP LOCKED), "
             f"gone AS (DELETE FROM {table} WHERE {pk} IN (SELECT {pk} FROM batch) AND {condition} RETURNING 1) "
-            f"SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM batch), last.* "
+            f"SELECT (SELECT count(*) FROM gone), last.* "
             f"FROM (SELECT {names} FROM batch ORDER BY {newest_first} LIMIT 1) last"
         )
 

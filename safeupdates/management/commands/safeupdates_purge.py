@@ -136,7 +136,7 @@ class Command(BaseCommand):
                     row = cursor.fetchone()
                 if row is None:
                     return deleted
-                count, after = row[0], tuple(row[2:])
+                count, after = row[0], tuple(row[1:])
             else:
                 with transaction.atomic(using=using), connection.cursor() as cursor:
                     cursor.execute(statement.first, params)
