@@ -58,6 +58,12 @@ serve: install
 bench: install
 	$(PY) benchmarks/bench.py
 
+# At production size: per-operation costs over 0, 100k and 1M logged requests side by side, verify and
+# purge at that size (docs/benchmarks.md). SCALEARGS="--quick" on a CI-sized machine, "--explain" for plans.
+.PHONY: bench-scale
+bench-scale: install
+	$(PY) benchmarks/scale.py $(SCALEARGS)
+
 # Mutation testing of the core modules with mutmut (not in CI: it takes hours; [mutmut] in setup.cfg).
 # Needs PostgreSQL and Redis like make test. MUTATION_BUDGET=SECONDS stops the run after that long;
 # stopped that way or with Ctrl-C, it still prints the figures so far, and the next run goes on from

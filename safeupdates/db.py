@@ -29,8 +29,9 @@ def is_lock_unavailable(exc: BaseException) -> bool:
 
 def database_now(using: str = "default") -> datetime:
     """The database server's current time, aware (UTC)."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(statements.CURRENT_TIMESTAMP)
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(statements.CURRENT_TIMESTAMP if connection.vendor == "postgresql" else statements.SQLITE_NOW)
         value = cursor.fetchone()[0]
     now: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: a string, UTC
     return now if now.tzinfo else now.replace(tzinfo=UTC)

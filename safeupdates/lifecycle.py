@@ -23,7 +23,7 @@ import enum
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -403,9 +403,44 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         result = Result(record, RequestStatus(record.status))
         self._announce([result], Target(model, pk, self.db), duplicate=True)
 
-    def purge(self) -> int:
-        """Delete this queryset's terminal requests (never a pending one); return how many."""
-        return int(self.filter(status__in=TERMINAL_STATUSES).delete()[0])
+    def purgeable(self, scope: str, cutoff: datetime) -> RequestLogQuerySet:
+        """The rows :meth:`purge` deletes for ``scope`` and ``cutoff``: terminal, and older than
+        ``cutoff`` (requests by ``created_at``; ``@idempotent`` task rows by ``processed_at``, the time
+        since which no run of the task needed them)."""
+        old = self.filter(status__in=TERMINAL_STATUSES)
+        if scope == statements.PURGE_TASKS:
+            return old.filter(kind=RequestKind.TASK, processed_at__lt=cutoff)
+        return old.exclude(kind=RequestKind.TASK).filter(created_at__lt=cutoff)
+
+    def purge(self, scope: str, cutoff: datetime, batch_size: int) -> Iterator[int]:
+        """Delete the :meth:`purgeable` rows of ``scope``, ``batch_size`` at a time; yield each batch's count.
+
+        Each batch is one short statement in its own transaction (in autocommit) that skips rows another
+        transaction holds (:func:`~safeupdates.statements.purge_batch`): writers never wait for a purge,
+        and a purge stopped between batches keeps what it deleted. A pending request is never deleted.
+        """
+        connection = connections[self.db]
+        statement = statements.purge_batch(connection.vendor, scope)
+        cutoff_param = connection.ops.adapt_datetimefield_value(cutoff)
+        after: tuple[Any, ...] = ()
+        while True:
+            params = statement.params(cutoff_param, batch_size, after)
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(statement.after if after else statement.first, params)
+                    row = cursor.fetchone()
+                if row is None:
+                    return
+                count, after = row[0], tuple(row[1:])
+            else:
+                with transaction.atomic(using=self.db), connection.cursor() as cursor:
+                    cursor.execute(statement.first, params)
+                    ids = [row[0] for row in cursor.fetchall()]
+                    if not ids:
+                        return
+                    cursor.execute(statement.delete, {**params, "ids": json.dumps(ids)})
+                    count = cursor.rowcount
+            yield count
 
     # --- what the outcomes tell ------------------------------------------------------------------------
 

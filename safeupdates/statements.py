@@ -3,9 +3,10 @@
 The ORM writes everything else. What is here could not be said through it in one statement: the
 guarded UPDATE that checks and writes per-field versions atomically (alone, and with the request log
 in one round trip), the bulk write, the pending INSERT of ``enqueue_update()``, the save()'s versions,
-the version sequence, the database's clock and scoped lock timeouts. Each statement is built next to
-the code that builds its parameters; the guarded statements use named parameters, so that no list has
-to follow the order of the placeholders in a text built elsewhere. ``tests/test_layout.py`` checks that
+the version sequence, the database's clock, scoped lock timeouts, and the request log's maintenance (the
+purge's batches, the verify pass's lookup). Each statement is built next to the code that builds its
+parameters; the guarded statements use named parameters, so that no list has to follow the order of the
+placeholders in a text built elsewhere. ``tests/test_layout.py`` checks that
 no other module holds SQL.
 
 The stored version of a field is one rule, kept here twice, side by side: :func:`stored_version` in
@@ -32,12 +33,18 @@ __all__ = [
     "CURRENT_TIMESTAMP",
     "LAST_VALUE",
     "NEXTVAL",
+    "PURGE_REQUESTS",
+    "PURGE_TASKS",
     "SAVE_VERSION_CTE",
     "SEQUENCE_NAME",
+    "SQLITE_NOW",
     "SUPPORTED_VENDORS",
+    "AppliedValues",
     "CheckedSave",
     "GuardedUpdate",
+    "PurgeBatch",
     "VersionedInsert",
+    "applied_values",
     "bulk_update",
     "checked_delete",
     "checked_save",
@@ -46,6 +53,7 @@ __all__ = [
     "insert_pending",
     "lock_timeout",
     "next_version_expression",
+    "purge_batch",
     "raise_sequence",
     "saved_versions",
     "sequence_exists",
@@ -122,6 +130,8 @@ def next_version_expression() -> RawSQL:
 # --- The database's clock and scoped lock timeouts -------------------------------------------------------
 
 CURRENT_TIMESTAMP = "SELECT CURRENT_TIMESTAMP"
+#: SQLite's CURRENT_TIMESTAMP has whole seconds; this has the milliseconds of the timestamps ``Now()`` stores.
+SQLITE_NOW = "SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW')"
 
 
 @dataclass(frozen=True)
@@ -643,3 +653,164 @@ def insert_pending(
         "queue": queue,
     }
     return _insert_pending_sql(kind, status), params
+
+
+# --- Maintenance of the request log: the purge's batches and the verify pass --------------------------
+
+
+@dataclass(frozen=True)
+class PurgeBatch:
+    """One batch of ``safeupdates_purge``: up to ``%(limit)s`` rows of the request log that match its
+    condition (terminal, older than ``%(cutoff)s``), in keyset order, deleted.
+
+    PostgreSQL: one statement, :attr:`first` or (after the keyset ``%(after0)s, ...`` of the last row
+    of the batch before) :attr:`after`. It locks the batch's rows with ``SKIP LOCKED`` (a row that
+    another transaction is changing is left for the next run: the purge never waits for a writer),
+    deletes them where they still match, and returns one row ``(deleted, *keyset of the last row of the
+    batch)``, or none once nothing matches. Its row locks last as long as the statement, which
+    ``limit`` bounds, and the keyset makes each batch start where the last one ended instead of
+    stepping again over the index entries of the rows deleted so far.
+
+    SQLite (no DELETE in a WITH clause, no row locks: a write locks the whole database): :attr:`first`
+    selects the ids of the batch, :attr:`delete` deletes those of the JSON list ``%(ids)s`` that still
+    match; run both in one transaction. A deleted row leaves nothing behind in SQLite's b-tree, so every
+    batch starts at the beginning; :attr:`after` is not used.
+    """
+
+    vendor: str
+    first: str
+    after: str
+    delete: str
+
+    @staticmethod
+    def params(cutoff: Any, limit: int, after: Sequence[Any] = ()) -> dict[str, Any]:
+        """The parameters of :attr:`first` (no ``after``) or :attr:`after` (the keyset to start after)."""
+        params: dict[str, Any] = {"cutoff": cutoff, "limit": limit}
+        params.update({f"after{index}": value for index, value in enumerate(after)})
+        return params
+
+
+#: The scopes of a purge: requests of every kind but tasks, old by ``created_at``, in ``(created_at, id)``
+#: order (the index ``safeupdates_created``); ``@idempotent`` task rows, old by ``processed_at`` (the time
+#: since which no run needed them), in ``key`` order (the partial unique index ``safeupdates_task_key``).
+PURGE_REQUESTS, PURGE_TASKS = "requests", "tasks"
+
+
+@lru_cache(maxsize=8)
+def purge_batch(vendor: str, scope: str) -> PurgeBatch:
+    """The :class:`PurgeBatch` of ``scope`` (:data:`PURGE_REQUESTS` or :data:`PURGE_TASKS`) on ``vendor``.
+
+    Only terminal rows older than ``%(cutoff)s`` match: a pending request is never deleted.
+    """
+    if vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    log = request_log()
+    qn = vendor_connection(vendor).ops.quote_name
+    table = qn(log._meta.db_table)
+    pk, kind, status = (qn(column(log, name)) for name in ("pk", "kind", "status"))
+    task, pending = log.Kind.TASK.value, log.Status.PENDING.value
+    if scope == PURGE_REQUESTS:
+        keyset: tuple[str, ...] = (qn(column(log, "created_at")), pk)
+        condition = f"{kind} <> '{task}' AND {status} <> '{pending}' AND {keyset[0]} < %(cutoff)s"
+    elif scope == PURGE_TASKS:
+        keyset = (qn(column(log, "key")),)
+        condition = f"{kind} = '{task}' AND {status} <> '{pending}' AND {qn(column(log, 'processed_at'))} < %(cutoff)s"
+    else:
+        raise SafeUpdatesError(f"not a purge scope: {scope!r}")
+    names = ", ".join(keyset)
+    if vendor == "sqlite":
+        return PurgeBatch(
+            vendor,
+            first=f"SELECT {pk} FROM {table} WHERE {condition} ORDER BY {names} LIMIT %(limit)s",
+            after="",
+            delete=f"DELETE FROM {table} WHERE {pk} IN (SELECT value FROM json_each(%(ids)s)) AND {condition}",
+        )
+    later = f"({names}) > ({', '.join(f'%(after{index})s' for index in range(len(keyset)))})"
+    # The batch's columns: the id and the keyset, each once (a WITH query names its columns).
+    columns = names if pk in keyset else f"{pk}, {names}"
+    newest_first = ", ".join(f"{name} DESC" for name in keyset)
+
+    def batch(where: str) -> str:
+        return (
+            f"WITH batch AS (SELECT {columns} FROM {table} WHERE {where} ORDER BY {names} LIMIT %(limit)s "
+            f"FOR UPDATE SKIP LOCKED), "
+            f"gone AS (DELETE FROM {table} WHERE {pk} IN (SELECT {pk} FROM batch) AND {condition} RETURNING 1) "
+            f"SELECT (SELECT count(*) FROM gone), last.* "
+            f"FROM (SELECT {names} FROM batch ORDER BY {newest_first} LIMIT 1) last"
+        )
+
+    return PurgeBatch(vendor, first=batch(condition), after=batch(f"{condition} AND {later}"), delete="")
+
+
+@dataclass(frozen=True)
+class AppliedValues:
+    """The verify pass's query: for pairs ``(object id, field, version)`` of records of one content type,
+    the value of ``field`` in the applied update request of that record at that version, if there is
+    one that changed the field. A version is handed out once, so a field's version names the one
+    request (or save) that wrote it last; the lookup runs through the index on (content type, object
+    id, version), without reading the records' other requests.
+
+    PostgreSQL: one row, a JSON array of ``[object id, field, value]`` (one decode per batch, not per
+    value); SQLite: rows ``(object id, field, changes)``. :meth:`rows` reads either.
+    """
+
+    vendor: str
+    sql: str
+
+    def params(self, content_type: int, wanted: Sequence[tuple[str, str, int]]) -> dict[str, Any]:
+        """The parameters for the pairs ``wanted``: ``(object id, field, version)`` each."""
+        if self.vendor == "postgresql":
+            return {
+                "content_type": content_type,
+                "object_ids": [object_id for object_id, _name, _version in wanted],
+                "names": [name for _object_id, name, _version in wanted],
+                "versions": [version for _object_id, _name, version in wanted],
+            }
+        return {"content_type": content_type, "wanted": json.dumps(list(wanted))}
+
+    def rows(self, fetched: Sequence[Sequence[Any]]) -> list[tuple[str, str, Any]]:
+        """``(object id, field, value)`` of what :attr:`sql` fetched, values decoded from JSON."""
+        if self.vendor == "postgresql":
+            found = fetched[0][0] if fetched else None
+            return [tuple(row) for row in json.loads(found)] if found else []  # type: ignore[misc]
+        return [(object_id, name, json.loads(changes)[name]) for object_id, name, changes in fetched if changes]
+
+
+@lru_cache(maxsize=8)
+def applied_values(vendor: str) -> AppliedValues:
+    """The :class:`AppliedValues` query of ``vendor``.
+
+    Each pair is looked up on its own (a LATERAL subquery with LIMIT, on SQLite a correlated one): the
+    planner cannot turn the lookups into a hash join over the whole log, which it chose at 100k
+    requests (the filter on the JSON's type hid how many rows match) and which read the whole log per
+    batch.
+    """
+    if vendor not in SUPPORTED_VENDORS:
+        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+    log = request_log()
+    qn = vendor_connection(vendor).ops.quote_name
+    table = qn(log._meta.db_table)
+    object_id, version, changes, content_type, kind, status = (
+        f"r.{qn(column(log, name))}" for name in ("object_id", "version", "changes", "content_type", "kind", "status")
+    )
+    at_version = (
+        f"FROM {table} r WHERE {content_type} = %(content_type)s AND {object_id} = want.object_id "
+        f"AND {version} = want.version AND {kind} = '{log.Kind.UPDATE.value}' "
+        f"AND {status} = '{log.Status.APPLIED.value}'"
+    )
+    if vendor == "postgresql":
+        return AppliedValues(
+            vendor,
+            f"SELECT jsonb_agg(jsonb_build_array(want.object_id, want.name, found.value)) "
+            f"FROM unnest(%(object_ids)s::text[], %(names)s::text[], %(versions)s::bigint[]) "
+            f"AS want(object_id, name, version) "
+            f"CROSS JOIN LATERAL (SELECT {changes} -> want.name AS value {at_version} "
+            f"AND jsonb_typeof({changes}) = 'object' AND {changes} ? want.name LIMIT 1) found",
+        )
+    return AppliedValues(
+        vendor,
+        f"SELECT want.object_id, want.name, (SELECT {changes} {at_version} AND json_type({changes}) = 'object' "
+        f"AND json_type({changes}, '$.\"' || want.name || '\"') IS NOT NULL LIMIT 1) "
+        f"FROM (SELECT json_extract(value, '$[0]') AS object_id, json_extract(value, '$[1]') AS name, "
+        f"json_extract(value, '$[2]') AS version FROM json_each(%(wanted)s)) want",
+    )

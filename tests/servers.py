@@ -1,6 +1,7 @@
 """Servers a test may stop and start: its own ``redis-server`` (alone, or a primary with a replica and
-Sentinels), its own PostgreSQL cluster, and TCP proxies that cut processes off a server (as a restart
-would, or as a network partition would). The shared servers are never stopped."""
+Sentinels), its own PostgreSQL cluster (alone, or a primary with a streaming replica), and TCP proxies
+that cut processes off a server (as a restart would, or as a network partition would). The shared
+servers are never stopped."""
 
 from __future__ import annotations
 
@@ -217,6 +218,54 @@ class OwnPostgres:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OwnPostgresReplica(OwnPostgres):
+    """A streaming replica of an :class:`OwnPostgres` primary: ``pg_basebackup -R`` of the primary's
+    cluster (the primary's ``wal_level`` is ``replica``, initdb's default, and its ``pg_hba.conf`` trusts
+    replication from 127.0.0.1), started as a hot standby on a port of its own.
+
+    :meth:`pause_replay` stops the replica applying the WAL it receives (``pg_wal_replay_pause()``), so
+    that it serves the data of that moment however the primary moves on: a replica lagging behind, on
+    demand. :meth:`resume_replay` and :meth:`catch_up` end the lag.
+    """
+
+    def __init__(self, primary: OwnPostgres) -> None:
+        super().__init__()
+        self.primary = primary
+        # Beside the real initdb (a symlink to it may stand alone on PATH).
+        self.pg_basebackup = str(Path(self.initdb).resolve().with_name("pg_basebackup"))
+
+    def init(self) -> OwnPostgresReplica:
+        self._run(
+            self.pg_basebackup,
+            *("-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres"),
+            *("-D", str(self.dir / "data"), "-R", "-X", "stream", "--checkpoint", "fast", "--no-sync"),
+        )
+        self.start()
+        return self
+
+    def _query(self, url: str, sql: str) -> object:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
+        return None if row is None else row[0]
+
+    def pause_replay(self) -> None:
+        """Stop applying WAL: from now on the replica shows what the primary had committed so far."""
+        self.catch_up()
+        self._query(self.url, "SELECT pg_wal_replay_pause()")
+        assert wait_until(lambda: self._query(self.url, "SELECT pg_get_wal_replay_pause_state()") == "paused", 10)
+
+    def resume_replay(self) -> None:
+        self._query(self.url, "SELECT pg_wal_replay_resume()")
+
+    def catch_up(self, timeout: float = 30) -> None:
+        """Wait until the replica has applied everything the primary has written so far."""
+        target = self._query(self.primary.url, "SELECT pg_current_wal_lsn()::text")
+        applied = f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"
+        assert wait_until(lambda: self._query(self.url, applied) is True, timeout), "the replica did not catch up"
 
 
 class TcpProxy:

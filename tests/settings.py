@@ -36,6 +36,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
     DATABASES["default"].setdefault("TEST", {})["NAME"] = env("SQLITE_TEST_NAME", default="test_safeupdates.sqlite3")
 
+# A second database on the same server, for the database-per-tenant tests (tests/test_routing.py);
+# pytest-django creates its test database only when one of them runs.
+DATABASES["tenant"] = {
+    **DATABASES["default"],
+    "NAME": f"{DATABASES['default']['NAME']}_tenant",
+    "TEST": {"NAME": f"tenant_{DATABASES['default']['TEST']['NAME']}" if "TEST" in DATABASES["default"] else None},
+}
+
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/15")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},

@@ -1,18 +1,24 @@
-"""``manage.py safeupdates_purge``: delete old terminal requests, in batches."""
+"""``manage.py safeupdates_purge``: delete old terminal requests, in short batches that never block writers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections, router
 
-from safeupdates import conf, db
-from safeupdates.lifecycle import RequestLogQuerySet
-from safeupdates.models import TERMINAL_STATUSES, ProcessedRequest, RequestKind
+from safeupdates import conf, statements
+from safeupdates.db import database_now
+from safeupdates.models import ProcessedRequest
 
 #: The oldest cutoff a purge takes: 1000 years, far inside every supported database's date range.
 MAX_DAYS = 365_000
+
+#: Seconds between two progress lines.
+PROGRESS_EVERY = 1.0
 
 
 def _valid_days(days: float) -> bool:
@@ -24,7 +30,7 @@ def _setting_days(name: str, read: Callable[[], float]) -> float:
     try:
         days = read()
     except (TypeError, ValueError, OverflowError) as exc:
-        raise CommandError(f"{name} is invalid: {exc}; run manage.py check.") from exc
+        raise CommandError(f"{name} is not a number of days; run manage.py check, which says what it takes.") from exc
     if not _valid_days(days):
         raise CommandError(f"{name} must be a number of days from 0 to {MAX_DAYS}, not {days!r}.")
     return days
@@ -36,17 +42,40 @@ class Command(BaseCommand):
         "batches. Pending requests are never deleted. Versions stay monotonic: they come from a sequence. "
         "The rows of @idempotent tasks are kept, as long as SAFEUPDATES_TASK_RETENTION is None (the "
         "default): a deleted row would let its side effect run again. With SAFEUPDATES_TASK_RETENTION set "
-        "to a number of days, task rows completed longer ago than that are deleted too (whatever DAYS is)."
+        "to a number of days, task rows completed longer ago than that are deleted too (whatever DAYS is). "
+        "Each batch is one short statement in its own transaction: writers never wait for the purge, and a "
+        "purge that is stopped (or killed) keeps what it deleted; run it again to finish."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than", type=float, default=None, metavar="DAYS", help="Default: SAFEUPDATES_RETENTION."
         )
-        parser.add_argument("--batch-size", type=int, default=1000)
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            metavar="ROWS",
+            help="Rows deleted per statement (default 1000). Each batch commits on its own and holds the row "
+            "locks of its rows only while it runs (milliseconds at the default); a larger batch deletes "
+            "faster and holds them longer.",
+        )
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="The database whose request log to purge (default: where the router writes the request log).",
+        )
 
-    def handle(self, *args: Any, older_than: float | None, batch_size: int, dry_run: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        older_than: float | None,
+        batch_size: int,
+        dry_run: bool,
+        database: str | None,
+        **options: Any,
+    ) -> None:
         if older_than is None:
             days = _setting_days("SAFEUPDATES_RETENTION", conf.retention)
         elif not _valid_days(older_than):
@@ -55,36 +84,58 @@ class Command(BaseCommand):
             days = older_than
         if batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
-        # The database's clock decides what is old, never this process's.
-        old = ProcessedRequest.objects.filter(status__in=TERMINAL_STATUSES, created_at__lt=db.older_than(days * 86400))
-        batches = [old.exclude(kind=RequestKind.TASK)]
+        using = database or router.db_for_write(ProcessedRequest)
+        if using not in connections:
+            raise CommandError(f"--database {using!r} is not in DATABASES.")
+        self.verbosity = int(options.get("verbosity", 1))
+        # The database's clock decides what is old, never this process's; once, so that a purge deletes
+        # one fixed set of rows, whatever is written meanwhile.
+        now = database_now(using)
+        scopes = [(statements.PURGE_REQUESTS, now - timedelta(days=days))]
         task_days = _task_retention()
         if task_days is not None:
             # Age from completion: the time since which no run of the task has been needed.
-            batches.append(
-                ProcessedRequest.objects.filter(
-                    kind=RequestKind.TASK,
-                    status__in=TERMINAL_STATUSES,
-                    processed_at__lt=db.older_than(task_days * 86400),
-                )
-            )
+            scopes.append((statements.PURGE_TASKS, now - timedelta(days=task_days)))
+        counts = [self._count(using, scope, cutoff) for scope, cutoff in scopes]
         if dry_run:
-            counts = [queryset.count() for queryset in batches]
             self.stdout.write(f"would delete {self._summary(counts, days, task_days)}")
             return
-        deleted = [self._delete(queryset, batch_size) for queryset in batches]
-        self.stdout.write(f"deleted {self._summary(deleted, days, task_days)}")
+        self.batches, self.longest = 0, 0.0
+        started = time.monotonic()
+        deleted = [
+            self._purge(using, scope, cutoff, batch_size, total)
+            for (scope, cutoff), total in zip(scopes, counts, strict=True)
+        ]
+        self.stdout.write(
+            f"deleted {self._summary(deleted, days, task_days)}; {self.batches} batch(es) in "
+            f"{time.monotonic() - started:.1f} s, longest batch {self.longest * 1000:.1f} ms"
+        )
 
     @staticmethod
-    def _delete(queryset: RequestLogQuerySet, batch_size: int) -> int:
-        deleted = 0
+    def _count(using: str, scope: str, cutoff: datetime) -> int:
+        """How many rows of ``scope`` are older than ``cutoff`` (what the batches of :meth:`_purge` match)."""
+        return ProcessedRequest.objects.using(using).purgeable(scope, cutoff).count()
+
+    def _purge(self, using: str, scope: str, cutoff: datetime, batch_size: int, total: int) -> int:
+        """Delete the rows of ``scope`` older than ``cutoff``, batch by batch; return how many."""
+        deleted, last_line = 0, time.monotonic()
+        batches = ProcessedRequest.objects.using(using).purge(scope, cutoff, batch_size)
         while True:
-            ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:batch_size])
-            if not ids:
+            started = time.monotonic()
+            count = next(batches, None)
+            if count is None:
                 return deleted
-            # The queryset's conditions again: a row that changed meanwhile (a failed task that ran again
-            # and completed just now) is rechecked by the DELETE and kept.
-            deleted += queryset.filter(pk__in=ids).purge()
+            self.longest = max(self.longest, time.monotonic() - started)
+            self.batches += 1
+            deleted += count
+            if self.verbosity and time.monotonic() - last_line >= PROGRESS_EVERY:
+                last_line = time.monotonic()
+                self.stderr.write(f"safeupdates purge: {scope}: {self._fraction(deleted, total)}")
+
+    @staticmethod
+    def _fraction(deleted: int, total: int) -> str:
+        share = f" ({deleted / total:.0%})" if total else ""
+        return f"{deleted:,} of {total:,} deleted{share}"
 
     @staticmethod
     def _summary(counts: list[int], days: float, task_days: int | None) -> str:
@@ -98,7 +149,10 @@ def _task_retention() -> int | None:
     try:
         days = conf.task_retention()
     except (TypeError, ValueError, OverflowError) as exc:
-        raise CommandError(f"SAFEUPDATES_TASK_RETENTION is invalid: {exc}; run manage.py check.") from exc
+        raise CommandError(
+            "SAFEUPDATES_TASK_RETENTION is not None nor a number of days; run manage.py check, which says what it "
+            "takes."
+        ) from exc
     if days is not None and not _valid_days(days):
         raise CommandError(f"SAFEUPDATES_TASK_RETENTION must be None or a number of days from 0 to {MAX_DAYS}.")
     return days

@@ -1,0 +1,188 @@
+"""``safeupdates_purge`` at size: short batches that never wait for a writer, a progress line, and a purge
+that was killed finishes when run again, never deleting what must be kept (pending requests, task rows)."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import subprocess
+import sys
+import threading
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection, connections, transaction
+from django.test import override_settings
+
+from safeupdates.management.commands import safeupdates_purge
+from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from tests.workers import ROOT, subprocess_env, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime.datetime.now(datetime.UTC)
+TERMINAL = [RequestStatus.APPLIED, RequestStatus.STALE, RequestStatus.REJECTED, RequestStatus.FAILED]
+
+
+def log_rows(
+    count: int,
+    *,
+    days_old: float,
+    status: str = RequestStatus.APPLIED,
+    kind: str = RequestKind.UPDATE,
+    key: str = "",
+) -> list[int]:
+    """``count`` request-log rows created ``days_old`` days ago (statuses cycle through the terminal
+    ones unless ``status`` is pending); tasks get keys ``key0, key1, ...``. Returns their pks."""
+    at = NOW - datetime.timedelta(days=days_old)
+    rows = [
+        ProcessedRequest(
+            kind=kind,
+            key=f"{key}{index}" if kind == RequestKind.TASK else "",
+            object_id=str(index),
+            status=status if status == RequestStatus.PENDING else TERMINAL[index % len(TERMINAL)],
+            created_at=at,
+            processed_at=None if status == RequestStatus.PENDING else at,
+        )
+        for index in range(count)
+    ]
+    return [row.pk for row in ProcessedRequest.objects.bulk_create(rows, batch_size=2000)]
+
+
+def remaining(pks: list[int]) -> int:
+    return ProcessedRequest.objects.filter(pk__in=pks).count()
+
+
+def purge(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("safeupdates_purge", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_purge_deletes_in_batches_and_reports_them():
+    old = log_rows(30, days_old=3)
+    old_items = log_rows(4, days_old=3, kind=RequestKind.BATCH_ITEM)
+    kept = log_rows(5, days_old=0) + log_rows(6, days_old=3, status=RequestStatus.PENDING)
+    tasks = log_rows(3, days_old=3, kind=RequestKind.TASK, key="charge:")
+
+    out, _err = purge("--older-than", "1", "--batch-size", "7")
+    assert out.startswith(
+        "deleted 34 request(s) older than 1 day(s); tasks kept (SAFEUPDATES_TASK_RETENTION is None); 5 batch(es) in "
+    )
+    assert remaining(old + old_items) == 0
+    assert remaining(kept + tasks) == len(kept + tasks)
+
+
+def test_purge_prints_a_progress_line(monkeypatch):
+    log_rows(30, days_old=3)
+    monkeypatch.setattr(safeupdates_purge, "PROGRESS_EVERY", 0)
+    _out, err = purge("--older-than", "1", "--batch-size", "10")
+    assert err.splitlines() == [
+        "safeupdates purge: requests: 10 of 30 deleted (33%)",
+        "safeupdates purge: requests: 20 of 30 deleted (67%)",
+        "safeupdates purge: requests: 30 of 30 deleted (100%)",
+    ]
+    assert purge("--older-than", "1", "-v", "0")[1] == ""
+
+
+def test_purge_dry_run_counts_what_it_would_delete():
+    log_rows(12, days_old=3)
+    log_rows(2, days_old=3, kind=RequestKind.TASK, key="refund:")
+    with override_settings(SAFEUPDATES_TASK_RETENTION=2):
+        out, _err = purge("--older-than", "1", "--dry-run")
+    assert out == (
+        "would delete 12 request(s) older than 1 day(s) and 2 task(s) completed more than 2 day(s) ago "
+        "(SAFEUPDATES_TASK_RETENTION)\n"
+    )
+    assert ProcessedRequest.objects.count() == 14
+
+
+def test_tasks_within_their_retention_are_kept():
+    recent = log_rows(3, days_old=1, kind=RequestKind.TASK, key="recent:")
+    old = log_rows(4, days_old=5, kind=RequestKind.TASK, key="old:")
+    running = log_rows(2, days_old=5, kind=RequestKind.TASK, key="running:", status=RequestStatus.PENDING)
+    with override_settings(SAFEUPDATES_TASK_RETENTION=2):
+        out, _err = purge("--older-than", "0", "--batch-size", "3")
+    assert out.startswith("deleted 0 request(s) older than 0 day(s) and 4 task(s) completed more than 2 day(s) ago")
+    assert remaining(old) == 0
+    assert remaining(recent + running) == 5
+
+
+def test_batch_size_has_a_help_text():
+    parser = safeupdates_purge.Command().create_parser("manage.py", "safeupdates_purge")
+    action = next(action for action in parser._actions if "--batch-size" in action.option_strings)
+    assert action.help == (
+        "Rows deleted per statement (default 1000). Each batch commits on its own and holds the row locks of its "
+        "rows only while it runs (milliseconds at the default); a larger batch deletes faster and holds them longer."
+    )
+    assert action.metavar == "ROWS"
+
+
+def test_purge_refuses_an_unknown_database():
+    with pytest.raises(CommandError) as excinfo:
+        call_command("safeupdates_purge", "--database", "nope")
+    assert str(excinfo.value) == "--database 'nope' is not in DATABASES."
+
+
+def test_purge_never_waits_for_a_row_another_transaction_holds(postgres_only):
+    """A row being changed by another transaction is left for the next run; the purge does not wait for it
+    (nor, so, make the writers queued behind its lock wait)."""
+    old = log_rows(20, days_old=3)
+    held = old[7]
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                ProcessedRequest.objects.select_for_update().get(pk=held)
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # a purge that waited would fail here, not hang
+        try:
+            out, _err = purge("--older-than", "1", "--batch-size", "5")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+        assert out.startswith("deleted 19 request(s)")
+        assert list(ProcessedRequest.objects.filter(pk__in=old).values_list("pk", flat=True)) == [held]
+    finally:
+        release.set()
+        holder.join()
+    assert purge("--older-than", "1")[0].startswith("deleted 1 request(s)")
+    assert remaining(old) == 0
+
+
+def test_a_killed_purge_finishes_when_run_again_and_keeps_what_it_must(postgres_only):
+    """SIGKILL mid-way: the batches that committed stay deleted, the rest is purged by the next run, and no
+    pending request, recent request or task row is ever deleted."""
+    old = log_rows(12_000, days_old=3) + log_rows(400, days_old=3, kind=RequestKind.BATCH_ITEM)
+    kept = (
+        log_rows(300, days_old=0)
+        + log_rows(300, days_old=3, status=RequestStatus.PENDING)
+        + log_rows(200, days_old=30, kind=RequestKind.TASK, key="charge:")
+    )
+    command = [sys.executable, "manage.py", "safeupdates_purge", "--older-than", "1", "--batch-size", "10"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # Mid-way: a few batches committed, most of the rows still there.
+        assert wait_until(lambda: remaining(old) <= len(old) - 500, 60, interval=0.01), "the purge did not start"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    left = remaining(old)
+    assert 0 < left <= len(old) - 500, f"not killed mid-way: {left} of {len(old)} left"
+    assert remaining(kept) == len(kept)
+
+    out, _err = purge("--older-than", "1")
+    assert out.startswith(f"deleted {left} request(s) older than 1 day(s)")
+    assert remaining(old) == 0
+    assert remaining(kept) == len(kept)
