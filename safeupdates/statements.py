@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -402,6 +402,58 @@ class GuardedUpdate:
         }
 
 
+class _Shape(NamedTuple):
+    """What a guarded or bulk statement says about its model: the versions table, the columns of the
+    fields it writes and their casts (PostgreSQL). Those statements are cached by this, never by the
+    model class, so that a model whose ``db_table`` or columns change at run time gets statements of
+    its own."""
+
+    vendor: str
+    table: str
+    pk: str
+    pk_cast: str
+    lock_version: str
+    field_versions: str
+    fields: tuple[tuple[str, str, str], ...]  # (name, column, cast)
+    last_synced_at: str  # the column, in timestamp mode; else ""
+    request_log: str
+
+
+def _shape(
+    model: type[models.Model], fields: Sequence[str], vendor: str, *, timestamp: bool = False, pk_cast: bool = False
+) -> _Shape:
+    """The :class:`_Shape` of a statement writing ``fields`` of ``model``'s versions table on ``vendor``.
+
+    The table is the one that holds the versions (a proxy's concrete table; callers send a child of
+    multi-table inheritance, whose fields live in two tables, to write_if_newer's locked path instead).
+    """
+    # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
+    # a model field's name is an identifier. Refuse anything else rather than trust that.
+    for name in fields:
+        if not name.isidentifier():
+            raise SafeUpdatesError(f"not a field name: {name!r}")
+    connection = vendor_connection(vendor)
+    # Explicit casts (PostgreSQL): a bare parameter in a CASE branch or a VALUES list of NULLs would be
+    # typed as text.
+    casting = vendor == "postgresql"
+
+    def cast(field: Any) -> str:
+        return str(field.cast_db_type(connection)) if casting else ""
+
+    pk = model._meta.pk
+    return _Shape(
+        vendor=vendor,
+        table=versions_model(model)._meta.db_table,
+        pk=column(model, "pk"),
+        pk_cast=cast(pk) if pk_cast else "",
+        lock_version=column(model, "lock_version"),
+        field_versions=column(model, "field_versions"),
+        fields=tuple((name, column(model, name), cast(concrete_field(model, name))) for name in fields),
+        last_synced_at=column(model, "last_synced_at") if timestamp else "",
+        request_log=request_log()._meta.db_table,
+    )
+
+
 def guarded_update(
     model: type[models.Model], fields: Sequence[str], connection: BaseDatabaseWrapper, *, timestamp: bool = False
 ) -> GuardedUpdate:
@@ -410,35 +462,26 @@ def guarded_update(
         raise SafeUpdatesError(
             f"safeupdates supports PostgreSQL and SQLite; database {connection.alias!r} is {connection.vendor}."
         )
-    return _guarded_update(model, tuple(fields), connection.vendor, timestamp)
+    return _guarded_update(_shape(model, fields, connection.vendor, timestamp=timestamp))
 
 
 @lru_cache(maxsize=1024)
-def _guarded_update(model: type[models.Model], fields: tuple[str, ...], vendor: str, timestamp: bool) -> GuardedUpdate:
-    # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
-    # a model field's name is an identifier. Refuse anything else rather than trust that.
-    for name in fields:
-        if not name.isidentifier():
-            raise SafeUpdatesError(f"not a field name: {name!r}")
-    connection = vendor_connection(vendor)
-    qn = connection.ops.quote_name
-    # The table that holds the versions (a proxy's concrete table; callers send a child of multi-table
-    # inheritance, whose fields live in two tables, to write_if_newer's locked path instead).
-    table = qn(versions_model(model)._meta.db_table)
-    fv = qn(column(model, "field_versions"))
-    lock = qn(column(model, "lock_version"))
-    pk_column = qn(column(model, "pk"))
+def _guarded_update(shape: _Shape) -> GuardedUpdate:
+    vendor = shape.vendor
+    qn = vendor_connection(vendor).ops.quote_name
+    table = qn(shape.table)
+    fv = qn(shape.field_versions)
+    lock = qn(shape.lock_version)
+    pk_column = qn(shape.pk)
+    fields = tuple(name for name, _column, _cast in shape.fields)
 
     def guard(index: int, name: str) -> str:
         return f"{stored_version_sql(vendor, fv, name)} < %(version{index})s"
 
     sets = []
-    for index, name in enumerate(fields):
-        quoted = qn(column(model, name))
-        value = f"%(value{index})s"
-        if vendor == "postgresql":
-            # Explicit cast: a bare parameter in a CASE branch would be typed as text.
-            value = f"{value}::{concrete_field(model, name).cast_db_type(connection)}"  # type: ignore[attr-defined]
+    for index, (name, field_column, cast) in enumerate(shape.fields):
+        quoted = qn(field_column)
+        value = f"%(value{index})s::{cast}" if cast else f"%(value{index})s"
         sets.append(f"{quoted} = CASE WHEN {guard(index, name)} THEN {value} ELSE {quoted} END")
     if vendor == "postgresql":
         pairs = ", ".join(
@@ -461,15 +504,16 @@ def _guarded_update(model: type[models.Model], fields: tuple[str, ...], vendor: 
         sets.append(f"{lock} = %(lock_version)s")  # a fresh version from the counter, taken before the statement
 
     where = f"{pk_column} = %(pk)s AND ({' OR '.join(guard(index, name) for index, name in enumerate(fields))})"
+    timestamp = bool(shape.last_synced_at)
     if timestamp:
-        synced = qn(column(model, "last_synced_at"))
+        synced = qn(shape.last_synced_at)
         sets.append(f"{synced} = %(synced_at)s")
         where += f" AND ({synced} IS NULL OR {synced} < %(synced_at)s)"
     sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"
 
     recorded_sql = None
     if vendor == "postgresql" and not timestamp:
-        recorded_sql = _recorded(sql, table, pk_column, qn(request_log()._meta.db_table))
+        recorded_sql = _recorded(sql, table, pk_column, qn(shape.request_log))
     return GuardedUpdate(
         fields=fields, sql=sql, recorded_sql=recorded_sql, timestamp=timestamp, versions_column=fv, vendor=vendor
     )
@@ -526,7 +570,6 @@ class BulkUpdate:
         return params
 
 
-@lru_cache(maxsize=512)
 def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdate:
     """The batch statement of ``fields`` on ``model``, with a ``{values}`` slot for the VALUES rows.
 
@@ -538,21 +581,24 @@ def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdat
     Guard results come from the locked row, not from comparing versions after the write, so a batch
     run twice reports its second run as stale.
     """
-    connection = vendor_connection("postgresql")
-    qn = connection.ops.quote_name
-    table = qn(versions_model(model)._meta.db_table)
-    pk = qn(column(model, "pk"))
-    fv = qn(column(model, "field_versions"))
-    lock = qn(column(model, "lock_version"))
+    return _bulk_update(_shape(model, fields, "postgresql", pk_cast=True))
+
+
+@lru_cache(maxsize=512)
+def _bulk_update(shape: _Shape) -> BulkUpdate:
+    qn = vendor_connection("postgresql").ops.quote_name
+    table = qn(shape.table)
+    pk = qn(shape.pk)
+    fv = qn(shape.field_versions)
+    lock = qn(shape.lock_version)
+    fields = tuple(name for name, _column, _cast in shape.fields)
     # Field names go into SQL only as JSON keys; the VALUES columns get neutral aliases.
     aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
 
     # One row of the VALUES list, (pk, value, version, ...): explicit casts type the NULLs too.
-    pk_field = model._meta.pk
-    assert pk_field is not None
-    casts = [f"%s::{pk_field.cast_db_type(connection)}"]  # type: ignore[attr-defined]
-    for name in fields:
-        casts += (f"%s::{concrete_field(model, name).cast_db_type(connection)}", "%s::bigint")  # type: ignore[attr-defined]
+    casts = [f"%s::{shape.pk_cast}"]
+    for _name, _column, cast in shape.fields:
+        casts += (f"%s::{cast}", "%s::bigint")
     row = f"({', '.join(casts)})"
 
     columns = ", ".join(["pk", *(f"{a}_value, {a}_version" for _name, a in aliases)])
@@ -561,8 +607,8 @@ def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdat
         stored = stored_version_sql("postgresql", f"t.{fv}", name)
         selected += [f"v.{a}_value", f"v.{a}_version", f"COALESCE({stored} < v.{a}_version, false) AS {a}_ok"]
     sets = []
-    for name, a in aliases:
-        quoted = qn(column(model, name))
+    for (_name, field_column, _cast), (_same, a) in zip(shape.fields, aliases, strict=True):
+        quoted = qn(field_column)
         sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
     pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
     sets.append(f"{fv} = t.{fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")
