@@ -154,11 +154,11 @@ _SAVE_VERSION = "(SELECT v FROM safeupdates_save)"
 
 
 class SaveTable(NamedTuple):
-    """What the statements of a save, create or delete say about the table that holds a model's versions.
+    """The table that holds a model's versions, as the statements that write it name it.
 
-    The statements are cached by this and by the columns they write, never by the model class: a model
-    whose ``db_table`` or columns change at run time (a tenant's schema, a test) gets statements of its
-    own.
+    Those statements are cached by this and by the columns they write, never by the model class: a
+    model whose ``db_table`` or columns change at run time (a tenant's schema, a test) gets statements
+    of its own.
     """
 
     vendor: str
@@ -442,17 +442,13 @@ class GuardedUpdate:
 
 
 class _Shape(NamedTuple):
-    """What a guarded or bulk statement says about its model: the versions table, the columns of the
-    fields it writes and their casts (PostgreSQL). Those statements are cached by this, never by the
-    model class, so that a model whose ``db_table`` or columns change at run time gets statements of
-    its own."""
+    """What a guarded or bulk statement says about its model: the table that holds the versions, the
+    columns of the fields it writes and their casts (PostgreSQL). Those statements are cached by this,
+    never by the model class, so that a model whose ``db_table`` or columns change at run time gets
+    statements of its own."""
 
-    vendor: str
-    table: str
-    pk: str
+    table: SaveTable
     pk_cast: str
-    lock_version: str
-    field_versions: str
     fields: tuple[tuple[str, str, str], ...]  # (name, column, cast)
     last_synced_at: str  # the column, in timestamp mode; else ""
     request_log: str
@@ -463,8 +459,8 @@ def _shape(
 ) -> _Shape:
     """The :class:`_Shape` of a statement writing ``fields`` of ``model``'s versions table on ``vendor``.
 
-    The table is the one that holds the versions (a proxy's concrete table; callers send a child of
-    multi-table inheritance, whose fields live in two tables, to write_if_newer's locked path instead).
+    Callers send a child of multi-table inheritance, whose fields live in two tables, to
+    write_if_newer's locked path instead.
     """
     # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
     # a model field's name is an identifier. Refuse anything else rather than trust that.
@@ -479,14 +475,9 @@ def _shape(
     def cast(field: Any) -> str:
         return str(field.cast_db_type(connection)) if casting else ""
 
-    pk = model._meta.pk
     return _Shape(
-        vendor=vendor,
-        table=versions_model(model)._meta.db_table,
-        pk=column(model, "pk"),
-        pk_cast=cast(pk) if pk_cast else "",
-        lock_version=column(model, "lock_version"),
-        field_versions=column(model, "field_versions"),
+        table=SaveTable.of(model, vendor),
+        pk_cast=cast(model._meta.pk) if pk_cast else "",
         fields=tuple((name, column(model, name), cast(concrete_field(model, name))) for name in fields),
         last_synced_at=column(model, "last_synced_at") if timestamp else "",
         request_log=request_log()._meta.db_table,
@@ -506,12 +497,12 @@ def guarded_update(
 
 @lru_cache(maxsize=1024)
 def _guarded_update(shape: _Shape) -> GuardedUpdate:
-    vendor = shape.vendor
+    vendor = shape.table.vendor
     qn = vendor_connection(vendor).ops.quote_name
-    table = qn(shape.table)
-    fv = qn(shape.field_versions)
-    lock = qn(shape.lock_version)
-    pk_column = qn(shape.pk)
+    table = qn(shape.table.table)
+    fv = qn(shape.table.field_versions)
+    lock = qn(shape.table.lock_version)
+    pk_column = qn(shape.table.pk)
     fields = tuple(name for name, _column, _cast in shape.fields)
 
     def guard(index: int, name: str) -> str:
@@ -626,10 +617,10 @@ def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdat
 @lru_cache(maxsize=512)
 def _bulk_update(shape: _Shape) -> BulkUpdate:
     qn = vendor_connection("postgresql").ops.quote_name
-    table = qn(shape.table)
-    pk = qn(shape.pk)
-    fv = qn(shape.field_versions)
-    lock = qn(shape.lock_version)
+    table = qn(shape.table.table)
+    pk = qn(shape.table.pk)
+    fv = qn(shape.table.field_versions)
+    lock = qn(shape.table.lock_version)
     fields = tuple(name for name, _column, _cast in shape.fields)
     # Field names go into SQL only as JSON keys; the VALUES columns get neutral aliases.
     aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
@@ -646,7 +637,7 @@ def _bulk_update(shape: _Shape) -> BulkUpdate:
         stored = stored_version_sql("postgresql", f"t.{fv}", name)
         selected += [f"v.{a}_value", f"v.{a}_version", f"COALESCE({stored} < v.{a}_version, false) AS {a}_ok"]
     sets = []
-    for (_name, field_column, _cast), (_same, a) in zip(shape.fields, aliases, strict=True):
+    for (_name, field_column, _cast), (_alias_of, a) in zip(shape.fields, aliases, strict=True):
         quoted = qn(field_column)
         sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
     pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
