@@ -294,7 +294,45 @@ class TestANewInstanceWithAPrimaryKey:
         assert Tag.objects.get(pk="t").label == "b"
 
 
+class TestANewInstanceWithAVersionOfItsOwn:
+    """An instance built with a ``lock_version`` (one a client carried) is checked against it."""
+
+    def test_the_rows_version_saves(self) -> None:
+        tag = Tag.objects.create(code="t", label="a")
+        Tag(code="t", label="b", lock_version=tag.lock_version).save()
+        assert Tag.objects.get(pk="t").label == "b"
+
+    def test_another_version_is_stale(self) -> None:
+        tag = Tag.objects.create(code="t", label="a")
+        with pytest.raises(StaleObjectError) as raised, transaction.atomic():
+            Tag(code="t", label="b", lock_version=tag.lock_version + 1000).save()
+        assert not isinstance(raised.value, NeverLoadedError)
+        assert Tag.objects.get(pk="t").label == "a"
+
+    def test_no_row_inserts(self) -> None:
+        given = next_version()
+        Tag(code="t", label="b", lock_version=given).save()
+        row = Tag.objects.get(pk="t")
+        assert row.label == "b" and row.lock_version > given
+
+
+def test_a_new_instance_whose_values_need_the_compiler_never_writes_over_a_row() -> None:
+    specimen = Specimen.objects.create(text="stored")
+    with pytest.raises(NeverLoadedError), transaction.atomic():
+        Specimen(pk=specimen.pk, text=Lower(Value("BLIND"))).save()
+    Specimen(pk=specimen.pk + 1000, text=Lower(Value("NEW"))).save()
+    assert Specimen.objects.get(pk=specimen.pk).text == "stored"
+    assert Specimen.objects.get(pk=specimen.pk + 1000).text == "new"
+
+
 class TestAChangedPrimaryKey:
+    def test_the_same_key_given_as_text_is_the_same_row(self) -> None:
+        profile = Profile.objects.create(name="a")
+        profile.pk = str(profile.pk)
+        profile.name = "b"
+        profile.save()
+        assert list(Profile.objects.values_list("name", flat=True)) == ["b"]
+
     def test_inserts_a_row_under_the_new_key_as_django_does(self, receiver: Any) -> None:
         created: list[bool] = []
         receiver(post_save, Tag, lambda **kwargs: created.append(kwargs["created"]))
@@ -563,6 +601,30 @@ class TestStatements:
         assert self.run(lambda: models.Model.save(djangos, update_fields=["seats"])) == ["BEGIN", "UPDATE", "COMMIT"]
         assert Restaurant.objects.get(pk=ours.pk).field_version("seats") == ours.lock_version
 
+    def test_a_row_with_cascades_deleted_already_is_no_error(self) -> None:
+        document = Document.objects.create(title="d")
+        Chapter.objects.create(document=document, title="c")
+        Document.objects.filter(pk=document.pk).delete()
+        assert document.delete() == (0, {})
+
+    def test_a_child_of_a_plain_parent_is_locked_first(self) -> None:
+        truck = Truck.objects.create(load=1)
+        stale = Truck.objects.get(pk=truck.pk)
+        truck.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert truck.delete() == (2, {"testapp.Truck": 1, "testapp.Vehicle": 1})
+
+    def test_a_child_deleted_without_its_parent_is_locked_first(self) -> None:
+        restaurant = Restaurant.objects.create(name="a")
+        stale = Restaurant.objects.get(pk=restaurant.pk)
+        restaurant.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete(keep_parents=True)
+        pk = restaurant.pk
+        assert restaurant.delete(keep_parents=True) == (1, {"testapp.Restaurant": 1})
+        assert Place.objects.filter(pk=pk).exists() and not Restaurant.objects.filter(pk=pk).exists()
+
     def test_a_stale_delete_of_a_child_deletes_nothing(self) -> None:
         restaurant = Restaurant.objects.create(name="a", seats=1)
         stale = Restaurant.objects.get(pk=restaurant.pk)
@@ -571,14 +633,19 @@ class TestStatements:
             stale.delete()  # its own row was deleted first, in the transaction the refusal rolls back
         assert Restaurant.objects.get(pk=restaurant.pk).seats == 1 and stale.pk == restaurant.pk
 
+    def stale_document(self) -> tuple[Document, Document]:
+        """A document with a chapter, and an instance of it loaded before its last save."""
+        current = Document.objects.create(title="d")
+        Chapter.objects.create(document=current, title="c")
+        stale = Document.objects.get(pk=current.pk)
+        current.save()
+        return current, stale
+
     def test_a_stale_delete_with_cascades_deletes_nothing(self) -> None:
-        created = Document.objects.create(title="d")
-        Chapter.objects.create(document=created, title="c")
-        stale = Document.objects.get(pk=created.pk)
-        created.save()
+        current, stale = self.stale_document()
         with pytest.raises(StaleObjectError):
             stale.delete()
-        assert Chapter.objects.filter(document=created).count() == 1 and stale.pk == created.pk
+        assert Chapter.objects.filter(document=current).count() == 1 and stale.pk == current.pk
 
     def test_a_delete_of_a_child_runs_what_django_runs(self, postgres_only: None) -> None:
         ours, djangos = Restaurant.objects.create(name="a"), Restaurant.objects.create(name="b")
@@ -587,14 +654,11 @@ class TestStatements:
     def test_a_delete_with_receivers_checks_before_any_receiver_runs(self, receiver: Any) -> None:
         seen: list[Any] = []
         receiver(post_delete, Chapter, lambda instance, **kwargs: seen.append(instance.pk))
-        created = Document.objects.create(title="d")
-        Chapter.objects.create(document=created, title="c")
-        stale = Document.objects.get(pk=created.pk)
-        created.save()
+        current, stale = self.stale_document()
         with pytest.raises(StaleObjectError):
             stale.delete()
-        assert seen == [] and Chapter.objects.filter(document=created).count() == 1
-        assert created.delete() == (2, {"testapp.Chapter": 1, "testapp.Document": 1})
+        assert seen == [] and Chapter.objects.filter(document=current).count() == 1
+        assert current.delete() == (2, {"testapp.Chapter": 1, "testapp.Document": 1})
         assert len(seen) == 1
 
     def test_an_integrity_error_breaks_the_transaction_as_in_django(self) -> None:
