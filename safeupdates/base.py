@@ -9,21 +9,32 @@ client timestamp of timestamp mode; ``SafeUpdateModel`` both, with :class:`SafeU
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.deletion import Collector
+from django.db.models.signals import post_delete, pre_delete
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
 from safeupdates.guard import statement_cursor
-from safeupdates.internals import UPDATE_RETURNS_ROWS, bound_values, from_db, update_returning
+from safeupdates.internals import (
+    UPDATE_RETURNS_ROWS,
+    bound_values,
+    forget_rollback,
+    from_db,
+    insert_values,
+    update_returning,
+)
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.meta import concrete_field, versions_model
 from safeupdates.statements import (
     BASE_VERSION_KEY,
     SAVE_VERSION_CTE,
+    SaveTable,
     checked_delete,
     checked_save,
     expected_versions,
@@ -36,12 +47,23 @@ from safeupdates.versions import next_version
 __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SafeUpdateModel", "SyncedAtMixin"]
 
 
-class _Save(NamedTuple):
-    """What a running ``save()`` tells ``_do_update``."""
+@dataclass(slots=True)
+class _Save:
+    """What a running ``save()`` tells ``_do_update`` and ``_do_insert``, and what they tell it back."""
 
     expected: tuple[int | None, ...]  # lock_versions the row may carry for the UPDATE to match, in order
     version: int | None  # the version taken before the statement (None: taken inside it, PostgreSQL)
-    names: tuple[str, ...] | None  # the fields written with update_fields (None: a full save)
+    names: tuple[str, ...] | None  # the fields written, by name (None: every field of the row, "*")
+    blind: bool  # a new instance (or a changed key) that never loaded the row its key names
+    from_row: bool  # expected came from the row itself (loaded, or a loaded parent): a gone row is stale
+    in_transaction: bool  # the caller's transaction was open when the save began
+    insert_unless_exists: bool = False  # _do_update took no UPDATE: the INSERT must not write over a row
+    written: bool = False  # the versions table was written
+    committed: bool = False  # ... and committed
+    refusal: BaseException | None = None  # the error the check raised (nothing written before it)
+
+    def commit(self) -> None:
+        self.committed = True
 
 
 class LockVersionMixin(models.Model):
@@ -52,7 +74,9 @@ class LockVersionMixin(models.Model):
     successful save takes a fresh version from :func:`safeupdates.versions.next_version`, so a direct
     edit supersedes every request allocated before it. ``lock_version`` is a change token: every write
     through safeupdates moves it. ``field_versions`` maps field names to the version of their last
-    write; ``"*"`` holds the version of the last full save. ``delete()`` is checked the same way.
+    write; ``"*"`` holds the version of the last save that wrote every field of the row. A new
+    instance never writes over a row it did not load
+    (:class:`~safeupdates.exceptions.NeverLoadedError`). ``delete()`` is checked the same way.
     """
 
     lock_version = models.BigIntegerField(_("lock version"), default=0, editable=False)
@@ -66,6 +90,10 @@ class LockVersionMixin(models.Model):
     # carries one of them if the transactions of later saves rolled back. Versions are unique, so a row
     # carrying one was last written (or loaded) by this instance, and saving over it loses nothing.
     _safeupdates_uncommitted: tuple[int, ...] = ()
+    # The primary key of the row this instance was loaded from or last saved to: a key changed since
+    # names another row, which this instance never loaded (as Django does, its save inserts that row).
+    _safeupdates_key: Any = None
+    _safeupdates_has_key: bool = False
 
     class Meta:
         abstract = True
@@ -79,70 +107,159 @@ class LockVersionMixin(models.Model):
                 "its save cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
             )
         update_fields: Iterable[str] | None = kwargs.get("update_fields")
-        if update_fields is None and deferred and not kwargs.get("force_insert") and using == self._state.db:
-            # What Model.save() does with deferred fields: write only the loaded ones, so that fields
-            # never loaded are not marked as written either.
-            update_fields = [
-                f.attname
-                for f in self._meta.concrete_fields
-                if not f.primary_key and f.attname not in deferred and not f.generated
-            ]
-        names: tuple[str, ...] | None = None
+        names: tuple[str, ...] | None
         if update_fields is not None:
-            requested = {self._meta.get_field(name).name for name in update_fields}
-            if not requested:
-                return  # Django's own contract: an empty update_fields saves nothing
-            names = tuple(sorted(requested - {"lock_version", "field_versions"}))
-            kwargs["update_fields"] = {*names, "lock_version", "field_versions"}
-        loaded_version = self.lock_version
-        loaded_versions = self.__dict__.get("field_versions", _DEFERRED)
+            if not update_fields:
+                return super().save(*args, **kwargs)  # Django's own contract: it saves nothing
+            names = self._names_of(update_fields)
+        elif deferred and not kwargs.get("force_insert") and using == self._state.db and self.pk is not None:
+            # Model.save() writes only the loaded fields of a deferred instance: only those are marked.
+            names = self._names_of(f.attname for f in self._meta.concrete_fields if f.attname not in deferred)
+        else:
+            names = _written_by_name(type(self))
         connection = connections[using]
-        # On PostgreSQL the UPDATE or INSERT takes its version from the sequence inside the statement:
-        # one round trip, as a plain save. SQLite takes it first.
-        version = None if connection.vendor == "postgresql" else next_version(using)
-        if version is not None:
-            self.lock_version = version
-            if names is None:
-                self.field_versions = {BASE_VERSION_KEY: version}
-        expected = (loaded_version, *(v for v in self._safeupdates_uncommitted if v != loaded_version))
-        self._safeupdates_save = _Save(expected, version, names)
+        expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
+        from_row, blind = not self._state.adding, False
+        if self._state.adding:
+            parent = self._loaded_parent()
+            if parent is not None:
+                # A multi-table child created for a parent that was loaded: the parent's row is checked.
+                expected = (parent.lock_version, *parent._safeupdates_uncommitted)
+                from_row = True
+            else:
+                # No version seen, none given (an explicit lock_version is checked as given).
+                blind = not self.lock_version
+        elif self._key_changed():
+            blind = True
+        save = _Save(
+            expected=expected,
+            # On PostgreSQL the UPDATE or INSERT takes its version from the sequence inside the
+            # statement: one round trip, as a plain save. SQLite takes it first.
+            version=None if connection.vendor == "postgresql" else next_version(using),
+            names=names,
+            blind=blind,
+            from_row=from_row,
+            in_transaction=connection.in_atomic_block,
+        )
+        # No savepoint: the check writes nothing when it fails, so a StaleObjectError leaves the caller's
+        # transaction as it was, and an error that is not ours leaves it broken, as Django's save does.
+        # A model whose versions are in a table written after another (a plain concrete parent) is
+        # partly written when the check fails: its save runs in a savepoint.
+        savepoint = save.in_transaction and _written_before_versions(type(self))
+        loaded_version, loaded_versions = self.lock_version, self.__dict__.get("field_versions", _DEFERRED)
+        self._safeupdates_save = save
         try:
-            if connection.in_atomic_block:
-                # A savepoint, so that a StaleObjectError leaves the caller's transaction usable.
+            if savepoint:
                 with transaction.atomic(using=using):
                     super().save(*args, **kwargs)
             else:
                 super().save(*args, **kwargs)
-        except BaseException:
-            self.lock_version = loaded_version
-            if loaded_versions is _DEFERRED:
-                self.__dict__.pop("field_versions", None)
+        except BaseException as error:
+            if save.written and not savepoint and (save.committed or connection.in_atomic_block):
+                # The row carries the new version: committed (a post_save receiver failed), or written in
+                # the caller's transaction, which decides.
+                self._track_commit(connection, save)
             else:
-                self.field_versions = loaded_versions
+                self.lock_version = loaded_version
+                if loaded_versions is _DEFERRED:
+                    self.__dict__.pop("field_versions", None)
+                else:
+                    self.field_versions = loaded_versions
+            if error is save.refusal and connection.in_atomic_block and not savepoint:
+                # Django's save marked the caller's transaction for rollback as the check's error went
+                # through it; the check wrote nothing.
+                forget_rollback(connection, error)
             raise
         finally:
             self._safeupdates_save = None
-        self._track_commit(connection, loaded_version, self.lock_version)
+        if save.written:
+            self._track_commit(connection, save)
 
     save.alters_data = True  # type: ignore[attr-defined]
 
-    def _track_commit(self, connection: BaseDatabaseWrapper, loaded_version: int | None, new_version: int) -> None:
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Any:
+        # **kwargs: Django 6.1 passes fetch_mode=, to a from_db() that accepts it.
+        instance = super().from_db(db, field_names, values, **kwargs)
+        instance._safeupdates_key, instance._safeupdates_has_key = instance.pk, True
+        return instance
+
+    def _names_of(self, update_fields: Iterable[str]) -> tuple[str, ...]:
+        """The names of the fields of ``update_fields`` (names or attnames), without the versions."""
+        names = set()
+        for name in update_fields:
+            try:
+                names.add(self._meta.get_field(name).name)
+            except FieldDoesNotExist:
+                continue  # Django's save() refuses it with its own ValueError, before anything is written
+        return tuple(sorted(names - {"lock_version", "field_versions"}))
+
+    def _loaded_parent(self) -> Any:
+        """The loaded parent instance this new multi-table child was given (``Child(parent_ptr=parent)``),
+        whose row holds the versions; None if there is none."""
+        concrete = self._meta.concrete_model
+        assert concrete is not None
+        root = versions_model(concrete)
+        if root is concrete:
+            return None
+        link = concrete._meta.get_ancestor_link(root)
+        parent = None if link is None else link.get_cached_value(self, None)
+        if parent is None or parent._state.adding or parent.pk != self.pk or "lock_version" not in parent.__dict__:
+            return None
+        return parent
+
+    def _key_changed(self) -> bool:
+        """Whether the primary key was changed since this instance was loaded or last saved."""
+        if not self._safeupdates_has_key or self._safeupdates_key == self.pk:
+            return False
+        field = self._meta.pk
+        assert field is not None
+        try:
+            return bool(field.to_python(self._safeupdates_key) != field.to_python(self.pk))
+        except (ValidationError, TypeError, ValueError):
+            return True
+
+    def _track_commit(self, connection: BaseDatabaseWrapper, save: _Save) -> None:
         """Remember what the row carries if the save's transaction rolls back, until it commits.
 
         Django has no rollback hook: the version a rolled-back save set stays on the instance, and its
-        next save would raise a false StaleObjectError. So that save also accepts the version before.
+        next save would raise a false StaleObjectError. So that save also accepts the versions before.
         """
-        if not connection.in_atomic_block:
+        self._safeupdates_key, self._safeupdates_has_key = self.pk, True
+        if save.committed or not connection.in_atomic_block:
             self._safeupdates_uncommitted = ()
             return
-        if loaded_version is not None and loaded_version not in self._safeupdates_uncommitted:
-            self._safeupdates_uncommitted += (loaded_version,)
+        for version in save.expected:
+            if version is not None and version not in self._safeupdates_uncommitted:
+                self._safeupdates_uncommitted += (version,)
+        new_version = self.lock_version
 
         def committed() -> None:
             if self.lock_version == new_version:
                 self._safeupdates_uncommitted = ()
 
         transaction.on_commit(committed, using=connection.alias)
+
+    def _wrote(self, connection: BaseDatabaseWrapper, save: _Save, lock_version: int, versions: dict[str, Any]) -> None:
+        """The save's statement wrote the versions table: take its versions, and note when it commits."""
+        self.lock_version, self.field_versions = lock_version, versions
+        save.written = True
+        if not connection.in_atomic_block:
+            save.committed = True  # autocommit: the statement committed
+        elif not save.in_transaction:
+            # Django's own transaction around a multi-table save in autocommit: committed with it.
+            transaction.on_commit(save.commit, using=connection.alias)
+
+    def _refuse(self, save: _Save, error: StaleObjectError) -> StaleObjectError:
+        save.refusal = error
+        return error
+
+    def _never_loaded(self, pk: Any) -> NeverLoadedError:
+        return NeverLoadedError(
+            f"{self._meta.label} pk={pk!r} exists, and this instance never loaded it: there is no lock_version "
+            "to check its save against. Load the row and change that instance, or write with update_if_newer() "
+            "or with_lock()."
+        )
 
     def _do_update(
         self,
@@ -161,6 +278,14 @@ class LockVersionMixin(models.Model):
             # Not called from save() (fixture loading, save_base(raw=True), is not checked), or the
             # child table of multi-table inheritance: the parent's table, saved first, was checked.
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+        not_updated: list[Any] | bool = [] if UPDATE_RETURNS_ROWS else False
+        if save.blind:
+            # Nothing to check an UPDATE against: insert, never over an existing row (_do_insert). An
+            # UPDATE that Django must run (force_update, update_fields) would write over one: refused.
+            if forced_update and base_qs.filter(pk=pk_val).exists():
+                raise self._refuse(save, self._never_loaded(pk_val))
+            save.insert_unless_exists = True
+            return not_updated
         connection = connections[using or DEFAULT_DB_ALIAS]
         model = base_qs.model
         # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
@@ -175,50 +300,66 @@ class LockVersionMixin(models.Model):
             updated = self._compiled_update(connection, base_qs.filter(pk=pk_val), written, asked, save)
         if updated is not None:
             returned: list[Any]
-            *returned, self.lock_version, self.field_versions = updated
+            *returned, lock_version, versions = updated
+            self._wrote(connection, save, lock_version, versions)
             return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
-        loaded = save.expected[0]
         if base_qs.filter(pk=pk_val).exists():
-            raise StaleObjectError(
-                f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
-                f"(lock_version {loaded}); reload it with refresh_from_db() and apply your change again."
+            raise self._refuse(
+                save,
+                StaleObjectError(
+                    f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
+                    f"(lock_version {save.expected[0]}); reload it with refresh_from_db() and apply your change "
+                    "again."
+                ),
             )
-        if not self._state.adding:
+        if save.from_row:
             # Loaded from the row, which someone deleted since: an INSERT would undo their delete.
-            raise StaleObjectError(
-                f"{self._meta.label} pk={pk_val!r} was deleted after it was loaded; save(force_insert=True) "
-                "creates it again, if that is what you mean."
+            raise self._refuse(
+                save,
+                StaleObjectError(
+                    f"{self._meta.label} pk={pk_val!r} was deleted after it was loaded; save(force_insert=True) "
+                    "creates it again, if that is what you mean."
+                ),
             )
-        # A new instance with a primary key of its own: Django falls back to an INSERT (or raises,
-        # under force_update or update_fields), which takes its own version (_do_insert).
-        return [] if UPDATE_RETURNS_ROWS else False
+        # A new instance with a lock_version of its own and no row: Django's INSERT (_do_insert).
+        return not_updated
 
     def _do_insert(
         self, manager: models.Manager[Any], using: str, fields: Any, returning_fields: Any, raw: bool
     ) -> Any:
         save = self._safeupdates_save
         model: type[models.Model] = manager.model
-        if save is None or save.version is not None or raw or model is not versions_model(type(self)):
-            # Not from save(), a version taken already (SQLite), or the child table of multi-table
-            # inheritance: Django's INSERT.
+        if save is None or raw or model is not versions_model(type(self)):
+            # Not from save(), or the child table of multi-table inheritance: Django's INSERT.
             return super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
         connection = connections[using]
-        written = _without_versions(model, [(field, None, field.pre_save(self, True)) for field in fields])
-        bound = bound_values(connection, written)
-        if bound is None:
-            # A value that needs the compiler (an expression, a database default): the version first.
-            version = next_version(using)
+        pk = getattr(self, model._meta.pk.attname)  # type: ignore[union-attr]
+        values = insert_values(
+            connection, _without_versions(model, [(field, None, field.pre_save(self, True)) for field in fields])
+        )
+        if values is None:
+            # A value that needs the compiler (an expression): the version first, then Django's INSERT.
+            if save.insert_unless_exists and manager.using(using).filter(pk=pk).exists():
+                raise self._refuse(save, self._never_loaded(pk))
+            version = next_version(using) if save.version is None else save.version
             self.lock_version, self.field_versions = version, {BASE_VERSION_KEY: version}
-            return super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
+            result = super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
+            self._wrote(connection, save, version, {BASE_VERSION_KEY: version})
+            return result
+        written, bound = values
         statement = versioned_insert(
-            model,
+            SaveTable.of(model, connection.vendor),
             tuple(field.column for field, _model, _value in written),
             tuple(field.column for field in returning_fields),
+            unless_exists=save.insert_unless_exists,
         )
         with statement_cursor(connection) as cursor:
-            cursor.execute(statement.sql, statement.params(bound))
-            *returned, version = cursor.fetchone()
-        self.lock_version, self.field_versions = version, {BASE_VERSION_KEY: version}
+            cursor.execute(statement.sql, statement.params(bound, save.version))
+            row = cursor.fetchone()
+        if row is None:  # the key is taken: ON CONFLICT DO NOTHING inserted nothing
+            raise self._refuse(save, self._never_loaded(pk))
+        *returned, version = row
+        self._wrote(connection, save, version, {BASE_VERSION_KEY: version})
         return [
             tuple(from_db(connection, field, value) for field, value in zip(returning_fields, returned, strict=True))
         ]
@@ -238,8 +379,7 @@ class LockVersionMixin(models.Model):
         ``written`` are the fields ``_do_update`` received, without the versions; ``bound`` their values
         as the database takes them (:func:`~safeupdates.internals.bound_values`)."""
         statement = checked_save(
-            model,
-            connection.vendor,
+            SaveTable.of(model, connection.vendor),
             tuple(field.column for field, _model, _value in written),
             save.names,
         )
@@ -278,7 +418,12 @@ class LockVersionMixin(models.Model):
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete the row if it still carries this instance's ``lock_version``, else raise
-        :class:`~safeupdates.exceptions.StaleObjectError` and delete nothing."""
+        :class:`~safeupdates.exceptions.StaleObjectError` and delete nothing.
+
+        The check rides in the DELETE of the row where it can: a row that nothing cascades from, and,
+        outside a transaction, a row whose cascades no signal receiver watches. Otherwise a checked
+        UPDATE locks the row first, so that no receiver runs for a delete that is refused.
+        """
         if self.pk is None:
             return super().delete(using=using, keep_parents=keep_parents)  # Django's own error
         if "lock_version" in self.get_deferred_fields():
@@ -287,47 +432,108 @@ class LockVersionMixin(models.Model):
                 "its delete cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
             )
         using = using or router.db_for_write(type(self), instance=self)
-        rows = versions_model(type(self))._base_manager.using(using).filter(pk=self.pk)
+        connection = connections[using]
         expected = [v for v in (self.lock_version, *self._safeupdates_uncommitted) if v is not None]
-        if Collector(using=using, origin=self).can_fast_delete(self):
-            # Nothing cascades, no signal receivers, no parent table: Django would run one DELETE; the
-            # check goes into it.
-            return self._checked_delete(using, expected, rows)
-        with transaction.atomic(using=using):
-            # The checked UPDATE writes nothing new but locks the row, so it cannot change before the DELETE.
-            locked = rows.filter(lock_version__in=expected).update(lock_version=models.F("lock_version"))
-            if not locked and rows.exists():
-                raise self._stale_delete()
-            return super().delete(using=using, keep_parents=keep_parents)
+        collector = Collector(using=using, origin=self)
+        if collector.can_fast_delete(self):
+            # Nothing cascades, no signal receivers, no parent table: Django would run one DELETE.
+            return self._checked_delete(connection, expected)
+        collector.collect([self], keep_parents=keep_parents)
+        if not connection.in_atomic_block:
+            key = _deleted_last(collector, versions_model(type(self)))
+            if key is not None:
+                return self._delete_checked_last(connection, collector, key, self.pk, expected)
+        return self._delete_locked_first(connection, collector, expected)
 
     delete.alters_data = True  # type: ignore[attr-defined]
 
-    def _checked_delete(
-        self, using: str, expected: list[int], rows: models.QuerySet[Any]
-    ) -> tuple[int, dict[str, int]]:
+    def _run_checked_delete(self, connection: BaseDatabaseWrapper, pk: Any, expected: list[int]) -> int:
+        """The checked DELETE of row ``pk`` (:func:`~safeupdates.statements.checked_delete`): the number
+        of rows deleted, 0 or 1."""
+        table = SaveTable.of(type(self), connection.vendor)
+        prepared = versions_model(type(self))._meta.pk.get_db_prep_value(pk, connection)  # type: ignore[union-attr]
+        params = {"pk": prepared, "expected": expected_versions(connection.vendor, expected)}
+        with transaction.mark_for_rollback_on_error(connection.alias), statement_cursor(connection) as cursor:
+            cursor.execute(checked_delete(table), params)
+            return int(cursor.rowcount)
+
+    def _checked_delete(self, connection: BaseDatabaseWrapper, expected: list[int]) -> tuple[int, dict[str, int]]:
         """The one-statement delete of a row that nothing cascades from, as ``Collector.delete()`` does it."""
-        connection = connections[using]
-        model = versions_model(type(self))
-        pk = model._meta.pk.get_db_prep_value(self.pk, connection)  # type: ignore[union-attr]
-        params = {"pk": pk, "expected": expected_versions(connection.vendor, expected)}
-        with transaction.mark_for_rollback_on_error(using), statement_cursor(connection) as cursor:
-            cursor.execute(checked_delete(model, connection.vendor), params)
-            count = cursor.rowcount
-        if not count and rows.exists():
-            raise self._stale_delete()
+        count = self._run_checked_delete(connection, self.pk, expected)
+        if not count and self._row_exists(connection, self.pk):
+            raise self._stale_delete(self.pk)
         setattr(self, self._meta.pk.attname, None)  # type: ignore[union-attr]
         return count, {self._meta.label: count}
 
-    def _stale_delete(self) -> StaleObjectError:
+    def _delete_checked_last(
+        self,
+        connection: BaseDatabaseWrapper,
+        collector: Collector,
+        key: type[models.Model],
+        pk: Any,
+        expected: list[int],
+    ) -> tuple[int, dict[str, int]]:
+        """Delete as ``Collector.delete()`` does, the row itself last, by the checked DELETE.
+
+        The check rides in the statement Django runs anyway. A stale row raises inside the transaction
+        that holds the collector's deletes (the outermost: this runs in autocommit), which rolls them
+        back; no receiver watches the deleted models (else :meth:`_delete_locked_first`).
+        """
+        mine = [obj for obj in collector.data[key] if obj.pk == pk]
+        others = [obj for obj in collector.data[key] if obj.pk != pk]
+        # Collector.delete() clears the keys of the instances it deleted: given back if the delete is refused.
+        keys = [
+            (obj, model._meta.pk.attname, getattr(obj, model._meta.pk.attname))  # type: ignore[union-attr]
+            for model, objs in collector.data.items()
+            for obj in objs
+        ]
+        try:
+            with transaction.atomic(using=connection.alias, savepoint=False):
+                if others:
+                    collector.data[key] = set(others)
+                else:
+                    del collector.data[key]
+                count, counts = collector.delete()
+                deleted = self._run_checked_delete(connection, pk, expected)
+                if not deleted and self._row_exists(connection, pk):
+                    raise self._stale_delete(pk)
+        except StaleObjectError:
+            for obj, attname, value in keys:
+                setattr(obj, attname, value)
+            raise
+        for obj in mine:
+            setattr(obj, key._meta.pk.attname, None)  # type: ignore[union-attr]
+        if deleted:
+            counts[key._meta.label] = counts.get(key._meta.label, 0) + deleted
+        return count + deleted, counts
+
+    def _delete_locked_first(
+        self, connection: BaseDatabaseWrapper, collector: Collector, expected: list[int]
+    ) -> tuple[int, dict[str, int]]:
+        """A checked UPDATE that writes nothing new but locks the row, then ``Collector.delete()``: the
+        row cannot change before its DELETE, and a refused delete runs no receiver and writes nothing."""
+        rows = versions_model(type(self))._base_manager.using(connection.alias).filter(pk=self.pk)
+        with transaction.atomic(using=connection.alias, savepoint=False):
+            locked = rows.filter(lock_version__in=expected).update(lock_version=models.F("lock_version"))
+            if locked or not rows.exists():
+                return collector.delete()
+        raise self._stale_delete(self.pk)
+
+    def _row_exists(self, connection: BaseDatabaseWrapper, pk: Any) -> bool:
+        return bool(versions_model(type(self))._base_manager.using(connection.alias).filter(pk=pk).exists())
+
+    def _stale_delete(self, pk: Any) -> StaleObjectError:
         return StaleObjectError(
-            f"{self._meta.label} pk={self.pk!r} was changed after it was loaded "
+            f"{self._meta.label} pk={pk!r} was changed after it was loaded "
             f"(lock_version {self.lock_version}); reload it and decide again before deleting it."
         )
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         super().refresh_from_db(*args, **kwargs)
         if "lock_version" in self.__dict__:
+            # Reloaded from the row of its key: that is the row it saw.
             self._safeupdates_uncommitted = ()
+            self._safeupdates_key, self._safeupdates_has_key = self.pk, True
 
     def field_version(self, name: str) -> int:
         """Return the version of the last write of field ``name`` as loaded on this instance."""
@@ -347,6 +553,72 @@ def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any,
     which the save's statement writes itself."""
     lock_field, versions_field = _version_fields(model)
     return [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
+
+
+def _written_by_name(model: type[models.Model]) -> tuple[str, ...] | None:
+    """The fields a full save of ``model`` writes, by name, if its row's versions map holds others too;
+    None if it holds no others (the save writes ``"*"``).
+
+    The map is in the row of the table that holds the versions, and it holds the fields of every
+    multi-table descendant stored under that row: a full save of a parent, or of one of two sibling
+    children, does not write them.
+    """
+    concrete = model._meta.concrete_model
+    assert concrete is not None
+    lineage = {concrete, *concrete._meta.get_parent_list()}
+    root = versions_model(model)
+    seen, pending = {root}, [root]
+    while pending:
+        parent = pending.pop()
+        for relation in parent._meta.related_objects:
+            child: Any = relation.related_model
+            if not relation.parent_link or relation.model is not parent or child in seen:
+                continue
+            seen.add(child)
+            if child not in lineage and any(
+                not getattr(field.remote_field, "parent_link", False)
+                for field in child._meta.local_concrete_fields  # type: ignore[union-attr]
+            ):
+                return tuple(
+                    sorted(
+                        field.name
+                        for field in model._meta.concrete_fields
+                        if not field.primary_key
+                        and not field.generated
+                        and field.name not in ("lock_version", "field_versions")
+                    )
+                )
+            pending.append(child)
+    return None
+
+
+def _written_before_versions(model: type[models.Model]) -> bool:
+    """Whether a save of ``model`` writes another table before the one that holds its versions.
+
+    Django saves the parents first, the first parent's first; the versions table comes first unless
+    ``LockVersionMixin`` sits on a child of a plain concrete model.
+    """
+    first = model._meta.concrete_model
+    assert first is not None
+    while first._meta.parents:
+        first = next(iter(first._meta.parents))
+    return first is not versions_model(model)
+
+
+def _deleted_last(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
+    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if its rows
+    are the last the collector deletes and no signal receiver watches any deleted model; else None."""
+    if model._meta.parents:
+        return None  # its parents' tables are deleted after it
+    collector.sort()
+    keys = list(collector.data)
+    if not keys or keys[-1]._meta.concrete_model is not model:
+        return None
+    if any(key._meta.concrete_model is model for key in keys[:-1]):
+        return None
+    if any(pre_delete.has_listeners(key) or post_delete.has_listeners(key) for key in keys):
+        return None
+    return keys[-1]
 
 
 class SyncedAtMixin(models.Model):

@@ -7,6 +7,7 @@ __all__ = [
     "InvalidControl",
     "InvalidUpdate",
     "LockUnavailable",
+    "NeverLoadedError",
     "RequestNotFound",
     "SafeUpdatesError",
     "StaleObjectError",
@@ -19,6 +20,10 @@ class SafeUpdatesError(Exception):
 
 class StaleObjectError(SafeUpdatesError):
     """A ``save()`` lost the race: the row was written after this instance was loaded."""
+
+
+class NeverLoadedError(StaleObjectError):
+    """A ``save()`` would write over a row its instance never loaded (a new instance with that row's key)."""
 
 
 class InvalidUpdate(SafeUpdatesError, ValueError):

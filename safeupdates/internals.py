@@ -9,6 +9,11 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
 - A ``save()`` runs its own cached UPDATE or INSERT (:class:`~safeupdates.statements.CheckedSave`,
   :class:`~safeupdates.statements.VersionedInsert`) with the values bound as the ORM's compiler would
   bind them (:func:`bound_values`), and converts what it returns as the ORM would (:func:`from_db`).
+- A column whose value is the database's default (``db_default``, Django's ``DatabaseDefault``) is left
+  out of the INSERT (:func:`insert_values`), as the compiler's ``DEFAULT`` would leave it to the database.
+- A ``StaleObjectError`` raised inside Django's ``save_base()`` marks the caller's transaction for
+  rollback on its way out (``mark_for_rollback_on_error``, ``atomic(savepoint=False)``), although the
+  statement that found the conflict wrote nothing: :func:`forget_rollback` takes that mark back.
 - The guarded statements run as server-side prepared statements through Django's
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
 
@@ -22,11 +27,20 @@ from functools import lru_cache
 from typing import Any
 
 import django
-from django.db import models
+from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import sql
+from django.db.models.expressions import DatabaseDefault
 
-__all__ = ["UPDATE_RETURNS_ROWS", "bound_values", "from_db", "prepared_cursor_class", "update_returning"]
+__all__ = [
+    "UPDATE_RETURNS_ROWS",
+    "bound_values",
+    "forget_rollback",
+    "from_db",
+    "insert_values",
+    "prepared_cursor_class",
+    "update_returning",
+]
 
 #: Django 6.0+: ``Model._do_update`` returns the updated rows' returned values, not a bool.
 UPDATE_RETURNS_ROWS = django.VERSION >= (6, 0)
@@ -85,6 +99,31 @@ def bound_values(connection: BaseDatabaseWrapper, values: Sequence[tuple[Any, An
             return None
         bound.append(value)
     return bound
+
+
+def insert_values(
+    connection: BaseDatabaseWrapper, values: Sequence[tuple[Any, Any, Any]]
+) -> tuple[list[tuple[Any, Any, Any]], list[Any]] | None:
+    """The values an INSERT writes itself and their parameters (:func:`bound_values`), or None if one
+    needs the compiler.
+
+    A value that is the database's default (a field's ``db_default``) is left out: the database fills
+    in a column the INSERT does not name with the same default that the compiler's ``DEFAULT`` asks for.
+    """
+    written = [value for value in values if not isinstance(value[2], DatabaseDefault)]
+    bound = bound_values(connection, written)
+    return None if bound is None else (written, bound)
+
+
+def forget_rollback(connection: BaseDatabaseWrapper, error: BaseException) -> None:
+    """Take back the mark for rollback that ``error`` set on the way out of Django's ``save_base()``.
+
+    Only for an error raised before anything was written in the save: the transaction is as usable as
+    before it, as if the save had run in a savepoint that rolled back nothing.
+    """
+    transaction.set_rollback(False, using=connection.alias)
+    if getattr(connection, "rollback_exc", None) is error:
+        connection.rollback_exc = None  # type: ignore[attr-defined]  # the cause Django names for a refused query
 
 
 def _binds_plainly(field: models.Field[Any, Any]) -> bool:

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -43,6 +43,7 @@ __all__ = [
     "CheckedSave",
     "GuardedUpdate",
     "PurgeBatch",
+    "SaveTable",
     "VersionedInsert",
     "applied_values",
     "bulk_update",
@@ -155,19 +156,50 @@ lock_timeout = _LockTimeout()
 
 # --- save(), create() and delete() of a LockVersionMixin -------------------------------------------------
 
-#: The WITH clause that a save()'s UPDATE starts with on PostgreSQL: one fresh version for the statement.
-#: A CTE referenced twice is evaluated once, and only when first read: a row that does not match (a
-#: stale save) takes no version.
+#: The WITH clause that a save()'s UPDATE or INSERT starts with on PostgreSQL: one fresh version for the
+#: statement. A CTE referenced twice is evaluated once, and only when first read: a row that does not
+#: match (a stale save) takes no version.
 SAVE_VERSION_CTE = f"WITH safeupdates_save AS MATERIALIZED (SELECT nextval('{SEQUENCE_NAME}') AS v)"
 _SAVE_VERSION = "(SELECT v FROM safeupdates_save)"
+
+
+class SaveTable(NamedTuple):
+    """The table that holds a model's versions, as the statements that write it name it.
+
+    Those statements are cached by this and by the columns they write, never by the model class: a
+    model whose ``db_table`` or columns change at run time (a tenant's schema, a test) gets statements
+    of its own.
+    """
+
+    vendor: str
+    table: str
+    pk: str
+    lock_version: str
+    field_versions: str
+
+    @classmethod
+    def of(cls, model: type[models.Model], vendor: str) -> SaveTable:
+        """The table that holds ``model``'s versions (its own, a proxy's concrete model's, or a multi-table
+        child's parent's), on ``vendor``."""
+        if vendor not in SUPPORTED_VENDORS:
+            raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+        target = versions_model(model)
+        return cls(
+            vendor,
+            target._meta.db_table,
+            column(target, "pk"),
+            column(target, "lock_version"),
+            column(target, "field_versions"),
+        )
 
 
 def _saved_versions_sql(vendor: str, versions_column: str, keys: Sequence[str], version: str, full: bool) -> str:
     """The new value of (quoted) ``versions_column`` after a save, as SQL.
 
-    ``keys`` are the placeholders of the names written, ``version`` the SQL of their version. A full
-    save writes ``{"*": version}``: every field at this version. A save with ``update_fields`` merges
-    its fields' entries into the row's map, in the statement, never from the instance's copy.
+    ``keys`` are the placeholders of the names written, ``version`` the SQL of their version. A save
+    that wrote every field of the row (``full``) writes ``{"*": version}``: every field at this version.
+    Any other save merges its fields' entries into the row's map, in the statement, never from the
+    instance's copy.
     """
     if vendor == "postgresql":
         patch = f"jsonb_build_object({', '.join(f'{key}::text, {version}' for key in keys)})"
@@ -182,9 +214,10 @@ def saved_versions(
     """The values of ``lock_version`` and ``field_versions`` in an ORM-compiled UPDATE of a ``save()``.
 
     For the saves that :class:`CheckedSave` does not take (values that are expressions). ``names`` are
-    the fields of ``update_fields`` (None: a full save, every field under ``"*"``). ``version`` None
-    (PostgreSQL): the statement takes the version itself, from :data:`SAVE_VERSION_CTE`, which the
-    caller puts in front of it; ``lock_version`` and the fields' entries get the same version.
+    the fields the save writes, merged into the row's map (None: every field of the row, under
+    ``"*"``). ``version`` None (PostgreSQL): the statement takes the version itself, from
+    :data:`SAVE_VERSION_CTE`, which the caller puts in front of it; ``lock_version`` and the fields'
+    entries get the same version.
     """
     keys = [BASE_VERSION_KEY] if names is None else list(names)
     params: list[Any]
@@ -210,7 +243,8 @@ class CheckedSave:
     same however many there are (they add up in a transaction that saves one instance again and
     again). It writes a fresh version: on PostgreSQL taken inside the statement
     (:data:`SAVE_VERSION_CTE`), on SQLite passed in. ``field_versions`` comes back only from a save
-    with ``update_fields``, whose entries are merged into the row's map; after a full save it is
+    that names its fields (``update_fields``, or the fields of a model that does not hold every field of
+    its row), whose entries are merged into the row's map; after a save of the whole row it is
     ``{"*": lock_version}``. The ORM would compile this statement anew on every save; built once per
     shape (:func:`checked_save`) and run prepared, a checked save costs what Django's unchecked one
     does.
@@ -218,11 +252,11 @@ class CheckedSave:
 
     sql: str
     vendor: str
-    names: tuple[str, ...] | None  # the fields of update_fields; None: a full save
+    names: tuple[str, ...] | None  # the fields written, by name; None: every field of the row
 
     @property
     def returns_versions(self) -> bool:
-        """RETURNING ``field_versions`` too: a save with ``update_fields`` merged its entries."""
+        """RETURNING ``field_versions`` too: a save that names its fields merged their entries."""
         return self.names is not None
 
     def params(
@@ -241,19 +275,13 @@ class CheckedSave:
 
 
 @lru_cache(maxsize=1024)
-def checked_save(
-    model: type[models.Model],
-    vendor: str,
-    columns: tuple[str, ...],
-    names: tuple[str, ...] | None,
-) -> CheckedSave:
-    """Return the (cached) :class:`CheckedSave` that writes ``columns`` of ``model``'s table (the one
-    that holds its versions)."""
-    if vendor not in SUPPORTED_VENDORS:
-        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
+def checked_save(table: SaveTable, columns: tuple[str, ...], names: tuple[str, ...] | None) -> CheckedSave:
+    """Return the (cached) :class:`CheckedSave` that writes ``columns`` of ``table`` and the versions of
+    the fields ``names`` (None: every field of the row)."""
+    vendor = table.vendor
     takes_version = vendor == "postgresql"  # the statement takes its version (SAVE_VERSION_CTE)
     qn = vendor_connection(vendor).ops.quote_name
-    lock, versions = qn(column(model, "lock_version")), qn(column(model, "field_versions"))
+    lock, versions = qn(table.lock_version), qn(table.field_versions)
     keys = [f"%(key{index})s" for index in range(1 if names is None else len(names))]
     version = _SAVE_VERSION if takes_version else "%(version)s"
     sets = [
@@ -264,8 +292,8 @@ def checked_save(
     matches = _carries_one_of(vendor, lock)
     returning = f"{lock}, {versions}" if names is not None else lock
     sql = (
-        f"UPDATE {qn(versions_model(model)._meta.db_table)} SET {', '.join(sets)} "
-        f"WHERE {qn(column(model, 'pk'))} = %(pk)s AND {matches} RETURNING {returning}"
+        f"UPDATE {qn(table.table)} SET {', '.join(sets)} "
+        f"WHERE {qn(table.pk)} = %(pk)s AND {matches} RETURNING {returning}"
     )
     if takes_version:
         sql = f"{SAVE_VERSION_CTE} {sql}"
@@ -274,56 +302,67 @@ def checked_save(
 
 @dataclass(frozen=True)
 class VersionedInsert:
-    """The INSERT of a new ``LockVersionMixin`` row on PostgreSQL, taking its version in the statement.
+    """The INSERT of a new ``LockVersionMixin`` row, with its versions.
 
-    ``WITH safeupdates_save AS MATERIALIZED (SELECT nextval(...) AS v) INSERT INTO table (lock_version,
-    field_versions, column, ...) VALUES (v, {"*": v}, %(value0)s, ...) RETURNING returned..., lock_version``
+    ``[WITH safeupdates_save AS MATERIALIZED (SELECT nextval(...) AS v)] INSERT INTO table (lock_version,
+    field_versions, column, ...) VALUES (v, {"*": v}, %(value0)s, ...) [ON CONFLICT (pk) DO NOTHING]
+    RETURNING returned..., lock_version``
 
-    One round trip, as Django's own INSERT, instead of ``nextval`` first. The new row's every field is
-    at the version (``"*"``): a request allocated before it, for a row re-created under its old primary
-    key, is stale. Built once per shape (:func:`versioned_insert`).
+    One round trip, as Django's own INSERT: PostgreSQL takes the version inside the statement, SQLite
+    gets it as ``%(version)s``. The new row's every field is at the version (``"*"``): a request
+    allocated before it, for a row re-created under its old primary key, is stale; and a row just
+    inserted has no multi-table child yet, whose fields a child's later save writes itself.
+    ``unless_exists`` (a new instance that names its primary key) inserts nothing over a row that has
+    that key: no row comes back. Columns whose value is the database's default are left out, so that
+    the database fills them in. Built once per shape (:func:`versioned_insert`).
     """
 
     sql: str
 
     @staticmethod
-    def params(values: Sequence[Any]) -> dict[str, Any]:
-        """``values`` as the database takes them, in the order of the shape's columns."""
+    def params(values: Sequence[Any], version: int | None) -> dict[str, Any]:
+        """``values`` as the database takes them, in the order of the shape's columns; ``version`` the
+        row's version where the statement does not take it itself (SQLite)."""
         params: dict[str, Any] = {f"value{index}": value for index, value in enumerate(values)}
         params["key0"] = BASE_VERSION_KEY
+        if version is not None:
+            params["version"] = version
         return params
 
 
 @lru_cache(maxsize=1024)
 def versioned_insert(
-    model: type[models.Model], columns: tuple[str, ...], returning: tuple[str, ...]
+    table: SaveTable, columns: tuple[str, ...], returning: tuple[str, ...], *, unless_exists: bool = False
 ) -> VersionedInsert:
-    """Return the (cached) :class:`VersionedInsert` of ``columns`` into ``model``'s table (the one that
-    holds its versions), returning the columns ``returning`` and then ``lock_version``."""
-    qn = vendor_connection("postgresql").ops.quote_name
-    lock, versions = qn(column(model, "lock_version")), qn(column(model, "field_versions"))
+    """Return the (cached) :class:`VersionedInsert` of ``columns`` into ``table``, returning the columns
+    ``returning`` and then ``lock_version``."""
+    vendor = table.vendor
+    qn = vendor_connection(vendor).ops.quote_name
+    lock, versions = qn(table.lock_version), qn(table.field_versions)
+    version = _SAVE_VERSION if vendor == "postgresql" else "%(version)s"
     names = [lock, versions, *(qn(name) for name in columns)]
     values = [
-        _SAVE_VERSION,
-        _saved_versions_sql("postgresql", versions, ["%(key0)s"], _SAVE_VERSION, full=True),
+        version,
+        _saved_versions_sql(vendor, versions, ["%(key0)s"], version, full=True),
         *(f"%(value{index})s" for index in range(len(columns))),
     ]
+    conflict = f" ON CONFLICT ({qn(table.pk)}) DO NOTHING" if unless_exists else ""
     sql = (
-        f"{SAVE_VERSION_CTE} INSERT INTO {qn(versions_model(model)._meta.db_table)} ({', '.join(names)}) "
-        f"VALUES ({', '.join(values)}) RETURNING {', '.join([*(qn(name) for name in returning), lock])}"
+        f"INSERT INTO {qn(table.table)} ({', '.join(names)}) VALUES ({', '.join(values)}){conflict} "
+        f"RETURNING {', '.join([*(qn(name) for name in returning), lock])}"
     )
+    if vendor == "postgresql":
+        sql = f"{SAVE_VERSION_CTE} {sql}"
     return VersionedInsert(sql)
 
 
 @lru_cache(maxsize=256)
-def checked_delete(model: type[models.Model], vendor: str) -> str:
-    """``DELETE`` of ``model``'s row ``%(pk)s`` if it still carries one of the versions ``%(expected)s``
-    (an array on PostgreSQL, a JSON list on SQLite), for a row that nothing cascades from."""
-    if vendor not in SUPPORTED_VENDORS:
-        raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
-    qn = vendor_connection(vendor).ops.quote_name
-    table, pk = qn(versions_model(model)._meta.db_table), qn(column(model, "pk"))
-    return f"DELETE FROM {table} WHERE {pk} = %(pk)s AND {_carries_one_of(vendor, qn(column(model, 'lock_version')))}"
+def checked_delete(table: SaveTable) -> str:
+    """``DELETE`` of the row ``%(pk)s`` of ``table`` if it still carries one of the versions
+    ``%(expected)s`` (an array on PostgreSQL, a JSON list on SQLite)."""
+    qn = vendor_connection(table.vendor).ops.quote_name
+    matches = _carries_one_of(table.vendor, qn(table.lock_version))
+    return f"DELETE FROM {qn(table.table)} WHERE {qn(table.pk)} = %(pk)s AND {matches}"
 
 
 def _carries_one_of(vendor: str, lock: str) -> str:
@@ -417,6 +456,49 @@ class GuardedUpdate:
         }
 
 
+class _Shape(NamedTuple):
+    """What a guarded or bulk statement says about its model: the table that holds the versions, the
+    columns of the fields it writes and their casts (PostgreSQL). Those statements are cached by this,
+    never by the model class, so that a model whose ``db_table`` or columns change at run time gets
+    statements of its own."""
+
+    table: SaveTable
+    pk_cast: str
+    fields: tuple[tuple[str, str, str], ...]  # (name, column, cast)
+    last_synced_at: str  # the column, in timestamp mode; else ""
+    request_log: str
+
+
+def _shape(
+    model: type[models.Model], fields: Sequence[str], vendor: str, *, timestamp: bool = False, pk_cast: bool = False
+) -> _Shape:
+    """The :class:`_Shape` of a statement writing ``fields`` of ``model``'s versions table on ``vendor``.
+
+    Callers send a child of multi-table inheritance, whose fields live in two tables, to
+    write_if_newer's locked path instead.
+    """
+    # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
+    # a model field's name is an identifier. Refuse anything else rather than trust that.
+    for name in fields:
+        if not name.isidentifier():
+            raise SafeUpdatesError(f"not a field name: {name!r}")
+    connection = vendor_connection(vendor)
+    # Explicit casts (PostgreSQL): a bare parameter in a CASE branch or a VALUES list of NULLs would be
+    # typed as text.
+    casting = vendor == "postgresql"
+
+    def cast(field: Any) -> str:
+        return str(field.cast_db_type(connection)) if casting else ""
+
+    return _Shape(
+        table=SaveTable.of(model, vendor),
+        pk_cast=cast(model._meta.pk) if pk_cast else "",
+        fields=tuple((name, column(model, name), cast(concrete_field(model, name))) for name in fields),
+        last_synced_at=column(model, "last_synced_at") if timestamp else "",
+        request_log=request_log()._meta.db_table,
+    )
+
+
 def guarded_update(
     model: type[models.Model], fields: Sequence[str], connection: BaseDatabaseWrapper, *, timestamp: bool = False
 ) -> GuardedUpdate:
@@ -425,35 +507,26 @@ def guarded_update(
         raise SafeUpdatesError(
             f"safeupdates supports PostgreSQL and SQLite; database {connection.alias!r} is {connection.vendor}."
         )
-    return _guarded_update(model, tuple(fields), connection.vendor, timestamp)
+    return _guarded_update(_shape(model, fields, connection.vendor, timestamp=timestamp))
 
 
 @lru_cache(maxsize=1024)
-def _guarded_update(model: type[models.Model], fields: tuple[str, ...], vendor: str, timestamp: bool) -> GuardedUpdate:
-    # Field names are spliced into JSON keys and paths; they were validated as model fields upstream, and
-    # a model field's name is an identifier. Refuse anything else rather than trust that.
-    for name in fields:
-        if not name.isidentifier():
-            raise SafeUpdatesError(f"not a field name: {name!r}")
-    connection = vendor_connection(vendor)
-    qn = connection.ops.quote_name
-    # The table that holds the versions (a proxy's concrete table; callers send a child of multi-table
-    # inheritance, whose fields live in two tables, to write_if_newer's locked path instead).
-    table = qn(versions_model(model)._meta.db_table)
-    fv = qn(column(model, "field_versions"))
-    lock = qn(column(model, "lock_version"))
-    pk_column = qn(column(model, "pk"))
+def _guarded_update(shape: _Shape) -> GuardedUpdate:
+    vendor = shape.table.vendor
+    qn = vendor_connection(vendor).ops.quote_name
+    table = qn(shape.table.table)
+    fv = qn(shape.table.field_versions)
+    lock = qn(shape.table.lock_version)
+    pk_column = qn(shape.table.pk)
+    fields = tuple(name for name, _column, _cast in shape.fields)
 
     def guard(index: int, name: str) -> str:
         return f"{stored_version_sql(vendor, fv, name)} < %(version{index})s"
 
     sets = []
-    for index, name in enumerate(fields):
-        quoted = qn(column(model, name))
-        value = f"%(value{index})s"
-        if vendor == "postgresql":
-            # Explicit cast: a bare parameter in a CASE branch would be typed as text.
-            value = f"{value}::{concrete_field(model, name).cast_db_type(connection)}"  # type: ignore[attr-defined]
+    for index, (name, field_column, cast) in enumerate(shape.fields):
+        quoted = qn(field_column)
+        value = f"%(value{index})s::{cast}" if cast else f"%(value{index})s"
         sets.append(f"{quoted} = CASE WHEN {guard(index, name)} THEN {value} ELSE {quoted} END")
     if vendor == "postgresql":
         pairs = ", ".join(
@@ -476,15 +549,16 @@ def _guarded_update(model: type[models.Model], fields: tuple[str, ...], vendor: 
         sets.append(f"{lock} = %(lock_version)s")  # a fresh version from the counter, taken before the statement
 
     where = f"{pk_column} = %(pk)s AND ({' OR '.join(guard(index, name) for index, name in enumerate(fields))})"
+    timestamp = bool(shape.last_synced_at)
     if timestamp:
-        synced = qn(column(model, "last_synced_at"))
+        synced = qn(shape.last_synced_at)
         sets.append(f"{synced} = %(synced_at)s")
         where += f" AND ({synced} IS NULL OR {synced} < %(synced_at)s)"
     sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"
 
     recorded_sql = None
     if vendor == "postgresql" and not timestamp:
-        recorded_sql = _recorded(sql, table, pk_column, qn(request_log()._meta.db_table), fv)
+        recorded_sql = _recorded(sql, table, pk_column, qn(shape.request_log), fv)
     return GuardedUpdate(
         fields=fields, sql=sql, recorded_sql=recorded_sql, timestamp=timestamp, versions_column=fv, vendor=vendor
     )
@@ -544,7 +618,6 @@ class BulkUpdate:
         return params
 
 
-@lru_cache(maxsize=512)
 def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdate:
     """The batch statement of ``fields`` on ``model``, with a ``{values}`` slot for the VALUES rows.
 
@@ -556,21 +629,24 @@ def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdat
     Guard results come from the locked row, not from comparing versions after the write, so a batch
     run twice reports its second run as stale.
     """
-    connection = vendor_connection("postgresql")
-    qn = connection.ops.quote_name
-    table = qn(versions_model(model)._meta.db_table)
-    pk = qn(column(model, "pk"))
-    fv = qn(column(model, "field_versions"))
-    lock = qn(column(model, "lock_version"))
+    return _bulk_update(_shape(model, fields, "postgresql", pk_cast=True))
+
+
+@lru_cache(maxsize=512)
+def _bulk_update(shape: _Shape) -> BulkUpdate:
+    qn = vendor_connection("postgresql").ops.quote_name
+    table = qn(shape.table.table)
+    pk = qn(shape.table.pk)
+    fv = qn(shape.table.field_versions)
+    lock = qn(shape.table.lock_version)
+    fields = tuple(name for name, _column, _cast in shape.fields)
     # Field names go into SQL only as JSON keys; the VALUES columns get neutral aliases.
     aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
 
     # One row of the VALUES list, (pk, value, version, ...): explicit casts type the NULLs too.
-    pk_field = model._meta.pk
-    assert pk_field is not None
-    casts = [f"%s::{pk_field.cast_db_type(connection)}"]  # type: ignore[attr-defined]
-    for name in fields:
-        casts += (f"%s::{concrete_field(model, name).cast_db_type(connection)}", "%s::bigint")  # type: ignore[attr-defined]
+    casts = [f"%s::{shape.pk_cast}"]
+    for _name, _column, cast in shape.fields:
+        casts += (f"%s::{cast}", "%s::bigint")
     row = f"({', '.join(casts)})"
 
     columns = ", ".join(["pk", *(f"{a}_value, {a}_version" for _name, a in aliases)])
@@ -579,8 +655,8 @@ def bulk_update(model: type[models.Model], fields: tuple[str, ...]) -> BulkUpdat
         stored = stored_version_sql("postgresql", f"t.{fv}", name)
         selected += [f"v.{a}_value", f"v.{a}_version", f"COALESCE({stored} < v.{a}_version, false) AS {a}_ok"]
     sets = []
-    for name, a in aliases:
-        quoted = qn(column(model, name))
+    for (_name, field_column, _cast), (_alias_of, a) in zip(shape.fields, aliases, strict=True):
+        quoted = qn(field_column)
         sets.append(f"{quoted} = CASE WHEN l.{a}_ok THEN l.{a}_value ELSE t.{quoted} END")
     pairs = ", ".join(f"'{name}', CASE WHEN l.{a}_ok THEN l.{a}_version END" for name, a in aliases)
     sets.append(f"{fv} = t.{fv} || jsonb_strip_nulls(jsonb_build_object({pairs}))")

@@ -27,8 +27,11 @@ __all__ = ["MAX_VERSION", "SEQUENCE_NAME", "ensure_issued", "last_issued", "next
 #: The largest version a ``BigIntegerField`` holds.
 MAX_VERSION = 2**63 - 1
 
-# Per PostgreSQL database: the highest version this process knows the sequence handed out (a cache for
-# ensure_issued). Not kept for the counter table, whose increments roll back with their transaction.
+# Per PostgreSQL database: where this process last saw the sequence (a version it handed out, or its value
+# read), the cache of ensure_issued. The latest seen, not the highest: a sequence goes back when it is
+# restored or created again, and the next look at it must take the cache back too. raise_floor (after
+# every migrate) drops it. Not kept for the counter table, whose increments roll back with their
+# transaction.
 _issued: dict[str, int] = {}
 
 
@@ -39,8 +42,7 @@ def next_version(using: str = "default") -> int:
         with connection.cursor() as cursor:
             cursor.execute(statements.NEXTVAL)
             version = int(cursor.fetchone()[0])
-        # A sequence never goes back, so what it handed out stays handed out: worth remembering.
-        _issued[using] = max(_issued.get(using, 0), version)
+        _issued[using] = version
         return version
     return _next_from_counter(using)
 
@@ -60,13 +62,14 @@ def ensure_issued(version: int, using: str = "default") -> None:
     """Raise :class:`InvalidUpdate` unless ``version`` was handed out by the source already.
 
     A version from the future would win every field it writes until the source catches up with it,
-    freezing them. On PostgreSQL it costs a query only for a version newer than any this process has seen.
+    freezing them. On PostgreSQL it costs a query only for a version above where this process last saw
+    the sequence; that query is what it accepts or refuses by, and where it has seen the sequence since.
     """
     if version <= _issued.get(using, 0):
         return
     current = last_issued(using)
     if connections[using].vendor == "postgresql":
-        _issued[using] = max(_issued.get(using, 0), current)
+        _issued[using] = current  # also when it went back (a restore): never kept above what was read
     if version > current:
         raise InvalidUpdate(
             f"version {version} has not been handed out by the version source yet (last: {current}); "
@@ -112,8 +115,10 @@ def raise_floor(using: str = "default", **kwargs: Any) -> None:
 
     ``migrate safeupdates zero`` drops the sequence (or the counter table) while the rows of the models
     that use the app keep their versions; without this, the source would start again at 1 and every
-    later request to an existing row would silently be stale.
+    later request to an existing row would silently be stale. What this process saw of the old source is
+    forgotten (:func:`ensure_issued`).
     """
+    _issued.pop(using, None)
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

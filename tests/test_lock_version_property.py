@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.versions import next_version
-from tests.testapp.models import Profile
+from tests.testapp.models import Place, Profile, Restaurant
 
 FIELDS = ("active", "name", "score")
 VALUES = {"active": st.booleans(), "name": st.sampled_from(["a", "b", "c"]), "score": st.integers(0, 3)}
@@ -151,3 +151,75 @@ def test_no_sequence_of_writes_loses_one(steps):
             assert {n: stored.field_version(n) for n in FIELDS} == row.versions, (op, args)
             # The change token is at least every version written (a migrate's floor relies on it).
             assert stored.lock_version >= max(stored.field_versions.values()), (op, args)
+
+
+# --- the same for a multi-table pair: a parent's save writes only the parent's fields (issue 19, item 1) ---
+
+PAIR_FIELDS = {"name": st.sampled_from(["a", "b"]), "open": st.booleans(), "seats": st.integers(0, 3)}
+PARENT_FIELDS = ("name", "open")
+
+
+def pair_step():
+    instance = st.integers(0, INSTANCES - 1)
+    change = st.sampled_from(sorted(PAIR_FIELDS)).flatmap(lambda n: st.tuples(st.just(n), PAIR_FIELDS[n]))
+    return st.one_of(
+        st.tuples(st.just("load"), instance, st.sampled_from(["parent", "child"])),
+        st.tuples(st.just("save"), instance, change, st.booleans()),
+        st.tuples(st.just("allocate")),
+        st.tuples(st.just("guarded"), change, st.integers(0, 7)),
+    )
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(pair_step(), min_size=1, max_size=25))
+def test_no_sequence_of_writes_through_a_parent_or_its_child_loses_one(steps):
+    """Each field ends as its newest write, whichever class wrote it: a parent's full save writes only the
+    parent's fields, so a request for a child's field allocated before it still wins that field."""
+    restaurant = Restaurant.objects.create(name="a")
+    pk = restaurant.pk
+    names = sorted(PAIR_FIELDS)
+    states = itertools.count(1)
+    row = Row(True, {"name": "a", "open": False, "seats": 0}, {n: restaurant.field_version(n) for n in names}, 0)
+    instances: list[Place] = [Restaurant.objects.get(pk=pk) for _ in range(INSTANCES)]
+    seen = [Seen({0}) for _ in range(INSTANCES)]
+    pool: list[int] = []
+
+    for op, *args in steps:
+        if op == "load":
+            i, kind = args
+            instances[i] = (Place if kind == "parent" else Restaurant).objects.get(pk=pk)
+            seen[i] = Seen({row.state})
+        elif op == "save":
+            i, (name, value), partial = args
+            instance = instances[i]
+            if not hasattr(instance, name):
+                continue  # a parent instance has no child field
+            setattr(instance, name, value)
+            if row.state not in seen[i].states:
+                with pytest.raises(StaleObjectError):
+                    instance.save(update_fields=[name] if partial else None)
+                continue
+            instance.save(update_fields=[name] if partial else None)
+            written = [name] if partial else [n for n in names if hasattr(instance, n)]
+            for n in written:
+                row.values[n], row.versions[n] = getattr(instance, n), instance.lock_version
+            row.state = next(states)
+            seen[i].states.add(row.state)
+        elif op == "allocate":
+            pool.append(next_version())
+        elif op == "guarded":
+            (name, value), index = args
+            if not pool:
+                continue
+            version = pool[index % len(pool)]
+            result = Restaurant.objects.update_if_newer(pk, version=version, **{name: value})
+            if version > row.versions[name]:
+                assert result.outcome == "applied"
+                row.values[name], row.versions[name], row.state = value, version, next(states)
+            else:
+                assert result.outcome == "stale"
+
+        stored = Restaurant.objects.get(pk=pk)
+        assert {n: getattr(stored, n) for n in names} == row.values, (op, args)
+        assert {n: stored.field_version(n) for n in names} == row.versions, (op, args)

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from safeupdates.exceptions import StaleObjectError
 from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.statements import SAVE_VERSION_CTE
@@ -97,3 +98,19 @@ def test_a_save_is_not_prepared_when_prepared_statements_are_off(postgres_only: 
     profile.save()
     assert prepared_saves() == 0
     assert Profile.objects.get(pk=profile.pk).active is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_save_in_a_transaction_keeps_the_prepared_statements(postgres_only: None) -> None:
+    """psycopg forgets every prepared statement on a ROLLBACK, also ROLLBACK TO SAVEPOINT: a stale save
+    rolls nothing back (its UPDATE matched no row), so the connection keeps them."""
+    profile = Profile.objects.create(name="p")
+    stale = Profile.objects.get(pk=profile.pk)
+    profile.save()
+    with transaction.atomic():
+        profile.save()  # prepares the save's statement on this connection
+        prepared = prepared_saves()
+        stale.name = "stale"
+        with pytest.raises(StaleObjectError):
+            stale.save()
+        assert prepared_saves() == prepared > 0

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from safeupdates import statements
+from safeupdates.exceptions import InvalidUpdate
 from safeupdates.models import ProcessedRequest, VersionCounter
-from safeupdates.versions import _next_from_counter, next_version
+from safeupdates.statements import SEQUENCE_NAME
+from safeupdates.versions import _next_from_counter, ensure_issued, last_issued, next_version, raise_floor
+from tests.testapp.models import Profile
 from tests.workers import run_threads
 
 
@@ -56,3 +62,67 @@ def test_unique_across_threads():
     assert len(results) == 400
     if connection.vendor == "postgresql":
         assert len(set(results)) == 400
+
+
+# --- the cache of ensure_issued, and the floor after a migrate (issue 19, item 3 and two mutation probes) ---
+
+
+@pytest.fixture
+def sequence(postgres_only: None) -> Iterator[Callable[[int], None]]:
+    """Move the version sequence to a value (back, as a restore does); moved up again after the test, above
+    every version the test handed out, so that no later test gets a version already stored."""
+    top = next_version() + 10**6
+
+    def move(value: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT setval('{SEQUENCE_NAME}', %s)", [value])
+
+    yield move
+    with connection.cursor() as cursor:
+        cursor.execute(*statements.raise_sequence(top + 10**6))
+
+
+@pytest.mark.django_db
+def test_a_version_above_a_sequence_that_moved_back_is_refused_once_read(sequence) -> None:
+    sequence(next_version() + 1000)
+    handed_out = next_version()
+    sequence(handed_out - 100)  # restored from before `handed_out`
+    with pytest.raises(InvalidUpdate):
+        ensure_issued(handed_out + 1)  # above what this process saw: read again, and refused
+    with pytest.raises(InvalidUpdate, match=f"last: {handed_out - 100}"):
+        ensure_issued(handed_out)  # above what was read: read again, never taken from the old cache
+    ensure_issued(handed_out - 100)
+
+
+@pytest.mark.django_db
+def test_the_floor_after_a_migrate_drops_the_cache(sequence) -> None:
+    handed_out = next_version()  # handed out, never stored
+    sequence(1)  # `migrate safeupdates zero` + `migrate` created the sequence again
+    raise_floor()  # the post_migrate receiver: the sequence goes back above what is stored
+    floor = last_issued()
+    assert floor < handed_out
+    with pytest.raises(InvalidUpdate, match=f"last: {floor}"):
+        ensure_issued(handed_out)
+
+
+@pytest.mark.django_db
+def test_the_floor_counts_the_request_log(sequence, redis) -> None:
+    from safeupdates import enqueue_update
+    from tests.factories import ProfileFactory
+
+    profile = ProfileFactory()
+    logged = enqueue_update(profile, active=True).version  # above every lock_version stored
+    sequence(1)
+    raise_floor()
+    assert next_version() > logged
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_newest_version_handed_out_costs_no_query_to_check(postgres_only: None) -> None:
+    from tests.factories import ProfileFactory
+
+    profile = ProfileFactory()
+    version = next_version()
+    with CaptureQueriesContext(connection) as queries:
+        assert Profile.objects.update_if_newer(profile.pk, version=version, active=True).applied
+    assert [query["sql"].split()[0] for query in queries.captured_queries] == ["UPDATE"]

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.db import models
+from django.db.models.functions import Now
 
 from safeupdates.models import LockVersionMixin, SafeUpdateModel
 
@@ -226,3 +227,49 @@ class Attachment(LockVersionMixin):
 
     def __str__(self) -> str:
         return self.title or f"attachment {self.pk}"
+
+
+class Stamp(LockVersionMixin):
+    """A primary key the database fills in (``db_default``), which the INSERT returns."""
+
+    at = models.DateTimeField(primary_key=True, db_default=Now())
+    note = models.CharField(max_length=40, default="")
+
+    def __str__(self) -> str:
+        return self.note
+
+
+class Vendor(SafeUpdateModel):
+    """Parent of two multi-table children: a row's versions map holds the fields of both."""
+
+    name = models.CharField(max_length=40, default="")
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Bakery(Vendor):
+    loaves = models.IntegerField(default=0)
+
+    safe_update_fields = ("name", "loaves")
+
+
+class Florist(Vendor):
+    bouquets = models.IntegerField(default=0)
+
+    safe_update_fields = ("name", "bouquets")
+
+
+class Vehicle(models.Model):
+    """A plain concrete parent: its table is written before the versions table of ``Truck``."""
+
+    wheels = models.IntegerField(default=4)
+
+    def __str__(self) -> str:
+        return f"vehicle {self.pk}"
+
+
+class Truck(LockVersionMixin, Vehicle):
+    load = models.IntegerField(default=0)

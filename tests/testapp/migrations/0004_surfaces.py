@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('testapp', '0002_save_binding'),
+        ('testapp', '0003_save_contract'),
     ]
 
     operations = [

@@ -1,0 +1,699 @@
+"""``LockVersionMixin.save()``, ``create()`` and ``delete()`` keep Django's own contract wherever the check
+allows it (issues 19 and 24).
+
+A save marks only the fields it wrote; an instance keeps the version its row was committed with; a new
+instance never writes over a row it did not load, yet inserts, changes its primary key and creates a
+multi-table child for a loaded parent as Django does; receivers see the caller's ``update_fields``;
+no statement runs that Django's save would not run, but the check; errors that are not the check's
+leave the caller's transaction as Django leaves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, IntegrityError, connection, models, transaction
+from django.db.models import Value
+from django.db.models.functions import Lower
+from django.db.models.signals import post_delete, post_save, pre_save
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from safeupdates.exceptions import NeverLoadedError, StaleObjectError
+from safeupdates.jobs import apply_update, enqueue_update
+from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest
+from safeupdates.versions import next_version
+from tests.htmlforms import form_data
+from tests.testapp.models import (
+    Bakery,
+    Chapter,
+    Document,
+    Florist,
+    Gadget,
+    Place,
+    PlainSpecimen,
+    Profile,
+    Restaurant,
+    Specimen,
+    Stamp,
+    Tag,
+    Truck,
+    Vendor,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def statements(queries: CaptureQueriesContext) -> list[str]:
+    return [query["sql"] for query in queries.captured_queries]
+
+
+def verbs(queries: CaptureQueriesContext) -> list[str]:
+    """The first word of each statement (``WITH`` for the save's own UPDATE or INSERT)."""
+    return [sql.split()[0] for sql in statements(queries)]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """Connect a receiver to a model signal for the test: ``receiver(signal, sender, function)``."""
+    connected: list[tuple[Any, Any, Any]] = []
+
+    def connect(signal: Any, sender: Any, function: Any) -> None:
+        signal.connect(function, sender=sender, weak=False)
+        connected.append((signal, sender, function))
+
+    yield connect
+    for signal, sender, function in connected:
+        signal.disconnect(function, sender=sender)
+
+
+def fail(**kwargs: Any) -> None:
+    raise RuntimeError("the receiver fails")
+
+
+# --- 19.1: a full save marks only the fields it wrote ----------------------------------------------------
+
+
+class TestAFullSaveMarksOnlyItsFields:
+    def test_a_parents_save_keeps_a_queued_request_for_a_childs_field(self, redis: Any) -> None:
+        restaurant = Restaurant.objects.create(name="Luigi's", seats=10)
+        request = enqueue_update(restaurant, seats=50)
+        place = Place.objects.get(pk=restaurant.pk)
+        place.name = "Luigi"
+        place.save()  # writes name, open, last_synced_at: never seats
+        assert apply_update(str(request.request_id)) == "1 applied"
+        row = Restaurant.objects.get(pk=restaurant.pk)
+        assert (row.name, row.seats) == ("Luigi", 50)
+        assert ProcessedRequest.objects.get().status == "applied"
+
+    def test_the_parents_fields_are_written_by_name(self) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        created = restaurant.lock_version
+        place = Place.objects.get(pk=restaurant.pk)
+        place.open = True
+        place.save()
+        saved = place.lock_version
+        expected = {BASE_VERSION_KEY: created, "name": saved, "open": saved, "last_synced_at": saved}
+        assert place.field_versions == Restaurant.objects.get(pk=restaurant.pk).field_versions == expected
+
+    def test_the_parents_save_through_the_compiler_writes_by_name_too(self) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        created = restaurant.lock_version
+        place = Place.objects.get(pk=restaurant.pk)
+        place.name = Lower(Value("B"))  # an expression: the ORM compiles the UPDATE
+        place.save()
+        row = Restaurant.objects.get(pk=restaurant.pk)
+        assert row.name == "b"
+        assert row.field_versions == {
+            BASE_VERSION_KEY: created,
+            "name": row.lock_version,
+            "open": row.lock_version,
+            "last_synced_at": row.lock_version,
+        }
+
+    def test_a_child_that_owns_every_field_writes_the_whole_row(self) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        restaurant.seats = 2
+        restaurant.save()
+        assert Restaurant.objects.get(pk=restaurant.pk).field_versions == {BASE_VERSION_KEY: restaurant.lock_version}
+
+    def test_a_model_without_children_writes_the_whole_row(self) -> None:
+        profile = Profile.objects.create(name="a")
+        profile.name = "b"
+        profile.save()
+        assert profile.field_versions == {BASE_VERSION_KEY: profile.lock_version}
+        assert Profile.objects.get(pk=profile.pk).field_versions == profile.field_versions
+
+    def test_a_childs_save_keeps_a_queued_request_for_a_siblings_field(self, redis: Any) -> None:
+        """One vendor row that is a bakery and a florist: the bakery's save never writes bouquets."""
+        florist = Florist.objects.create(name="both", bouquets=1)
+        bakery = Bakery.objects.create(vendor_ptr=Vendor.objects.get(pk=florist.pk), name="both", loaves=2)
+        request = enqueue_update(florist, bouquets=9)
+        bakery.loaves = 3
+        bakery.save()
+        assert apply_update(str(request.request_id)) == "1 applied"
+        assert Florist.objects.get(pk=florist.pk).bouquets == 9
+        assert Bakery.objects.get(pk=florist.pk).loaves == 3
+
+    @pytest.mark.urls("tests.save_admin")
+    def test_the_admin_of_the_parent_keeps_a_queued_request_for_a_childs_field(
+        self, admin_client: Any, redis: Any
+    ) -> None:
+        restaurant = Restaurant.objects.create(name="Luigi's", seats=10)
+        request = enqueue_update(restaurant, seats=50)
+        url = reverse("save_admin:testapp_place_change", args=[restaurant.pk])
+        data = {**form_data(admin_client.get(url).content, "place_form"), "name": "Luigi", "_save": "Save"}
+        assert admin_client.post(url, data).status_code == 302
+        assert apply_update(str(request.request_id)) == "1 applied"
+        row = Restaurant.objects.get(pk=restaurant.pk)
+        assert (row.name, row.seats) == ("Luigi", 50)
+
+
+# --- 19.2: the instance keeps the version its row carries ------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+class TestAFailingReceiver:
+    @pytest.mark.parametrize("model", [Profile, Restaurant], ids=["one table", "two tables"])
+    def test_post_save_in_autocommit_keeps_the_committed_version(self, receiver: Any, model: Any) -> None:
+        obj = model.objects.create(name="a")
+        receiver(post_save, model, fail)
+        obj.name = "b"
+        with pytest.raises(RuntimeError):
+            obj.save()
+        row = model.objects.get(pk=obj.pk)
+        assert row.name == "b"  # committed before post_save was sent
+        assert (obj.lock_version, obj.field_versions) == (row.lock_version, row.field_versions)
+        post_save.disconnect(fail, sender=model)
+        obj.name = "c"
+        obj.save()  # no false conflict
+        assert model.objects.get(pk=obj.pk).name == "c"
+
+    def test_pre_save_writes_nothing_and_keeps_the_loaded_version(self, receiver: Any) -> None:
+        profile = Profile.objects.create(name="a")
+        loaded = (profile.lock_version, dict(profile.field_versions))
+        receiver(pre_save, Profile, fail)
+        profile.name = "b"
+        with pytest.raises(RuntimeError):
+            profile.save()
+        assert (profile.lock_version, profile.field_versions) == loaded
+        assert Profile.objects.get(pk=profile.pk).name == "a"
+        pre_save.disconnect(fail, sender=Profile)
+        profile.save()
+        assert Profile.objects.get(pk=profile.pk).name == "b"
+
+    def test_post_save_in_a_transaction_that_commits(self, receiver: Any) -> None:
+        profile = Profile.objects.create(name="a")
+        receiver(post_save, Profile, fail)
+        with transaction.atomic():
+            profile.name = "b"
+            with pytest.raises(RuntimeError):
+                profile.save()
+            # The caller caught it: its transaction holds the write, and decides.
+            assert Profile.objects.get(pk=profile.pk).lock_version == profile.lock_version
+        assert Profile.objects.get(pk=profile.pk).name == "b"  # as Django's save leaves it: written
+        post_save.disconnect(fail, sender=Profile)
+        stale = Profile.objects.get(pk=profile.pk)
+        profile.name = "c"
+        profile.save()
+        stale.name = "d"
+        with pytest.raises(StaleObjectError):
+            stale.save()
+        assert Profile.objects.get(pk=profile.pk).name == "c"
+
+    def test_post_save_in_a_transaction_that_rolls_back(self, receiver: Any) -> None:
+        profile = Profile.objects.create(name="a")
+        receiver(post_save, Profile, fail)
+        with pytest.raises(RuntimeError), transaction.atomic():
+            profile.name = "b"
+            profile.save()
+        post_save.disconnect(fail, sender=Profile)
+        assert Profile.objects.get(pk=profile.pk).name == "a"
+        profile.name = "c"
+        profile.save()  # the row carries the version before the rolled-back save: accepted
+        assert Profile.objects.get(pk=profile.pk).name == "c"
+
+    def test_a_child_table_that_fails_after_the_versions_were_written(self, postgres_only: None) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        loaded = restaurant.lock_version
+        restaurant.name, restaurant.seats = "b", 2**31  # the parent row is written, the child's UPDATE fails
+        with pytest.raises(DatabaseError):
+            restaurant.save()
+        assert restaurant.lock_version == loaded  # the save's transaction rolled back
+        row = Restaurant.objects.get(pk=restaurant.pk)
+        assert (row.name, row.seats, row.lock_version) == ("a", 1, loaded)
+        restaurant.seats = 2
+        restaurant.save()
+        assert Restaurant.objects.get(pk=restaurant.pk).seats == 2
+
+
+# --- 19.10, 24.2, 24.3: new instances, changed primary keys, children of loaded parents -------------------
+
+
+class TestANewInstanceWithAPrimaryKey:
+    def test_a_key_that_matches_no_row_inserts_in_one_statement(self, receiver: Any) -> None:
+        created: list[bool] = []
+        receiver(post_save, Tag, lambda **kwargs: created.append(kwargs["created"]))
+        with CaptureQueriesContext(connection) as queries:
+            Tag(code="new", label="x").save()
+        assert Tag.objects.get(pk="new").label == "x"
+        assert created == [True]
+        if connection.vendor == "postgresql":
+            assert verbs(queries) == ["WITH"]  # the INSERT; Django runs an UPDATE first
+
+    def test_a_key_of_an_existing_row_is_refused(self) -> None:
+        tag = Tag.objects.create(code="t", label="stored")
+        blind = Tag(code="t", label="overwritten")
+        for kwargs in ({}, {"force_update": True}):
+            with pytest.raises(NeverLoadedError) as raised:
+                blind.save(**kwargs)
+            assert str(raised.value) == (
+                "testapp.Tag pk='t' exists, and this instance never loaded it: there is no lock_version to "
+                "check its save against. Load the row and change that instance, or write with "
+                "update_if_newer() or with_lock()."
+            )
+            assert isinstance(raised.value, StaleObjectError)
+        row = Tag.objects.get(pk="t")
+        assert (row.label, row.lock_version) == ("stored", tag.lock_version)
+        assert blind._state.adding and blind.lock_version == 0
+
+    def test_a_refused_save_leaves_the_transaction_usable(self) -> None:
+        Profile.objects.create(pk=10**9, name="stored")
+        with transaction.atomic():
+            with pytest.raises(NeverLoadedError):
+                Profile(pk=10**9, name="blind").save()
+            Profile.objects.create(name="after")
+        assert Profile.objects.get(pk=10**9).name == "stored"
+        assert Profile.objects.filter(name="after").exists()
+
+    def test_force_update_of_a_key_that_matches_no_row_is_djangos_error(self) -> None:
+        with pytest.raises(DatabaseError, match=r"^Forced update did not affect any rows\.$"), transaction.atomic():
+            Tag(code="none", label="x").save(force_update=True)
+        assert not Tag.objects.filter(pk="none").exists()
+
+    def test_force_insert_over_an_existing_row_is_djangos_integrity_error(self) -> None:
+        Tag.objects.create(code="t", label="stored")
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Tag(code="t", label="x").save(force_insert=True)
+        assert Tag.objects.get(pk="t").label == "stored"
+
+    def test_a_key_taken_while_the_instance_was_new(self) -> None:
+        """Created in Python, saved once (inserted), then saved again: now it is loaded and checked."""
+        tag = Tag(code="t", label="a")
+        tag.save()
+        stale = Tag.objects.get(pk="t")
+        tag.label = "b"
+        tag.save()
+        stale.label = "c"
+        with pytest.raises(StaleObjectError) as raised:
+            stale.save()
+        assert not isinstance(raised.value, NeverLoadedError)
+        assert Tag.objects.get(pk="t").label == "b"
+
+
+class TestANewInstanceWithAVersionOfItsOwn:
+    """An instance built with a ``lock_version`` (one a client carried) is checked against it."""
+
+    def test_the_rows_version_saves(self) -> None:
+        tag = Tag.objects.create(code="t", label="a")
+        Tag(code="t", label="b", lock_version=tag.lock_version).save()
+        assert Tag.objects.get(pk="t").label == "b"
+
+    def test_another_version_is_stale(self) -> None:
+        tag = Tag.objects.create(code="t", label="a")
+        with pytest.raises(StaleObjectError) as raised, transaction.atomic():
+            Tag(code="t", label="b", lock_version=tag.lock_version + 1000).save()
+        assert not isinstance(raised.value, NeverLoadedError)
+        assert Tag.objects.get(pk="t").label == "a"
+
+    def test_no_row_inserts(self) -> None:
+        given = next_version()
+        Tag(code="t", label="b", lock_version=given).save()
+        row = Tag.objects.get(pk="t")
+        assert row.label == "b" and row.lock_version > given
+
+
+def test_a_new_instance_whose_values_need_the_compiler_never_writes_over_a_row() -> None:
+    specimen = Specimen.objects.create(text="stored")
+    with pytest.raises(NeverLoadedError), transaction.atomic():
+        Specimen(pk=specimen.pk, text=Lower(Value("BLIND"))).save()
+    Specimen(pk=specimen.pk + 1000, text=Lower(Value("NEW"))).save()
+    assert Specimen.objects.get(pk=specimen.pk).text == "stored"
+    assert Specimen.objects.get(pk=specimen.pk + 1000).text == "new"
+
+
+class TestAChangedPrimaryKey:
+    def test_the_same_key_given_as_text_is_the_same_row(self) -> None:
+        profile = Profile.objects.create(name="a")
+        profile.pk = str(profile.pk)
+        profile.name = "b"
+        profile.save()
+        assert list(Profile.objects.values_list("name", flat=True)) == ["b"]
+
+    def test_inserts_a_row_under_the_new_key_as_django_does(self, receiver: Any) -> None:
+        created: list[bool] = []
+        receiver(post_save, Tag, lambda **kwargs: created.append(kwargs["created"]))
+        tag = Tag.objects.create(code="old", label="x")
+        old_version = tag.lock_version
+        created.clear()
+        tag.code = "new"
+        tag.label = "y"
+        tag.save()
+        assert created == [True]
+        assert Tag.objects.get(pk="old").label == "x" and Tag.objects.get(pk="old").lock_version == old_version
+        assert Tag.objects.get(pk="new").label == "y"
+        assert tag.lock_version == Tag.objects.get(pk="new").lock_version > old_version
+        tag.label = "z"
+        tag.save()  # the instance is now the new row's, and checked against it
+        assert Tag.objects.get(pk="new").label == "z"
+
+    def test_a_new_key_that_exists_is_refused(self) -> None:
+        Tag.objects.create(code="taken", label="kept")
+        tag = Tag.objects.create(code="old", label="x")
+        tag.code = "taken"
+        with pytest.raises(NeverLoadedError):
+            tag.save()
+        assert Tag.objects.get(pk="taken").label == "kept"
+        assert Tag.objects.filter(pk="old").exists()
+
+    def test_reloaded_under_the_new_key_it_is_that_rows(self) -> None:
+        Tag.objects.create(code="other", label="kept")
+        tag = Tag.objects.create(code="old", label="x")
+        tag.code = "other"
+        tag.refresh_from_db()  # now the instance of row "other"
+        tag.label = "changed"
+        tag.save()
+        assert Tag.objects.get(pk="other").label == "changed"
+
+    @pytest.mark.urls("tests.save_admin")
+    def test_in_the_admin_change_form(self, admin_client: Any) -> None:
+        Tag.objects.create(code="old", label="x")
+        url = reverse("save_admin:testapp_tag_change", args=["old"])
+        data = {**form_data(admin_client.get(url).content, "tag_form"), "code": "new", "_save": "Save"}
+        response = admin_client.post(url, data)
+        assert response.status_code == 302
+        assert Tag.objects.get(pk="new").label == "x"
+        assert Tag.objects.filter(pk="old").exists()  # as Django's admin leaves it
+
+
+class TestAChildOfALoadedParent:
+    def test_create_with_the_parent_link(self) -> None:
+        place = Place.objects.create(name="corner", open=True)
+        restaurant = Restaurant.objects.create(place_ptr=place, name="corner", open=True, seats=3)
+        row = Restaurant.objects.get(pk=place.pk)
+        assert (row.name, row.open, row.seats) == ("corner", True, 3)
+        assert restaurant.lock_version == row.lock_version > place.lock_version
+        restaurant.seats = 4
+        restaurant.save()  # checked against the version the create wrote
+        assert Restaurant.objects.get(pk=place.pk).seats == 4
+
+    def test_the_parents_values_copied_onto_a_new_child(self) -> None:
+        place = Place.objects.create(name="corner", open=True)
+        restaurant = Restaurant(place_ptr=place, seats=5)
+        for field in Place._meta.concrete_fields:
+            setattr(restaurant, field.attname, getattr(place, field.attname))
+        restaurant.save()
+        row = Restaurant.objects.get(pk=place.pk)
+        assert (row.name, row.open, row.seats) == ("corner", True, 5)
+
+    def test_a_parent_that_moved_on_is_stale(self) -> None:
+        place = Place.objects.create(name="corner")
+        Place.objects.update_if_newer(place.pk, version=next_version(), name="moved on")
+        with pytest.raises(StaleObjectError) as raised, transaction.atomic():
+            Restaurant.objects.create(place_ptr=place, name="corner", seats=3)
+        assert not isinstance(raised.value, NeverLoadedError)
+        assert not Restaurant.objects.filter(pk=place.pk).exists()
+        assert Place.objects.get(pk=place.pk).name == "moved on"
+
+    def test_a_parent_given_by_its_key_only_was_never_loaded(self) -> None:
+        place = Place.objects.create(name="corner")
+        with pytest.raises(NeverLoadedError), transaction.atomic():
+            Restaurant.objects.create(place_ptr_id=place.pk, seats=3)
+        assert not Restaurant.objects.filter(pk=place.pk).exists()
+        assert Place.objects.get(pk=place.pk).name == "corner"
+
+    def test_a_copy_with_both_keys_cleared_inserts_new_rows(self) -> None:
+        """Django's documented copy of a multi-table instance."""
+        restaurant = Restaurant.objects.create(name="a", seats=3)
+        first = restaurant.pk
+        restaurant.pk = None
+        restaurant.id = None
+        restaurant._state.adding = True
+        restaurant.save()
+        assert restaurant.pk != first
+        assert Restaurant.objects.filter(pk__in=[first, restaurant.pk]).count() == 2
+
+
+# --- 19.12, 24.1: update_fields as Django takes it and passes it on ---------------------------------------
+
+
+def test_update_fields_naming_no_field_is_djangos_value_error() -> None:
+    profile = Profile.objects.create(name="a")
+    profile.name = "b"
+    with pytest.raises(ValueError) as raised:
+        profile.save(update_fields=["no_such_field"])
+    assert str(raised.value) == (
+        "The following fields do not exist in this model, are m2m fields, primary keys, or are non-concrete "
+        "fields: no_such_field"
+    )
+    assert Profile.objects.get(pk=profile.pk).name == "a"
+
+
+@pytest.mark.parametrize(
+    "update_fields", [None, ["name"], ("name", "score")], ids=["full save", "one field", "two fields"]
+)
+def test_signals_receive_the_callers_update_fields(receiver: Any, update_fields: Any) -> None:
+    seen: list[Any] = []
+    for signal in (pre_save, post_save):
+        receiver(signal, Profile, lambda **kwargs: seen.append(kwargs["update_fields"]))
+    profile = Profile.objects.create(name="a")
+    seen.clear()
+    profile.name = "b"
+    profile.save(update_fields=update_fields)
+    expected = None if update_fields is None else frozenset(update_fields)
+    assert seen == [expected, expected]
+
+
+def test_signals_of_a_deferred_save_receive_what_django_passes(receiver: Any) -> None:
+    seen: list[Any] = []
+    receiver(post_save, Profile, lambda **kwargs: seen.append(kwargs["update_fields"]))
+    profile = Profile.objects.create(name="a")
+    seen.clear()
+    partial = Profile.objects.only("name", "lock_version").get(pk=profile.pk)
+    partial.name = "b"
+    partial.save()
+    assert seen == [frozenset({"name", "lock_version"})]  # the loaded fields, as Django's save() computes them
+
+
+# --- 19.4: statements follow the model's table, not its class --------------------------------------------
+
+
+@contextmanager
+def moved_gadget_table() -> Iterator[None]:
+    """``Gadget`` stored in a second table meanwhile (as a multi-tenant app switches schemas)."""
+    original = Gadget._meta.db_table
+
+    def move(table: str) -> None:
+        Gadget._meta.db_table = table
+        for field in Gadget._meta.concrete_fields:
+            field.__dict__.pop("cached_col", None)  # Django's own queries name the column by its table
+
+    move("testapp_gadget_moved")
+    try:
+        with connection.schema_editor() as editor:
+            editor.create_model(Gadget)
+        yield
+        with connection.schema_editor() as editor:
+            editor.delete_model(Gadget)
+    finally:
+        move(original)
+
+
+def gadgets_in(table: str) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT label, count FROM {connection.ops.quote_name(table)} ORDER BY label")
+        return list(cursor.fetchall())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_whose_table_changes_is_written_to_its_new_table() -> None:
+    def every_write(label: str) -> None:
+        gadget = Gadget.objects.create(label=label)  # INSERT
+        gadget.count = 1
+        gadget.save()  # UPDATE
+        gadget.count = 2
+        gadget.save(update_fields=["count"])
+        Gadget.objects.update_if_newer(gadget.pk, version=next_version(), count=3)
+        Gadget.objects.bulk_update_if_newer([(gadget.pk, next_version(), {"count": 4})])
+        Gadget.objects.create(label=f"{label} doomed").delete()
+
+    every_write("first")  # every statement built and cached for the first table
+    assert gadgets_in("testapp_gadget") == [("first", 4)]
+    with moved_gadget_table():
+        every_write("second")
+        assert gadgets_in("testapp_gadget_moved") == [("second", 4)]
+    assert gadgets_in("testapp_gadget") == [("first", 4)]
+
+
+# --- 24.4, 24.5: the statements Django runs, and its transaction semantics --------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+class TestStatements:
+    """Outside a transaction, a save runs what Django's runs, or less; the check rides in it."""
+
+    def run(self, operation: Any) -> list[str]:
+        """The statements ``operation`` runs, by their first word."""
+        with CaptureQueriesContext(connection) as queries:
+            operation()
+        return verbs(queries)
+
+    def test_a_deferred_save_reads_nothing_back(self, postgres_only: None) -> None:
+        profile = Profile.objects.create(name="a")
+        partial = Profile.objects.only("name", "lock_version").get(pk=profile.pk)
+        partial.name = "b"
+        assert self.run(partial.save) == ["WITH"]
+        assert "field_versions" not in partial.get_deferred_fields()  # the statement returned it
+        assert partial.field_versions == Profile.objects.get(pk=profile.pk).field_versions
+
+    def test_a_new_instance_with_a_key_of_its_own(self, postgres_only: None) -> None:
+        assert self.run(Specimen(pk=10**9, text="a").save) == ["WITH"]
+        assert self.run(lambda: models.Model.save(PlainSpecimen(pk=10**9, text="a"))) == ["UPDATE", "INSERT"]
+
+    def test_a_key_from_the_database_default(self, postgres_only: None) -> None:
+        with CaptureQueriesContext(connection) as queries:
+            stamp = Stamp.objects.create(note="a")
+        assert verbs(queries) == ["WITH"]
+        row = Stamp.objects.get(pk=stamp.pk)
+        assert row.note == "a" and stamp.lock_version == row.lock_version > 0
+        assert row.field_versions == {BASE_VERSION_KEY: row.lock_version}
+
+    def test_a_save_in_a_transaction_takes_no_savepoint(self, postgres_only: None) -> None:
+        profile = Profile.objects.create(name="a")
+        with transaction.atomic():
+            profile.name = "b"
+            assert self.run(profile.save) == ["WITH"]
+            stale = Profile.objects.get(pk=profile.pk)
+            profile.save()
+            stale.name = "c"
+            with CaptureQueriesContext(connection) as queries, pytest.raises(StaleObjectError):
+                stale.save()
+            assert verbs(queries) == ["WITH", "SELECT"]  # the check, then: changed, or deleted?
+            assert Profile.objects.get(pk=profile.pk).name == "b"  # the transaction is usable
+        assert Profile.objects.get(pk=profile.pk).name == "b"
+
+    def test_a_delete_with_cascades_runs_what_django_runs(self, postgres_only: None) -> None:
+        ours, djangos = (Document.objects.create(title=title) for title in ("ours", "django's"))
+        for document in (ours, djangos):
+            Chapter.objects.create(document=document, title="c")
+        ran = self.run(ours.delete)
+        assert ran == self.run(lambda: models.Model.delete(djangos))
+        assert ran.count("DELETE") == 2 and "SAVEPOINT" not in ran  # the chapters', the document's
+
+    def test_a_delete_watched_by_a_receiver_locks_the_row_first(self, receiver: Any, postgres_only: None) -> None:
+        """A documented difference (Limits): one UPDATE more, so that no receiver runs for a refused delete."""
+        receiver(post_delete, Chapter, lambda **kwargs: None)
+        ours, djangos = (Document.objects.create(title=title) for title in ("ours", "django's"))
+        for document in (ours, djangos):
+            Chapter.objects.create(document=document, title="c")
+        ran, django = self.run(ours.delete), self.run(lambda: models.Model.delete(djangos))
+        assert ran[ran.index("BEGIN") + 1] == "UPDATE"
+        ran.remove("UPDATE")
+        assert ran == django
+
+    def test_a_delete_with_cascades_in_a_transaction_locks_the_row_first(self, postgres_only: None) -> None:
+        """A documented difference (Limits): one UPDATE more instead of a savepoint's two statements."""
+        ours, djangos = (Document.objects.create(title=title) for title in ("ours", "django's"))
+        for document in (ours, djangos):
+            Chapter.objects.create(document=document, title="c")
+        with transaction.atomic():
+            ran, django = self.run(ours.delete), self.run(lambda: models.Model.delete(djangos))
+        assert ran[0] == "UPDATE" and ran[1:] == django and "SAVEPOINT" not in django
+
+    def test_update_fields_of_a_childs_own_fields_writes_the_parents_row(self, postgres_only: None) -> None:
+        """A documented difference (Limits): the versions and the check are in the parent's row."""
+        ours, djangos = Restaurant.objects.create(name="a"), Restaurant.objects.create(name="b")
+        ours.seats = djangos.seats = 5
+        assert self.run(lambda: ours.save(update_fields=["seats"])) == ["BEGIN", "WITH", "UPDATE", "COMMIT"]
+        assert self.run(lambda: models.Model.save(djangos, update_fields=["seats"])) == ["BEGIN", "UPDATE", "COMMIT"]
+        assert Restaurant.objects.get(pk=ours.pk).field_version("seats") == ours.lock_version
+
+    def test_a_row_with_cascades_deleted_already_is_no_error(self) -> None:
+        document = Document.objects.create(title="d")
+        Chapter.objects.create(document=document, title="c")
+        Document.objects.filter(pk=document.pk).delete()
+        assert document.delete() == (0, {})
+
+    def test_a_child_of_a_plain_parent_is_locked_first(self) -> None:
+        truck = Truck.objects.create(load=1)
+        stale = Truck.objects.get(pk=truck.pk)
+        truck.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert truck.delete() == (2, {"testapp.Truck": 1, "testapp.Vehicle": 1})
+
+    def test_a_child_deleted_without_its_parent_is_locked_first(self) -> None:
+        restaurant = Restaurant.objects.create(name="a")
+        stale = Restaurant.objects.get(pk=restaurant.pk)
+        restaurant.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete(keep_parents=True)
+        pk = restaurant.pk
+        assert restaurant.delete(keep_parents=True) == (1, {"testapp.Restaurant": 1})
+        assert Place.objects.filter(pk=pk).exists() and not Restaurant.objects.filter(pk=pk).exists()
+
+    def test_a_stale_delete_of_a_child_deletes_nothing(self) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        stale = Restaurant.objects.get(pk=restaurant.pk)
+        restaurant.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()  # its own row was deleted first, in the transaction the refusal rolls back
+        assert Restaurant.objects.get(pk=restaurant.pk).seats == 1 and stale.pk == restaurant.pk
+
+    def stale_document(self) -> tuple[Document, Document]:
+        """A document with a chapter, and an instance of it loaded before its last save."""
+        current = Document.objects.create(title="d")
+        Chapter.objects.create(document=current, title="c")
+        stale = Document.objects.get(pk=current.pk)
+        current.save()
+        return current, stale
+
+    def test_a_stale_delete_with_cascades_deletes_nothing(self) -> None:
+        current, stale = self.stale_document()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert Chapter.objects.filter(document=current).count() == 1 and stale.pk == current.pk
+
+    def test_a_delete_of_a_child_runs_what_django_runs(self, postgres_only: None) -> None:
+        ours, djangos = Restaurant.objects.create(name="a"), Restaurant.objects.create(name="b")
+        assert self.run(ours.delete) == self.run(lambda: models.Model.delete(djangos))
+
+    def test_a_delete_with_receivers_checks_before_any_receiver_runs(self, receiver: Any) -> None:
+        seen: list[Any] = []
+        receiver(post_delete, Chapter, lambda instance, **kwargs: seen.append(instance.pk))
+        current, stale = self.stale_document()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert seen == [] and Chapter.objects.filter(document=current).count() == 1
+        assert current.delete() == (2, {"testapp.Chapter": 1, "testapp.Document": 1})
+        assert len(seen) == 1
+
+    def test_an_integrity_error_breaks_the_transaction_as_in_django(self) -> None:
+        """Django's test_atomic_prevents_queries_in_broken_transaction, on a model with the mixin."""
+        first = Profile.objects.create(name="Archibald")
+        with transaction.atomic():
+            second = Profile(pk=first.pk, name="Cuthbert")
+            with pytest.raises(IntegrityError):
+                second.save(force_insert=True)
+            with pytest.raises(transaction.TransactionManagementError) as raised:
+                second.save(force_update=True)
+            assert isinstance(raised.value.__cause__, IntegrityError)
+        assert Profile.objects.get(pk=first.pk).name == "Archibald"
+
+    def test_a_stale_save_of_a_child_leaves_the_transaction_usable(self) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        stale = Restaurant.objects.get(pk=restaurant.pk)
+        restaurant.save()
+        with transaction.atomic():
+            stale.seats = 9
+            with pytest.raises(StaleObjectError):
+                stale.save()
+            Profile.objects.create(name="after")
+        assert Restaurant.objects.get(pk=restaurant.pk).seats == 1
+        assert Profile.objects.filter(name="after").exists()
+
+    def test_a_stale_save_after_a_plain_parents_table_undoes_that_write(self) -> None:
+        truck = Truck.objects.create(wheels=6, load=1)
+        stale = Truck.objects.get(pk=truck.pk)
+        truck.save()
+        with transaction.atomic():
+            stale.wheels, stale.load = 8, 2
+            with pytest.raises(StaleObjectError):
+                stale.save()  # the vehicle table was written first: its savepoint undoes that
+            Profile.objects.create(name="after")
+        row = Truck.objects.get(pk=truck.pk)
+        assert (row.wheels, row.load) == (6, 1)
+        assert Profile.objects.filter(name="after").exists()
