@@ -141,7 +141,6 @@ class ModelInstanceCreationTests(OutsideTransaction):
         with self.assertNumQueries(1):
             PrimaryKeyWithDefault(uuid=obj.pk).save(force_update=True)
 
-    @issue_24(4, "a db_default primary key takes its version in a separate SELECT nextval before the INSERT")
     def test_save_primary_with_db_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_db_default"""
         # An UPDATE attempt is skipped when a primary key has db_default.
@@ -161,7 +160,6 @@ class ModelInstanceCreationTests(OutsideTransaction):
         with self.assertNumQueries(1):
             PrimaryKeyWithFalseyDefault().save()
 
-    @issue_24(4, "a db_default primary key takes its version in a separate SELECT nextval before the INSERT")
     def test_save_primary_with_falsey_db_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_falsey_db_default"""
         with self.assertNumQueries(1):

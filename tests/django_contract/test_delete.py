@@ -381,7 +381,6 @@ class DeletionTests(OutsideTransaction):
         self.assertFalse(not MRNull.objects.exists())
         self.assertFalse(m.m2m_through_null.exists())
 
-    @issue_24(4, CASCADE_LOCK)
     def test_bulk(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_bulk"""
         s = S.objects.create(r=R.objects.create())
@@ -520,7 +519,6 @@ class DeletionTests(OutsideTransaction):
         r.delete()
         self.assertEqual(HiddenUserProfile.objects.count(), 0)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_large_delete_related(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_large_delete_related"""
         test_size = 2000
@@ -592,7 +590,6 @@ class DeletionTests(OutsideTransaction):
         for k, v in existed_objs.items():
             self.assertEqual(deleted_objs[k], v)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_proxied_model_duplicate_queries(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_proxied_model_duplicate_queries"""
         # #25685 - Deleting instances of a model with existing proxy classes should not issue multiple
@@ -602,7 +599,6 @@ class DeletionTests(OutsideTransaction):
         with self.assertNumQueries(2):
             avatar.delete()
 
-    @issue_24(4, CASCADE_LOCK)
     def test_only_referenced_fields_selected(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_only_referenced_fields_selected"""
         # Only referenced fields are selected during cascade deletion SELECT unless deletion signals
@@ -639,7 +635,6 @@ class DeletionTests(OutsideTransaction):
 
 
 class FastDeleteTests(OutsideTransaction):
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_fk(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_fk"""
         u = User.objects.create(avatar=Avatar.objects.create())
@@ -649,7 +644,6 @@ class FastDeleteTests(OutsideTransaction):
         self.assertFalse(User.objects.exists())
         self.assertFalse(Avatar.objects.exists())
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_m2m(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_m2m"""
         t = M2MTo.objects.create()
@@ -658,7 +652,6 @@ class FastDeleteTests(OutsideTransaction):
         # 1 to delete f, 1 to fast-delete m2m for f
         self.assertNumQueries(2, f.delete)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_revm2m(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_revm2m"""
         t = M2MTo.objects.create()
@@ -676,7 +669,6 @@ class FastDeleteTests(OutsideTransaction):
         u.delete()
         self.assertIsNone(u.pk)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_inheritance(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_inheritance"""
         c = DelChild.objects.create()
@@ -696,7 +688,6 @@ class FastDeleteTests(OutsideTransaction):
         self.assertFalse(DelParent.objects.exists())
         self.assertFalse(DelChild.objects.exists())
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_large_batch(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_large_batch"""
         User.objects.bulk_create(User() for _ in range(2000))
@@ -710,7 +701,6 @@ class FastDeleteTests(OutsideTransaction):
         self.assertNumQueries(2, a.delete)
         self.assertEqual(User.objects.count(), 0)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_combined_relationships(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_combined_relationships"""
         # The cascading fast-delete of SecondReferrer should be combined in a single DELETE WHERE

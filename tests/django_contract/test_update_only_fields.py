@@ -1,7 +1,6 @@
 """Django's ``tests/update_only_fields/tests.py`` on models with ``LockVersionMixin``.
 
-Run outside a transaction (TransactionTestCase), where Django counts its statements: a save inside
-``atomic()`` runs in a savepoint of its own (issue 24.5), which the counts would include.
+Run outside a transaction where Django counts statements (see :class:`.support.OutsideTransaction`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from django.db.models.signals import post_save, pre_save
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 
 from .models import Account, Employee, Person, Profile, ProxyEmployee
-from .support import OutsideTransaction, difference, issue_24, not_in_issue_24, on_sqlite_version_source
+from .support import OutsideTransaction, difference, issue_24, on_sqlite_version_source
 
 DJANGO_6 = django.VERSION >= (6, 0)
 REFUSED = "was loaded without lock_version (.only()/.defer()), so its save cannot be checked"
@@ -59,7 +58,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(s2.gender, "M")
 
     @difference
-    @issue_24(4, "a save of an instance loaded with .only() first reads field_versions back (2 statements, Django 1)")
     def test_update_fields_only_1(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_only_1
 
@@ -78,7 +76,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(s2.gender, "M")
 
     @difference
-    @issue_24(4, "a save of an instance loaded with .only() first reads field_versions back (3 statements, Django 2)")
     def test_update_fields_only_2(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_only_2
 
@@ -97,7 +94,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(s2.gender, "F")
 
     @difference
-    @issue_24(4, "a save of an instance loaded with .only() first reads field_versions back (2 statements, Django 1)")
     def test_update_fields_only_repeated(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_only_repeated
 
@@ -116,7 +112,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
             s1.save()
 
     @difference
-    @issue_24(4, "a save of an instance loaded with .only() first reads field_versions back (2 statements, Django 1)")
     def test_update_fields_inheritance_defer(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_inheritance_defer
 
@@ -153,7 +148,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(Employee.objects.get(pk=e1.pk).profile, profile_boss)
 
     @difference
-    @issue_24(4, "a save of an instance loaded with .only() first reads field_versions back")
     def test_select_related_only_interaction(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_select_related_only_interaction
 
@@ -234,7 +228,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(e3.name, "Ian")
         self.assertEqual(e3.profile, profile_receptionist)
 
-    @issue_24(1, "pre_save/post_save receive update_fields with lock_version and field_versions added")
     def test_update_fields_signals(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_signals"""
         p = Person.objects.create(name="Sara", gender="F")
@@ -260,7 +253,6 @@ class UpdateOnlyFieldsTests(OutsideTransaction):
         self.assertEqual(len(post_save_data[0]), 1)
         self.assertIn("name", post_save_data[0])
 
-    @not_in_issue_24("update_fields naming a field the model lacks raises FieldDoesNotExist, not Django's ValueError")
     def test_update_fields_incorrect_params(self) -> None:
         """Django: tests/update_only_fields/tests.py::UpdateOnlyFieldsTests::test_update_fields_incorrect_params"""
         s = Person.objects.create(name="Sara", gender="F")
