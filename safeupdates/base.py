@@ -47,6 +47,13 @@ from safeupdates.versions import next_version
 __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SafeUpdateModel", "SyncedAtMixin"]
 
 
+#: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
+#: Field objects, and the mixins' were created before any model's own: without this, positional arguments
+#: (``Article(None, "headline")``) would fill ``lock_version`` first, and ``values_list()`` and serializers
+#: would show the versions first. Above any counter a process reaches, so that they come last.
+_AFTER_OWN_FIELDS = 2**48
+
+
 @dataclass(slots=True)
 class _Save:
     """What a running ``save()`` tells ``_do_update`` and ``_do_insert``, and what they tell it back."""
@@ -81,6 +88,7 @@ class LockVersionMixin(models.Model):
 
     lock_version = models.BigIntegerField(_("lock version"), default=0, editable=False)
     field_versions = models.JSONField(_("field versions"), default=dict, editable=False)
+    lock_version.creation_counter, field_versions.creation_counter = _AFTER_OWN_FIELDS, _AFTER_OWN_FIELDS + 1
 
     # Marks the models that hold versions, for code the mixin imports (safeupdates.meta.holds_versions).
     _safeupdates_versioned: ClassVar[bool] = True
@@ -625,6 +633,7 @@ class SyncedAtMixin(models.Model):
     """Adds ``last_synced_at``: the newest client timestamp applied in timestamp mode."""
 
     last_synced_at = models.DateTimeField(_("last synced at"), null=True, blank=True, editable=False)
+    last_synced_at.creation_counter = _AFTER_OWN_FIELDS + 2
 
     class Meta:
         abstract = True

@@ -28,13 +28,9 @@ from .models import (
     PrimaryKeyWithFalseyDefault,
     SelfRef,
 )
-from .support import EmptiedAfter, OutsideTransaction, difference, issue_24, not_in_issue_24, on_sqlite_version_source
+from .support import EmptiedAfter, OutsideTransaction, difference, issue_24, on_sqlite_version_source
 
 DJANGO_6 = django.VERSION >= (6, 0)
-POSITIONAL = (
-    "the mixin's fields come first in the model's fields (an abstract base's), so positional arguments "
-    "fill lock_version and field_versions instead of the model's own fields"
-)
 
 
 @override_settings(USE_TZ=False)
@@ -49,7 +45,6 @@ class ModelInstanceCreationTests(OutsideTransaction):
         self.assertIsNotNone(a.id)
         self.assertEqual(Article.objects.count(), 1)
 
-    @not_in_issue_24(POSITIONAL)
     def test_can_initialize_model_instance_using_positional_arguments(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_can_initialize_model_instance_using_positional_arguments"""  # noqa: E501
         a = Article(None, "Second article", datetime(2005, 7, 29))
@@ -57,7 +52,6 @@ class ModelInstanceCreationTests(OutsideTransaction):
         self.assertEqual(a.headline, "Second article")
         self.assertEqual(a.pub_date, datetime(2005, 7, 29, 0, 0))
 
-    @not_in_issue_24(POSITIONAL)
     def test_can_mix_and_match_position_and_kwargs(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_can_mix_and_match_position_and_kwargs"""
         # You can also mix and match position and keyword arguments, but be sure not to duplicate field
