@@ -34,6 +34,7 @@ from safeupdates.meta import concrete_field, versions_model
 from safeupdates.statements import (
     BASE_VERSION_KEY,
     SAVE_VERSION_CTE,
+    ChildTable,
     SaveTable,
     checked_delete,
     checked_save,
@@ -65,6 +66,9 @@ class _Save:
     from_row: bool  # expected came from the row itself (loaded, or a loaded parent): a gone row is stale
     in_transaction: bool  # the caller's transaction was open when the save began
     insert_unless_exists: bool = False  # _do_update took no UPDATE: the INSERT must not write over a row
+    # The check of the versions row (its queryset and key), put off to the UPDATE of a later table:
+    # update_fields names no field of the versions table.
+    pending: tuple[models.QuerySet[Any], Any] | None = None
     written: bool = False  # the versions table was written
     committed: bool = False  # ... and committed
     refusal: BaseException | None = None  # the error the check raised (nothing written before it)
@@ -121,8 +125,11 @@ class LockVersionMixin(models.Model):
                 return super().save(*args, **kwargs)  # Django's own contract: it saves nothing
             names = self._names_of(update_fields)
         elif deferred and not kwargs.get("force_insert") and using == self._state.db and self.pk is not None:
-            # Model.save() writes only the loaded fields of a deferred instance: only those are marked.
-            names = self._names_of(f.attname for f in self._meta.concrete_fields if f.attname not in deferred)
+            # Model.save() writes only the loaded fields of a deferred instance (keys and parent links
+            # aside): only those are marked.
+            names = self._names_of(
+                f.attname for f in self._meta.concrete_fields if f.attname not in deferred and not f.primary_key
+            )
         else:
             names = _written_by_name(type(self))
         connection = connections[using]
@@ -282,23 +289,43 @@ class LockVersionMixin(models.Model):
         # ``returning``: Django 6.0 added ``returning_fields`` and returns rows instead of a bool; it is
         # passed through untouched, so the same override serves 5.2 and 6.x.
         save = self._safeupdates_save
-        if save is None or base_qs.model is not versions_model(type(self)):
-            # Not called from save() (fixture loading, save_base(raw=True), is not checked), or the
-            # child table of multi-table inheritance: the parent's table, saved first, was checked.
+        if save is None:
+            # Not called from save(): fixture loading (save_base(raw=True)) is not checked.
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
-        not_updated: list[Any] | bool = [] if UPDATE_RETURNS_ROWS else False
+        if base_qs.model is not versions_model(type(self)):
+            if save.pending is None:
+                # The child table of multi-table inheritance: the parent's table, saved first, was checked.
+                return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+            return self._update_child(base_qs, using, pk_val, values, update_fields, forced_update, returning, save)
         if save.blind:
             # Nothing to check an UPDATE against: insert, never over an existing row (_do_insert). An
             # UPDATE that Django must run (force_update, update_fields) would write over one: refused.
             if forced_update and base_qs.filter(pk=pk_val).exists():
                 raise self._refuse(save, self._never_loaded(pk_val))
             save.insert_unless_exists = True
-            return not_updated
-        connection = connections[using or DEFAULT_DB_ALIAS]
-        model = base_qs.model
+            return _NOT_UPDATED
+        written = _without_versions(base_qs.model, values)
+        if not written and update_fields is not None and base_qs.model is not self._meta.concrete_model:
+            # update_fields names no field of this table, and Django runs no UPDATE here: the check and
+            # the versions ride in the UPDATE of the first later table it names (_update_child).
+            save.pending = (base_qs, pk_val)
+            return _UPDATED
         # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
         asked: list[Any] = list(returning[0]) if returning and returning[0] else []
-        written = _without_versions(model, values)
+        return self._update_versions_row(connections[using or DEFAULT_DB_ALIAS], base_qs, pk_val, written, asked, save)
+
+    def _update_versions_row(
+        self,
+        connection: BaseDatabaseWrapper,
+        base_qs: models.QuerySet[Any],
+        pk_val: Any,
+        written: list[tuple[Any, Any, Any]],
+        asked: list[Any],
+        save: _Save,
+    ) -> Any:
+        """The checked UPDATE of the row that holds the versions, writing ``written`` too; what Django's
+        ``_do_update`` returns."""
+        model = base_qs.model
         bound = None
         if not asked and not base_qs.query.has_filters():
             bound = bound_values(connection, written)
@@ -306,11 +333,61 @@ class LockVersionMixin(models.Model):
             updated = self._checked_update(connection, model, pk_val, written, bound, save)
         else:
             updated = self._compiled_update(connection, base_qs.filter(pk=pk_val), written, asked, save)
-        if updated is not None:
-            returned: list[Any]
-            *returned, lock_version, versions = updated
-            self._wrote(connection, save, lock_version, versions)
-            return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
+        if updated is None:
+            return self._not_matched(base_qs, pk_val, save)
+        returned: list[Any]
+        *returned, lock_version, versions = updated
+        self._wrote(connection, save, lock_version, versions)
+        return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
+
+    def _update_child(
+        self,
+        base_qs: models.QuerySet[Any],
+        using: str | None,
+        pk_val: Any,
+        values: Any,
+        update_fields: Iterable[str] | None,
+        forced_update: bool,
+        returning: tuple[Any, ...],
+        save: _Save,
+    ) -> Any:
+        """The UPDATE of a multi-table child's table in a save whose parent's check is pending: Django's
+        with the check before it, or, on PostgreSQL, one statement that checks and writes both rows."""
+        if not values and base_qs.model is not self._meta.concrete_model:
+            # Nothing to write here either: Django runs nothing, and the check waits for a later table.
+            return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+        assert save.pending is not None
+        versions_qs, versions_pk = save.pending
+        save.pending = None
+        connection = connections[using or DEFAULT_DB_ALIAS]
+        asked = returning[0] if returning else None  # Django 6.0+: fields to return
+        bound = None
+        if values and connection.vendor == "postgresql" and not asked and not base_qs.query.has_filters():
+            bound = bound_values(connection, values)
+        if bound is None:
+            # No values, or some that need the compiler (or SQLite): the parent's checked UPDATE first.
+            self._update_versions_row(connection, versions_qs, versions_pk, [], [], save)
+            return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+        model = versions_qs.model
+        statement = checked_save(
+            SaveTable.of(model, connection.vendor),
+            tuple(field.column for field, _model, _value in values),
+            save.names,
+            ChildTable.of(base_qs.model),
+        )
+        pk = model._meta.pk.get_db_prep_value(versions_pk, connection)  # type: ignore[union-attr]
+        with statement_cursor(connection) as cursor:
+            cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
+            row = cursor.fetchone()
+        if row is None:
+            return self._not_matched(versions_qs, versions_pk, save)
+        lock_version, versions, child_rows = row
+        self._wrote(connection, save, lock_version, from_db(connection, _version_fields(model)[1], versions))
+        return _UPDATED if child_rows else _NOT_UPDATED  # no child row: Django's own error follows
+
+    def _not_matched(self, base_qs: models.QuerySet[Any], pk_val: Any, save: _Save) -> Any:
+        """What a checked UPDATE that matched no row means: raise StaleObjectError if the row moved on or
+        was deleted since it was loaded; Django's "not updated" for a new instance (then it inserts)."""
         if base_qs.filter(pk=pk_val).exists():
             raise self._refuse(
                 save,
@@ -330,7 +407,7 @@ class LockVersionMixin(models.Model):
                 ),
             )
         # A new instance with a lock_version of its own and no row: Django's INSERT (_do_insert).
-        return not_updated
+        return _NOT_UPDATED
 
     def _do_insert(
         self, manager: models.Manager[Any], using: str, fields: Any, returning_fields: Any, raw: bool
@@ -549,6 +626,10 @@ class LockVersionMixin(models.Model):
 
 
 _DEFERRED = object()
+#: What Django's ``_do_update`` returns for a row updated (nothing asked back) or not matched: on 6.0+
+#: the rows (immutable here, as they are shared), on 5.2 a bool.
+_UPDATED: Any = ((),) if UPDATE_RETURNS_ROWS else True
+_NOT_UPDATED: Any = () if UPDATE_RETURNS_ROWS else False
 
 
 def _version_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], models.Field[Any, Any]]:
