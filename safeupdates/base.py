@@ -8,6 +8,7 @@ client timestamp of timestamp mode; ``SafeUpdateModel`` both, with :class:`SafeU
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -525,9 +526,9 @@ class LockVersionMixin(models.Model):
             return self._checked_delete(connection, expected)
         collector.collect([self], keep_parents=keep_parents)
         if not connection.in_atomic_block:
-            key = _deleted_last(collector, versions_model(type(self)))
+            key = _deleted_before_any_receiver(collector, versions_model(type(self)))
             if key is not None:
-                return self._delete_checked_last(connection, collector, key, self.pk, expected)
+                return self._delete_checked_in_place(connection, collector, key, self.pk, expected)
         return self._delete_locked_first(connection, collector, expected)
 
     delete.alters_data = True  # type: ignore[attr-defined]
@@ -550,7 +551,7 @@ class LockVersionMixin(models.Model):
         setattr(self, self._meta.pk.attname, None)  # type: ignore[union-attr]
         return count, {self._meta.label: count}
 
-    def _delete_checked_last(
+    def _delete_checked_in_place(
         self,
         connection: BaseDatabaseWrapper,
         collector: Collector,
@@ -558,39 +559,52 @@ class LockVersionMixin(models.Model):
         pk: Any,
         expected: list[int],
     ) -> tuple[int, dict[str, int]]:
-        """Delete as ``Collector.delete()`` does, the row itself last, by the checked DELETE.
+        """Delete as ``Collector.delete()`` does, the row itself by the checked DELETE, where Django
+        deletes it: after the fast deletes, the field updates and the models sorted before it, before
+        the models sorted after it.
 
         The check rides in the statement Django runs anyway. A stale row raises inside the transaction
-        that holds the collector's deletes (the outermost: this runs in autocommit), which rolls them
-        back; no receiver watches the deleted models (else :meth:`_delete_locked_first`).
+        that holds the collector's deletes (the outermost: this runs in autocommit), which rolls back
+        what was deleted before it; no receiver has run by then (else :meth:`_delete_locked_first`).
         """
-        mine = [obj for obj in collector.data[key] if obj.pk == pk]
-        others = [obj for obj in collector.data[key] if obj.pk != pk]
+        data = collector.data
+        keys = list(data)
+        position = keys.index(key)
+        mine = [obj for obj in data[key] if obj.pk == pk]
+        others = [obj for obj in data[key] if obj.pk != pk]
         # Collector.delete() clears the keys of the instances it deleted: given back if the delete is refused.
-        keys = [
+        cleared = [
             (obj, model._meta.pk.attname, getattr(obj, model._meta.pk.attname))  # type: ignore[union-attr]
-            for model, objs in collector.data.items()
+            for model, objs in data.items()
             for obj in objs
         ]
+        before = {model: data[model] for model in keys[:position]}
+        if others:
+            before[key] = set(others)  # the other rows of its model (a cascade to itself) go first
+        after = {model: data[model] for model in keys[position + 1 :]}
+        count, counts = 0, Counter[str]()
         try:
             with transaction.atomic(using=connection.alias, savepoint=False):
-                if others:
-                    collector.data[key] = set(others)
-                else:
-                    del collector.data[key]
-                count, counts = collector.delete()
+                if before or collector.fast_deletes or collector.field_updates:
+                    collector.data = before
+                    done, done_counts = collector.delete()
+                    count, counts = count + done, counts + Counter(done_counts)
                 deleted = self._run_checked_delete(connection, pk, expected)
                 if not deleted and self._row_exists(connection, pk):
                     raise self._stale_delete(pk)
+                if after:
+                    collector.data, collector.fast_deletes, collector.field_updates = after, [], defaultdict(list)
+                    done, done_counts = collector.delete()
+                    count, counts = count + done, counts + Counter(done_counts)
         except StaleObjectError:
-            for obj, attname, value in keys:
+            for obj, attname, value in cleared:
                 setattr(obj, attname, value)
             raise
         for obj in mine:
             setattr(obj, key._meta.pk.attname, None)  # type: ignore[union-attr]
         if deleted:
-            counts[key._meta.label] = counts.get(key._meta.label, 0) + deleted
-        return count + deleted, counts
+            counts[key._meta.label] += deleted
+        return count + deleted, dict(counts)
 
     def _delete_locked_first(
         self, connection: BaseDatabaseWrapper, collector: Collector, expected: list[int]
@@ -694,20 +708,23 @@ def _written_before_versions(model: type[models.Model]) -> bool:
     return first is not versions_model(model)
 
 
-def _deleted_last(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
-    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if its rows
-    are the last the collector deletes and no signal receiver watches any deleted model; else None."""
+def _deleted_before_any_receiver(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
+    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if no signal
+    receiver runs before ``Collector.delete()`` deletes them: no ``pre_delete`` receiver of any deleted
+    model, no ``post_delete`` receiver of the models it deletes first nor of ``model``; else None."""
     if model._meta.parents:
         return None  # its parents' tables are deleted after it
     collector.sort()
     keys = list(collector.data)
-    if not keys or keys[-1]._meta.concrete_model is not model:
+    mine = [index for index, key in enumerate(keys) if key._meta.concrete_model is model]
+    if len(mine) != 1:
+        return None  # not deleted (keep_parents), or deleted under two keys (a proxy)
+    position = mine[0]
+    if any(pre_delete.has_listeners(key) for key in keys):
         return None
-    if any(key._meta.concrete_model is model for key in keys[:-1]):
+    if any(post_delete.has_listeners(key) for key in keys[: position + 1]):
         return None
-    if any(pre_delete.has_listeners(key) or post_delete.has_listeners(key) for key in keys):
-        return None
-    return keys[-1]
+    return keys[position]
 
 
 class SyncedAtMixin(models.Model):

@@ -19,7 +19,7 @@ import pytest
 from django.db import DatabaseError, IntegrityError, connection, connections, models, transaction
 from django.db.models import Value
 from django.db.models.functions import Lower
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -27,7 +27,7 @@ from safeupdates.exceptions import NeverLoadedError, StaleObjectError
 from safeupdates.jobs import apply_update, enqueue_update
 from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest
 from safeupdates.versions import next_version
-from tests.django_contract.models import ItalianRestaurant
+from tests.django_contract.models import Avatar, ItalianRestaurant, User
 from tests.htmlforms import form_data
 from tests.testapp.models import (
     Bakery,
@@ -575,9 +575,40 @@ class TestStatements:
         assert ran == self.run(lambda: models.Model.delete(djangos))
         assert ran.count("DELETE") == 2 and "SAVEPOINT" not in ran  # the chapters', the document's
 
-    def test_a_delete_watched_by_a_receiver_locks_the_row_first(self, receiver: Any, postgres_only: None) -> None:
-        """A documented difference (Limits): one UPDATE more, so that no receiver runs for a refused delete."""
-        receiver(post_delete, Chapter, lambda **kwargs: None)
+    def test_a_delete_whose_receivers_watch_what_goes_after_the_row_runs_what_django_runs(
+        self, receiver: Any, postgres_only: None
+    ) -> None:
+        """Users (a nullable foreign key: no order needed) are deleted after their avatar: the check rides
+        in the avatar's DELETE, before any receiver runs. Django's test_can_defer_constraint_checks."""
+        receiver(post_delete, User, lambda **kwargs: None)
+        ours, djangos = (Avatar.objects.create(desc=desc) for desc in ("ours", "django's"))
+        for avatar in (ours, djangos):
+            User.objects.create(avatar=avatar)
+        ran = self.run(ours.delete)
+        assert (
+            ran == self.run(lambda: models.Model.delete(djangos)) == ["SELECT", "BEGIN", "DELETE", "DELETE", "COMMIT"]
+        )
+
+    def test_a_stale_delete_refused_before_the_receivers_of_what_goes_after_it(self, receiver: Any) -> None:
+        seen: list[Any] = []
+        receiver(post_delete, User, lambda instance, **kwargs: seen.append(instance.pk))
+        current = Avatar.objects.create(desc="a")
+        user = User.objects.create(avatar=current)
+        stale = Avatar.objects.get(pk=current.pk)
+        current.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert seen == [] and User.objects.filter(pk=user.pk).exists() and stale.pk == current.pk
+        assert current.delete() == (2, {"django_contract.Avatar": 1, "django_contract.User": 1})
+        assert seen == [user.pk]
+
+    @pytest.mark.parametrize("signal", [pre_delete, post_delete])
+    def test_a_delete_watched_by_a_receiver_that_runs_before_the_row_is_deleted_locks_it_first(
+        self, receiver: Any, signal: Any, postgres_only: None
+    ) -> None:
+        """A documented difference (Limits): one UPDATE more, so that no receiver runs for a refused delete.
+        A pre_delete receiver runs before any DELETE; the chapters are deleted before their document."""
+        receiver(signal, Chapter, lambda **kwargs: None)
         ours, djangos = (Document.objects.create(title=title) for title in ("ours", "django's"))
         for document in (ours, djangos):
             Chapter.objects.create(document=document, title="c")

@@ -45,6 +45,15 @@ def takes_a_version(sql: str) -> bool:
     return sql.startswith("UPDATE ") and connection.ops.quote_name(VersionCounter._meta.db_table) in sql
 
 
+def stale_delete(model: type[Model], pk: Any, lock_version: int) -> str:
+    """The message of the StaleObjectError that refuses the delete of an instance of ``model`` loaded at
+    ``lock_version`` whose row moved on since."""
+    return (
+        f"{model._meta.label} pk={pk!r} was changed after it was loaded (lock_version {lock_version}); reload it "
+        "and decide again before deleting it."
+    )
+
+
 def never_loaded(model: type[Model], pk: Any) -> str:
     """The message of the NeverLoadedError that refuses a new instance of ``model`` whose key ``pk``
     names a row it never loaded."""

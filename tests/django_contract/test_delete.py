@@ -56,9 +56,7 @@ from .models import (
     create_a,
     get_default_r,
 )
-from .support import OutsideTransaction, difference, issue_24
-
-CASCADE_LOCK = "a delete with cascades, receivers or child tables runs a locking UPDATE before the collector"
+from .support import OutsideTransaction, difference, stale_delete
 
 
 class OnDeleteTests(OutsideTransaction):
@@ -416,9 +414,13 @@ class DeletionTests(OutsideTransaction):
             for a in A.objects.filter(id__in=pk_list):
                 self.assertIsNone(a.setnull)
 
-    @issue_24(2, "a multi-table child created for an existing parent (RChild(r_ptr=r)) raises StaleObjectError")
+    @difference
     def test_deletion_order(self) -> None:
-        """Django: tests/delete/tests.py::DeletionTests::test_deletion_order"""
+        """Django: tests/delete/tests.py::DeletionTests::test_deletion_order
+
+        Difference: creating the child RChild(r_ptr=r) writes r's row (checked against r's version), so
+        r, loaded before that write, is stale: its delete is refused before any receiver runs. Reloaded,
+        it deletes in Django's order."""
         pre_delete_order = []
         post_delete_order = []
 
@@ -439,6 +441,10 @@ class DeletionTests(OutsideTransaction):
         t2 = T.objects.create(s=s2)
         rchild = RChild.objects.create(r_ptr=r)
         r_pk = r.pk
+        with self.assertRaisesMessage(StaleObjectError, stale_delete(R, r_pk, r.lock_version)):
+            r.delete()
+        self.assertEqual((pre_delete_order, post_delete_order), ([], []))
+        r.refresh_from_db()
         r.delete()
         self.assertEqual(
             pre_delete_order,
@@ -470,7 +476,6 @@ class DeletionTests(OutsideTransaction):
         self.assertEqual(deletions[0], s_id)
 
     @skipUnlessDBFeature("can_defer_constraint_checks")
-    @issue_24(4, CASCADE_LOCK)
     def test_can_defer_constraint_checks(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_can_defer_constraint_checks"""
         u = User.objects.create(avatar=Avatar.objects.create())
@@ -491,7 +496,6 @@ class DeletionTests(OutsideTransaction):
         self.assertEqual(len(calls), 1)
 
     @skipIfDBFeature("can_defer_constraint_checks")
-    @issue_24(4, CASCADE_LOCK)
     def test_cannot_defer_constraint_checks(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_cannot_defer_constraint_checks"""
         u = User.objects.create(avatar=Avatar.objects.create())
