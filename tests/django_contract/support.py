@@ -24,12 +24,6 @@ difference = pytest.mark.difference
 T = TypeVar("T")
 
 
-def issue_24(item: int, reason: str) -> pytest.MarkDecorator:
-    """A known difference that issue 24 item ``item`` fixes: fails today, and fails the suite (XPASS
-    strict) the moment the fix lands, so that the test is turned back into Django's."""
-    return pytest.mark.xfail(strict=True, reason=f"issue 24.{item}: {reason}")
-
-
 def _unmarked(test: T) -> T:
     return test
 
