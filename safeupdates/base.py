@@ -32,6 +32,7 @@ from safeupdates.internals import (
 )
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.meta import concrete_field, versions_model
+from safeupdates.signals import stale_save_refused_robust
 from safeupdates.statements import (
     BASE_VERSION_KEY,
     SAVE_VERSION_CTE,
@@ -88,7 +89,8 @@ class LockVersionMixin(models.Model):
     through safeupdates moves it. ``field_versions`` maps field names to the version of their last
     write; ``"*"`` holds the version of the last save that wrote every field of the row. A new
     instance never writes over a row it did not load
-    (:class:`~safeupdates.exceptions.NeverLoadedError`). ``delete()`` is checked the same way.
+    (:class:`~safeupdates.exceptions.NeverLoadedError`). ``delete()`` is checked the same way. Each
+    refusal sends :data:`~safeupdates.signals.stale_save_refused` (surface ``"save"`` or ``"delete"``).
     """
 
     lock_version = models.BigIntegerField(_("lock version"), default=0, editable=False)
@@ -181,10 +183,19 @@ class LockVersionMixin(models.Model):
                     self.__dict__.pop("field_versions", None)
                 else:
                     self.field_versions = loaded_versions
-            if error is save.refusal and connection.in_atomic_block and not savepoint:
-                # Django's save marked the caller's transaction for rollback as the check's error went
-                # through it; the check wrote nothing.
-                forget_rollback(connection, error)
+            if error is save.refusal:
+                if connection.in_atomic_block and not savepoint:
+                    # Django's save marked the caller's transaction for rollback as the check's error
+                    # went through it; the check wrote nothing.
+                    forget_rollback(connection, error)
+                stale_save_refused_robust(
+                    type(self),
+                    pk=self.pk,
+                    version=None if isinstance(error, NeverLoadedError) else save.expected[0],
+                    fields=names if names is not None else _fields_saved(type(self)),
+                    surface="save",
+                    using=using,
+                )
             raise
         finally:
             self._safeupdates_save = None
@@ -547,7 +558,7 @@ class LockVersionMixin(models.Model):
         """The one-statement delete of a row that nothing cascades from, as ``Collector.delete()`` does it."""
         count = self._run_checked_delete(connection, self.pk, expected)
         if not count and self._row_exists(connection, self.pk):
-            raise self._stale_delete(self.pk)
+            raise self._refused_delete(connection, self.pk)
         setattr(self, self._meta.pk.attname, None)  # type: ignore[union-attr]
         return count, {self._meta.label: count}
 
@@ -583,6 +594,7 @@ class LockVersionMixin(models.Model):
             before[key] = set(others)  # the other rows of its model (a cascade to itself) go first
         after = {model: data[model] for model in keys[position + 1 :]}
         count, counts = 0, Counter[str]()
+        refusal: StaleObjectError | None = None
         try:
             with transaction.atomic(using=connection.alias, savepoint=False):
                 if before or collector.fast_deletes or collector.field_updates:
@@ -591,14 +603,17 @@ class LockVersionMixin(models.Model):
                     count, counts = count + done, counts + Counter(done_counts)
                 deleted = self._run_checked_delete(connection, pk, expected)
                 if not deleted and self._row_exists(connection, pk):
-                    raise self._stale_delete(pk)
+                    refusal = self._stale_delete(pk)
+                    raise refusal
                 if after:
                     collector.data, collector.fast_deletes, collector.field_updates = after, [], defaultdict(list)
                     done, done_counts = collector.delete()
                     count, counts = count + done, counts + Counter(done_counts)
-        except StaleObjectError:
+        except StaleObjectError as error:
             for obj, attname, value in cleared:
                 setattr(obj, attname, value)
+            if error is refusal:  # signalled once out of the transaction it rolled back
+                self._signal_refused_delete(connection, pk)
             raise
         for obj in mine:
             setattr(obj, key._meta.pk.attname, None)  # type: ignore[union-attr]
@@ -616,10 +631,20 @@ class LockVersionMixin(models.Model):
             locked = rows.filter(lock_version__in=expected).update(lock_version=models.F("lock_version"))
             if locked or not rows.exists():
                 return collector.delete()
-        raise self._stale_delete(self.pk)
+        raise self._refused_delete(connection, self.pk)
 
     def _row_exists(self, connection: BaseDatabaseWrapper, pk: Any) -> bool:
         return bool(versions_model(type(self))._base_manager.using(connection.alias).filter(pk=pk).exists())
+
+    def _refused_delete(self, connection: BaseDatabaseWrapper, pk: Any) -> StaleObjectError:
+        """The StaleObjectError of a refused delete, signalled (``stale_save_refused``)."""
+        self._signal_refused_delete(connection, pk)
+        return self._stale_delete(pk)
+
+    def _signal_refused_delete(self, connection: BaseDatabaseWrapper, pk: Any) -> None:
+        stale_save_refused_robust(
+            type(self), pk=pk, version=self.lock_version, fields=(), surface="delete", using=connection.alias
+        )
 
     def _stale_delete(self, pk: Any) -> StaleObjectError:
         return StaleObjectError(
@@ -658,6 +683,17 @@ def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any,
     return [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
 
 
+def _fields_saved(model: type[models.Model]) -> tuple[str, ...]:
+    """The fields a full save of ``model`` writes, by name, the versions aside."""
+    return tuple(
+        sorted(
+            field.name
+            for field in model._meta.concrete_fields
+            if not field.primary_key and not field.generated and field.name not in ("lock_version", "field_versions")
+        )
+    )
+
+
 def _written_by_name(model: type[models.Model]) -> tuple[str, ...] | None:
     """The fields a full save of ``model`` writes, by name, if its row's versions map holds others too;
     None if it holds no others (the save writes ``"*"``).
@@ -682,15 +718,7 @@ def _written_by_name(model: type[models.Model]) -> tuple[str, ...] | None:
                 not getattr(field.remote_field, "parent_link", False)
                 for field in child._meta.local_concrete_fields  # type: ignore[union-attr]
             ):
-                return tuple(
-                    sorted(
-                        field.name
-                        for field in model._meta.concrete_fields
-                        if not field.primary_key
-                        and not field.generated
-                        and field.name not in ("lock_version", "field_versions")
-                    )
-                )
+                return _fields_saved(model)
             pending.append(child)
     return None
 
