@@ -87,7 +87,7 @@ class EmptiedAfter(TransactionTestCase):
 
 class OutsideTransaction(EmptiedAfter):
     """A Django test class run outside a transaction, where the app promises Django's statement
-    counts or lower (a save inside ``atomic()`` runs in a savepoint of its own)."""
+    counts or lower (inside a transaction, a delete with cascades locks its row first: docs/limits.md)."""
 
     def assertNumQueries(  # type: ignore[override]
         self,
