@@ -265,7 +265,6 @@ class CheckedSave:
     sql: str
     vendor: str
     names: tuple[str, ...] | None  # the fields written, by name; None: every field of the row
-    child: ChildTable | None = None  # the columns are a multi-table child's, written in the same statement
 
     @property
     def returns_versions(self) -> bool:
@@ -327,7 +326,7 @@ def checked_save(
         f"WHERE {qn(child.pk)} = %(pk)s AND EXISTS (SELECT 1 FROM safeupdates_checked) RETURNING 1) "
         f"SELECT {returning}, (SELECT count(*) FROM safeupdates_written) FROM safeupdates_checked"
     )
-    return CheckedSave(sql, vendor, names, child)
+    return CheckedSave(sql, vendor, names)
 
 
 @dataclass(frozen=True)

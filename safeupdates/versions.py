@@ -3,7 +3,8 @@
 On PostgreSQL it is the sequence ``safeupdates_version_seq`` created by the app's migration: ``nextval``
 is atomic across every process and machine sharing the database, is never rolled back, and does not
 depend on any table's contents, so purging old requests cannot make it go back. Elsewhere a one-row
-counter table is incremented inside a transaction; the database's write lock makes that atomic.
+counter table is incremented by one UPDATE that returns the new value; the database's write lock makes
+that atomic.
 
 The source never hands out a version below one already stored: after every ``migrate`` (which may have
 dropped and created the sequence again) :func:`raise_floor` moves it above the highest version in the

@@ -797,6 +797,7 @@ def test_a_childs_fields_saved_while_the_parent_is_written_are_stale(postgres_on
     """The one-statement save of a child's fields waits for a concurrent save's lock on the parent's row,
     then sees on the committed row that it moved on (READ COMMITTED's recheck): refused, both rows left
     as the other save wrote them."""
+    from tests.test_http import _waiting_on_locks
     from tests.workers import wait_until
 
     restaurant = Restaurant.objects.create(name="a", seats=1)
@@ -837,12 +838,3 @@ def test_a_childs_fields_saved_while_the_parent_is_written_are_stale(postgres_on
     assert waited == [True]  # mine waited for the lock, and was refused on the row as committed
     row = Restaurant.objects.get(pk=restaurant.pk)
     assert (row.name, row.seats) == ("theirs", 3)
-
-
-def _waiting_on_locks() -> int:
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-        )
-        return int(cursor.fetchone()[0])
