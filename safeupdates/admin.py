@@ -40,6 +40,7 @@ from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
 from safeupdates.guard import stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
     _ModelAdminBase = admin.ModelAdmin[Any]
@@ -222,14 +223,16 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def changeform_view(
         self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
     ) -> HttpResponse:
-        for attempt in range(_ATTEMPTS):
-            try:
-                return super().changeform_view(request, object_id, form_url, extra_context)
-            except StaleObjectError:
-                # The record (or an inline object) moved after the form's check, and save() refused to
-                # write over it; the transaction rolled back. Shown again, the form's check sees why.
-                if attempt == _ATTEMPTS - 1:
-                    raise
+        with refusals_on("admin"):
+            for attempt in range(_ATTEMPTS):
+                try:
+                    return super().changeform_view(request, object_id, form_url, extra_context)
+                except StaleObjectError:
+                    # The record (or an inline object) moved after the form's check, and save() refused
+                    # to write over it; the transaction rolled back. Shown again, the form's check sees
+                    # why (the same refusal: signalled once).
+                    if attempt == _ATTEMPTS - 1:
+                        raise
         raise AssertionError("unreachable")
 
     def render_change_form(
@@ -286,14 +289,15 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         return super().get_changelist_form(request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        for attempt in range(_ATTEMPTS):
-            try:
-                response = super().changelist_view(request, extra_context)
-                break
-            except StaleObjectError:
-                # A list_editable row moved after its form's check: shown again, the check sees why.
-                if attempt == _ATTEMPTS - 1:
-                    raise
+        with refusals_on("admin"):
+            for attempt in range(_ATTEMPTS):
+                try:
+                    response = super().changelist_view(request, extra_context)
+                    break
+                except StaleObjectError:
+                    # A list_editable row moved after its form's check: shown again, the check sees why.
+                    if attempt == _ATTEMPTS - 1:
+                        raise
         if isinstance(response, TemplateResponse) and response.context_data and "cl" in response.context_data:
             cl = response.context_data["cl"]
             shown = self._shown_in_list(request)
@@ -380,12 +384,17 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     problems.append({"error": f"{obj} was not on the page you acted on. Reload the list."})
                 continue
             try:
-                conflict = find_conflict(obj, *read_edit_token(token, obj))
+                seen_version, seen = read_edit_token(token, obj)
             except InvalidUpdate as exc:
                 problems.append({"error": f"{obj}: {exc}"})
                 continue
+            conflict = find_conflict(obj, seen_version, seen)
             if conflict is not None:
                 problems.append(_conflict_context(conflict, obj))
+                # Refused before the action runs: what the action would write is not known.
+                stale_save_refused_robust(
+                    type(obj), pk=obj.pk, version=seen_version, fields=(), surface="admin", using=obj._state.db
+                )
         return problems
 
     def _refuse(self, request: HttpRequest, problems: list[dict[str, Any]], *, back: str) -> TemplateResponse:
@@ -423,7 +432,8 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
 
     def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
         try:
-            return super().delete_view(request, object_id, extra_context)
+            with refusals_on("admin"):  # delete() signals its refusal
+                return super().delete_view(request, object_id, extra_context)
         except (StaleObjectError, InvalidUpdate) as exc:
             # The transaction of the delete view rolled back: nothing was deleted (nor logged).
             back = request.path

@@ -8,6 +8,7 @@ client timestamp of timestamp mode; ``SafeUpdateModel`` both, with :class:`SafeU
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -31,9 +32,11 @@ from safeupdates.internals import (
 )
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.meta import concrete_field, versions_model
+from safeupdates.signals import stale_save_refused_robust
 from safeupdates.statements import (
     BASE_VERSION_KEY,
     SAVE_VERSION_CTE,
+    ChildTable,
     SaveTable,
     checked_delete,
     checked_save,
@@ -47,6 +50,13 @@ from safeupdates.versions import next_version
 __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SafeUpdateModel", "SyncedAtMixin"]
 
 
+#: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
+#: Field objects, and the mixins' were created before any model's own: without this, positional arguments
+#: (``Article(None, "headline")``) would fill ``lock_version`` first, and ``values_list()`` and serializers
+#: would show the versions first. Above any counter a process reaches, so that they come last.
+_AFTER_OWN_FIELDS = 2**48
+
+
 @dataclass(slots=True)
 class _Save:
     """What a running ``save()`` tells ``_do_update`` and ``_do_insert``, and what they tell it back."""
@@ -58,6 +68,9 @@ class _Save:
     from_row: bool  # expected came from the row itself (loaded, or a loaded parent): a gone row is stale
     in_transaction: bool  # the caller's transaction was open when the save began
     insert_unless_exists: bool = False  # _do_update took no UPDATE: the INSERT must not write over a row
+    # The check of the versions row (its queryset and key), put off to the UPDATE of a later table:
+    # update_fields names no field of the versions table.
+    pending: tuple[models.QuerySet[Any], Any] | None = None
     written: bool = False  # the versions table was written
     committed: bool = False  # ... and committed
     refusal: BaseException | None = None  # the error the check raised (nothing written before it)
@@ -76,11 +89,13 @@ class LockVersionMixin(models.Model):
     through safeupdates moves it. ``field_versions`` maps field names to the version of their last
     write; ``"*"`` holds the version of the last save that wrote every field of the row. A new
     instance never writes over a row it did not load
-    (:class:`~safeupdates.exceptions.NeverLoadedError`). ``delete()`` is checked the same way.
+    (:class:`~safeupdates.exceptions.NeverLoadedError`). ``delete()`` is checked the same way. Each
+    refusal sends :data:`~safeupdates.signals.stale_save_refused` (surface ``"save"`` or ``"delete"``).
     """
 
     lock_version = models.BigIntegerField(_("lock version"), default=0, editable=False)
     field_versions = models.JSONField(_("field versions"), default=dict, editable=False)
+    lock_version.creation_counter, field_versions.creation_counter = _AFTER_OWN_FIELDS, _AFTER_OWN_FIELDS + 1
 
     # Marks the models that hold versions, for code the mixin imports (safeupdates.meta.holds_versions).
     _safeupdates_versioned: ClassVar[bool] = True
@@ -113,8 +128,11 @@ class LockVersionMixin(models.Model):
                 return super().save(*args, **kwargs)  # Django's own contract: it saves nothing
             names = self._names_of(update_fields)
         elif deferred and not kwargs.get("force_insert") and using == self._state.db and self.pk is not None:
-            # Model.save() writes only the loaded fields of a deferred instance: only those are marked.
-            names = self._names_of(f.attname for f in self._meta.concrete_fields if f.attname not in deferred)
+            # Model.save() writes only the loaded fields of a deferred instance (keys and parent links
+            # aside): only those are marked.
+            names = self._names_of(
+                f.attname for f in self._meta.concrete_fields if f.attname not in deferred and not f.primary_key
+            )
         else:
             names = _written_by_name(type(self))
         connection = connections[using]
@@ -165,10 +183,19 @@ class LockVersionMixin(models.Model):
                     self.__dict__.pop("field_versions", None)
                 else:
                     self.field_versions = loaded_versions
-            if error is save.refusal and connection.in_atomic_block and not savepoint:
-                # Django's save marked the caller's transaction for rollback as the check's error went
-                # through it; the check wrote nothing.
-                forget_rollback(connection, error)
+            if error is save.refusal:
+                if connection.in_atomic_block and not savepoint:
+                    # Django's save marked the caller's transaction for rollback as the check's error
+                    # went through it; the check wrote nothing.
+                    forget_rollback(connection, error)
+                stale_save_refused_robust(
+                    type(self),
+                    pk=self.pk,
+                    version=None if isinstance(error, NeverLoadedError) else save.expected[0],
+                    fields=names if names is not None else _fields_saved(type(self)),
+                    surface="save",
+                    using=using,
+                )
             raise
         finally:
             self._safeupdates_save = None
@@ -274,23 +301,43 @@ class LockVersionMixin(models.Model):
         # ``returning``: Django 6.0 added ``returning_fields`` and returns rows instead of a bool; it is
         # passed through untouched, so the same override serves 5.2 and 6.x.
         save = self._safeupdates_save
-        if save is None or base_qs.model is not versions_model(type(self)):
-            # Not called from save() (fixture loading, save_base(raw=True), is not checked), or the
-            # child table of multi-table inheritance: the parent's table, saved first, was checked.
+        if save is None:
+            # Not called from save(): fixture loading (save_base(raw=True)) is not checked.
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
-        not_updated: list[Any] | bool = [] if UPDATE_RETURNS_ROWS else False
+        if base_qs.model is not versions_model(type(self)):
+            if save.pending is None:
+                # The child table of multi-table inheritance: the parent's table, saved first, was checked.
+                return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+            return self._update_child(base_qs, using, pk_val, values, update_fields, forced_update, returning, save)
         if save.blind:
             # Nothing to check an UPDATE against: insert, never over an existing row (_do_insert). An
             # UPDATE that Django must run (force_update, update_fields) would write over one: refused.
             if forced_update and base_qs.filter(pk=pk_val).exists():
                 raise self._refuse(save, self._never_loaded(pk_val))
             save.insert_unless_exists = True
-            return not_updated
-        connection = connections[using or DEFAULT_DB_ALIAS]
-        model = base_qs.model
+            return _NOT_UPDATED
+        written = _without_versions(base_qs.model, values)
+        if not written and update_fields is not None and base_qs.model is not self._meta.concrete_model:
+            # update_fields names no field of this table, and Django runs no UPDATE here: the check and
+            # the versions ride in the UPDATE of the first later table it names (_update_child).
+            save.pending = (base_qs, pk_val)
+            return _UPDATED
         # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
         asked: list[Any] = list(returning[0]) if returning and returning[0] else []
-        written = _without_versions(model, values)
+        return self._update_versions_row(connections[using or DEFAULT_DB_ALIAS], base_qs, pk_val, written, asked, save)
+
+    def _update_versions_row(
+        self,
+        connection: BaseDatabaseWrapper,
+        base_qs: models.QuerySet[Any],
+        pk_val: Any,
+        written: list[tuple[Any, Any, Any]],
+        asked: list[Any],
+        save: _Save,
+    ) -> Any:
+        """The checked UPDATE of the row that holds the versions, writing ``written`` too; what Django's
+        ``_do_update`` returns."""
+        model = base_qs.model
         bound = None
         if not asked and not base_qs.query.has_filters():
             bound = bound_values(connection, written)
@@ -298,11 +345,61 @@ class LockVersionMixin(models.Model):
             updated = self._checked_update(connection, model, pk_val, written, bound, save)
         else:
             updated = self._compiled_update(connection, base_qs.filter(pk=pk_val), written, asked, save)
-        if updated is not None:
-            returned: list[Any]
-            *returned, lock_version, versions = updated
-            self._wrote(connection, save, lock_version, versions)
-            return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
+        if updated is None:
+            return self._not_matched(base_qs, pk_val, save)
+        returned: list[Any]
+        *returned, lock_version, versions = updated
+        self._wrote(connection, save, lock_version, versions)
+        return [tuple(returned)] if UPDATE_RETURNS_ROWS else True
+
+    def _update_child(
+        self,
+        base_qs: models.QuerySet[Any],
+        using: str | None,
+        pk_val: Any,
+        values: Any,
+        update_fields: Iterable[str] | None,
+        forced_update: bool,
+        returning: tuple[Any, ...],
+        save: _Save,
+    ) -> Any:
+        """The UPDATE of a multi-table child's table in a save whose parent's check is pending: Django's
+        with the check before it, or, on PostgreSQL, one statement that checks and writes both rows."""
+        if not values and base_qs.model is not self._meta.concrete_model:
+            # Nothing to write here either: Django runs nothing, and the check waits for a later table.
+            return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+        assert save.pending is not None
+        versions_qs, versions_pk = save.pending
+        save.pending = None
+        connection = connections[using or DEFAULT_DB_ALIAS]
+        asked = returning[0] if returning else None  # Django 6.0+: fields to return
+        bound = None
+        if values and connection.vendor == "postgresql" and not asked and not base_qs.query.has_filters():
+            bound = bound_values(connection, values)
+        if bound is None:
+            # No values, or some that need the compiler (or SQLite): the parent's checked UPDATE first.
+            self._update_versions_row(connection, versions_qs, versions_pk, [], [], save)
+            return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
+        model = versions_qs.model
+        statement = checked_save(
+            SaveTable.of(model, connection.vendor),
+            tuple(field.column for field, _model, _value in values),
+            save.names,
+            ChildTable.of(base_qs.model),
+        )
+        pk = model._meta.pk.get_db_prep_value(versions_pk, connection)  # type: ignore[union-attr]
+        with statement_cursor(connection) as cursor:
+            cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
+            row = cursor.fetchone()
+        if row is None:
+            return self._not_matched(versions_qs, versions_pk, save)
+        lock_version, versions, child_rows = row
+        self._wrote(connection, save, lock_version, from_db(connection, _version_fields(model)[1], versions))
+        return _UPDATED if child_rows else _NOT_UPDATED  # no child row: Django's own error follows
+
+    def _not_matched(self, base_qs: models.QuerySet[Any], pk_val: Any, save: _Save) -> Any:
+        """What a checked UPDATE that matched no row means: raise StaleObjectError if the row moved on or
+        was deleted since it was loaded; Django's "not updated" for a new instance (then it inserts)."""
         if base_qs.filter(pk=pk_val).exists():
             raise self._refuse(
                 save,
@@ -322,7 +419,7 @@ class LockVersionMixin(models.Model):
                 ),
             )
         # A new instance with a lock_version of its own and no row: Django's INSERT (_do_insert).
-        return not_updated
+        return _NOT_UPDATED
 
     def _do_insert(
         self, manager: models.Manager[Any], using: str, fields: Any, returning_fields: Any, raw: bool
@@ -440,9 +537,9 @@ class LockVersionMixin(models.Model):
             return self._checked_delete(connection, expected)
         collector.collect([self], keep_parents=keep_parents)
         if not connection.in_atomic_block:
-            key = _deleted_last(collector, versions_model(type(self)))
+            key = _deleted_before_any_receiver(collector, versions_model(type(self)))
             if key is not None:
-                return self._delete_checked_last(connection, collector, key, self.pk, expected)
+                return self._delete_checked_in_place(connection, collector, key, self.pk, expected)
         return self._delete_locked_first(connection, collector, expected)
 
     delete.alters_data = True  # type: ignore[attr-defined]
@@ -461,11 +558,11 @@ class LockVersionMixin(models.Model):
         """The one-statement delete of a row that nothing cascades from, as ``Collector.delete()`` does it."""
         count = self._run_checked_delete(connection, self.pk, expected)
         if not count and self._row_exists(connection, self.pk):
-            raise self._stale_delete(self.pk)
+            raise self._refused_delete(connection, self.pk)
         setattr(self, self._meta.pk.attname, None)  # type: ignore[union-attr]
         return count, {self._meta.label: count}
 
-    def _delete_checked_last(
+    def _delete_checked_in_place(
         self,
         connection: BaseDatabaseWrapper,
         collector: Collector,
@@ -473,39 +570,56 @@ class LockVersionMixin(models.Model):
         pk: Any,
         expected: list[int],
     ) -> tuple[int, dict[str, int]]:
-        """Delete as ``Collector.delete()`` does, the row itself last, by the checked DELETE.
+        """Delete as ``Collector.delete()`` does, the row itself by the checked DELETE, where Django
+        deletes it: after the fast deletes, the field updates and the models sorted before it, before
+        the models sorted after it.
 
         The check rides in the statement Django runs anyway. A stale row raises inside the transaction
-        that holds the collector's deletes (the outermost: this runs in autocommit), which rolls them
-        back; no receiver watches the deleted models (else :meth:`_delete_locked_first`).
+        that holds the collector's deletes (the outermost: this runs in autocommit), which rolls back
+        what was deleted before it; no receiver has run by then (else :meth:`_delete_locked_first`).
         """
-        mine = [obj for obj in collector.data[key] if obj.pk == pk]
-        others = [obj for obj in collector.data[key] if obj.pk != pk]
+        data = collector.data
+        keys = list(data)
+        position = keys.index(key)
+        mine = [obj for obj in data[key] if obj.pk == pk]
+        others = [obj for obj in data[key] if obj.pk != pk]
         # Collector.delete() clears the keys of the instances it deleted: given back if the delete is refused.
-        keys = [
+        cleared = [
             (obj, model._meta.pk.attname, getattr(obj, model._meta.pk.attname))  # type: ignore[union-attr]
-            for model, objs in collector.data.items()
+            for model, objs in data.items()
             for obj in objs
         ]
+        before = {model: data[model] for model in keys[:position]}
+        if others:
+            before[key] = set(others)  # the other rows of its model (a cascade to itself) go first
+        after = {model: data[model] for model in keys[position + 1 :]}
+        count, counts = 0, Counter[str]()
+        refusal: StaleObjectError | None = None
         try:
             with transaction.atomic(using=connection.alias, savepoint=False):
-                if others:
-                    collector.data[key] = set(others)
-                else:
-                    del collector.data[key]
-                count, counts = collector.delete()
+                if before or collector.fast_deletes or collector.field_updates:
+                    collector.data = before
+                    done, done_counts = collector.delete()
+                    count, counts = count + done, counts + Counter(done_counts)
                 deleted = self._run_checked_delete(connection, pk, expected)
                 if not deleted and self._row_exists(connection, pk):
-                    raise self._stale_delete(pk)
-        except StaleObjectError:
-            for obj, attname, value in keys:
+                    refusal = self._stale_delete(pk)
+                    raise refusal
+                if after:
+                    collector.data, collector.fast_deletes, collector.field_updates = after, [], defaultdict(list)
+                    done, done_counts = collector.delete()
+                    count, counts = count + done, counts + Counter(done_counts)
+        except StaleObjectError as error:
+            for obj, attname, value in cleared:
                 setattr(obj, attname, value)
+            if error is refusal:  # signalled once out of the transaction it rolled back
+                self._signal_refused_delete(connection, pk)
             raise
         for obj in mine:
             setattr(obj, key._meta.pk.attname, None)  # type: ignore[union-attr]
         if deleted:
-            counts[key._meta.label] = counts.get(key._meta.label, 0) + deleted
-        return count + deleted, counts
+            counts[key._meta.label] += deleted
+        return count + deleted, dict(counts)
 
     def _delete_locked_first(
         self, connection: BaseDatabaseWrapper, collector: Collector, expected: list[int]
@@ -517,10 +631,20 @@ class LockVersionMixin(models.Model):
             locked = rows.filter(lock_version__in=expected).update(lock_version=models.F("lock_version"))
             if locked or not rows.exists():
                 return collector.delete()
-        raise self._stale_delete(self.pk)
+        raise self._refused_delete(connection, self.pk)
 
     def _row_exists(self, connection: BaseDatabaseWrapper, pk: Any) -> bool:
         return bool(versions_model(type(self))._base_manager.using(connection.alias).filter(pk=pk).exists())
+
+    def _refused_delete(self, connection: BaseDatabaseWrapper, pk: Any) -> StaleObjectError:
+        """The StaleObjectError of a refused delete, signalled (``stale_save_refused``)."""
+        self._signal_refused_delete(connection, pk)
+        return self._stale_delete(pk)
+
+    def _signal_refused_delete(self, connection: BaseDatabaseWrapper, pk: Any) -> None:
+        stale_save_refused_robust(
+            type(self), pk=pk, version=self.lock_version, fields=(), surface="delete", using=connection.alias
+        )
 
     def _stale_delete(self, pk: Any) -> StaleObjectError:
         return StaleObjectError(
@@ -541,6 +665,10 @@ class LockVersionMixin(models.Model):
 
 
 _DEFERRED = object()
+#: What Django's ``_do_update`` returns for a row updated (nothing asked back) or not matched: on 6.0+
+#: the rows (immutable here, as they are shared), on 5.2 a bool.
+_UPDATED: Any = ((),) if UPDATE_RETURNS_ROWS else True
+_NOT_UPDATED: Any = () if UPDATE_RETURNS_ROWS else False
 
 
 def _version_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], models.Field[Any, Any]]:
@@ -553,6 +681,17 @@ def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any,
     which the save's statement writes itself."""
     lock_field, versions_field = _version_fields(model)
     return [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
+
+
+def _fields_saved(model: type[models.Model]) -> tuple[str, ...]:
+    """The fields a full save of ``model`` writes, by name, the versions aside."""
+    return tuple(
+        sorted(
+            field.name
+            for field in model._meta.concrete_fields
+            if not field.primary_key and not field.generated and field.name not in ("lock_version", "field_versions")
+        )
+    )
 
 
 def _written_by_name(model: type[models.Model]) -> tuple[str, ...] | None:
@@ -579,15 +718,7 @@ def _written_by_name(model: type[models.Model]) -> tuple[str, ...] | None:
                 not getattr(field.remote_field, "parent_link", False)
                 for field in child._meta.local_concrete_fields  # type: ignore[union-attr]
             ):
-                return tuple(
-                    sorted(
-                        field.name
-                        for field in model._meta.concrete_fields
-                        if not field.primary_key
-                        and not field.generated
-                        and field.name not in ("lock_version", "field_versions")
-                    )
-                )
+                return _fields_saved(model)
             pending.append(child)
     return None
 
@@ -605,26 +736,30 @@ def _written_before_versions(model: type[models.Model]) -> bool:
     return first is not versions_model(model)
 
 
-def _deleted_last(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
-    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if its rows
-    are the last the collector deletes and no signal receiver watches any deleted model; else None."""
+def _deleted_before_any_receiver(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
+    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if no signal
+    receiver runs before ``Collector.delete()`` deletes them: no ``pre_delete`` receiver of any deleted
+    model, no ``post_delete`` receiver of the models it deletes first nor of ``model``; else None."""
     if model._meta.parents:
         return None  # its parents' tables are deleted after it
     collector.sort()
     keys = list(collector.data)
-    if not keys or keys[-1]._meta.concrete_model is not model:
+    mine = [index for index, key in enumerate(keys) if key._meta.concrete_model is model]
+    if len(mine) != 1:
+        return None  # not deleted (keep_parents), or deleted under two keys (a proxy)
+    position = mine[0]
+    if any(pre_delete.has_listeners(key) for key in keys):
         return None
-    if any(key._meta.concrete_model is model for key in keys[:-1]):
+    if any(post_delete.has_listeners(key) for key in keys[: position + 1]):
         return None
-    if any(pre_delete.has_listeners(key) or post_delete.has_listeners(key) for key in keys):
-        return None
-    return keys[-1]
+    return keys[position]
 
 
 class SyncedAtMixin(models.Model):
     """Adds ``last_synced_at``: the newest client timestamp applied in timestamp mode."""
 
     last_synced_at = models.DateTimeField(_("last synced at"), null=True, blank=True, editable=False)
+    last_synced_at.creation_counter = _AFTER_OWN_FIELDS + 2
 
     class Meta:
         abstract = True

@@ -18,11 +18,12 @@ from typing import Any, ClassVar
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db import router, transaction
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 
 from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.models import LockVersionMixin
+from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 __all__ = ["TOKEN_FIELD", "SafeUpdateFormMixin", "SafeUpdateModelForm", "SafeUpdateViewMixin", "shown_fields"]
 
@@ -47,8 +48,9 @@ class SafeUpdateFormMixin(forms.Form):
 
     Adds the hidden field ``safeupdates_token``. ``clean()`` compares it with the row as stored now; a
     record changed since the form was shown adds a non-field error (the conflict's message) and an error
-    on each changed field that the form has, and sets :attr:`safeupdates_conflict`. A missing, forged or
-    foreign token is a non-field error. New objects (no primary key yet) are not checked.
+    on each changed field that the form has, sets :attr:`safeupdates_conflict`, and sends
+    ``stale_save_refused`` (surface ``"form"``; a deleted record too). A missing, forged or foreign token
+    is a non-field error. New objects (no primary key yet) are not checked.
     """
 
     safeupdates_token = _TokenField(required=False)
@@ -90,6 +92,11 @@ class SafeUpdateFormMixin(forms.Form):
         try:
             current = model._base_manager.db_manager(instance._state.db).get(pk=instance.pk)
         except model.DoesNotExist:
+            try:
+                version: int | None = read_edit_token(cleaned.get(TOKEN_FIELD) or "", instance)[0]
+            except InvalidUpdate:
+                version = None
+            self._safeupdates_refused(version)
             raise ValidationError(
                 f"This {model._meta.verbose_name} was deleted after you opened it.", code="deleted"
             ) from None
@@ -106,11 +113,24 @@ class SafeUpdateFormMixin(forms.Form):
             for change in conflict.changes:
                 if change.name in marked:
                     self.add_error(change.name, ValidationError(change.describe(), code="stale"))
+            self._safeupdates_refused(seen_version)
             raise ValidationError(conflict.message(marked), code="stale")
         # save() writes only if the row still carries the version the form was shown with, whatever
         # happens between this check and the save: the database decides, not this comparison.
         instance.lock_version = seen_version
         return cleaned
+
+    def _safeupdates_refused(self, version: int | None) -> None:
+        """Signal the refusal of this form's write (``stale_save_refused``), decided before any save."""
+        instance = self.instance
+        stale_save_refused_robust(
+            type(instance),
+            pk=instance.pk,
+            version=version,
+            fields=shown_fields(type(instance), self.fields),
+            surface="form",
+            using=instance._state.db or router.db_for_write(type(instance), instance=instance),
+        )
 
 
 class SafeUpdateModelForm(SafeUpdateFormMixin, forms.ModelForm):  # type: ignore[type-arg]
@@ -121,8 +141,13 @@ class SafeUpdateViewMixin:
     """Mix into an ``UpdateView`` (before it) whose form has :class:`SafeUpdateFormMixin`.
 
     A record that moves on after the form's check and before its save makes ``save()`` raise
-    ``StaleObjectError``; this shows the form again with the conflict instead of a server error.
+    ``StaleObjectError``; this shows the form again with the conflict instead of a server error. Either
+    way one ``stale_save_refused`` is sent, surface ``"form"``.
     """
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        with refusals_on("form"):
+            return super().dispatch(request, *args, **kwargs)  # type: ignore[misc,no-any-return]
 
     def form_valid(self, form: Any) -> HttpResponse:
         using = router.db_for_write(type(form.instance), instance=form.instance)

@@ -52,6 +52,7 @@ from safeupdates.conflicts import (
     shown_text,
 )
 from safeupdates.exceptions import StaleObjectError
+from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
     from safeupdates.models import LockVersionMixin
@@ -195,7 +196,8 @@ def evaluate(
     ``conflict_fields`` whose value differs from the one the ETag saw, with their values; without
     ``conflict_fields``, the names of the fields written since), or when If-None-Match matches on a
     write; 304 when If-None-Match matches on a GET or HEAD. Evaluate it after the view's permission
-    checks: a 412 tells what changed.
+    checks: a 412 tells what changed. A 412 for an older version sends ``stale_save_refused`` (surface
+    ``"http"``).
     """
     method = (request.method or "GET").upper()
     writes = method not in SAFE_METHODS
@@ -220,6 +222,14 @@ def evaluate(
             if instance.lock_version not in [seen_version for seen_version, _seen_digests in etags]:
                 # Refusing early is safe (no write happens); accepting is decided by the write itself.
                 seen_version, seen = max(etags)
+                stale_save_refused_robust(
+                    type(instance),
+                    pk=instance.pk,
+                    version=seen_version,
+                    fields=(),  # the request's, not known before the view runs
+                    surface="http",
+                    using=instance._state.db or DEFAULT_DB_ALIAS,
+                )
                 names = reported_fields(type(instance), conflict_fields)
                 conflict = changes_since(
                     instance, seen_version, names, seen=_seen(seen, names), values=conflict_fields is not None
@@ -388,17 +398,20 @@ def respond(
     ``ATOMIC_REQUESTS`` what else the view wrote is rolled back; one of another record (the view saved
     this one, or its row did not move) is the view's own, and propagates.
     """
-    try:
-        loaded = _checked(request, load, permission, require_if_match=require_if_match, conflict_fields=conflict_fields)
-    except _Answer as answer:
-        return answer.response
-    try:
-        response = view(loaded.instance)
-    except StaleObjectError:
-        lost = loaded.lost_write()
-        if lost is None:
-            raise
-        return lost
+    with refusals_on("http"):  # a write the view's save refuses is signalled once, as this surface's
+        try:
+            loaded = _checked(
+                request, load, permission, require_if_match=require_if_match, conflict_fields=conflict_fields
+            )
+        except _Answer as answer:
+            return answer.response
+        try:
+            response = view(loaded.instance)
+        except StaleObjectError:
+            lost = loaded.lost_write()
+            if lost is None:
+                raise
+            return lost
     return loaded.with_etag(request, response)
 
 
@@ -484,7 +497,8 @@ class ConditionalMixin(_SingleObjectMixin, View):
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         self._conditional = None
         try:
-            response = super().dispatch(request, *args, **kwargs)
+            with refusals_on("http"):
+                response = super().dispatch(request, *args, **kwargs)
         except _Answer as answer:
             return answer.response
         except StaleObjectError:

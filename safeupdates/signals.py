@@ -27,6 +27,10 @@ commits. Declare receivers with ``**kwargs``: later releases may add arguments.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.dispatch import Signal
@@ -34,6 +38,7 @@ from django.dispatch import Signal
 __all__ = [
     "OUTCOME_SIGNALS",
     "lock_unavailable",
+    "refusals_on",
     "relay_finished",
     "request_applied",
     "request_duplicate",
@@ -55,10 +60,13 @@ request_rejected = Signal()
 #: A request's transient errors outlasted its retries; ``safeupdates_relay --retry-failed`` revives it.
 request_failed = Signal()
 
-#: A write of a model instance that moved on since it was loaded was refused (``StaleObjectError``, an
-#: admin/form conflict, an HTTP 412/409). Arguments: ``sender`` (the model), ``pk``, ``version`` (the
-#: ``lock_version`` the writer had), ``fields`` (the fields it meant to write; empty for a delete),
-#: ``surface`` (``"save"``, ``"delete"``, ``"admin"``, ``"form"``, ``"http"``, ``"drf"``), ``using``.
+#: A write of a model instance that moved on since it was loaded was refused (``StaleObjectError``,
+#: ``NeverLoadedError``, an admin/form conflict, an HTTP 412/409), once per refusal. Arguments:
+#: ``sender`` (the model), ``pk``, ``version`` (the ``lock_version`` the writer had; None for a new
+#: instance that never loaded the row), ``fields`` (the fields it meant to write, sorted; empty for a
+#: delete, an action or a request whose fields are not known yet), ``surface`` (``"save"``, ``"delete"``
+#: for code; ``"admin"``, ``"form"``, ``"http"``, ``"drf"`` for a refusal in their requests, also one
+#: the save made there), ``using``.
 stale_save_refused = Signal()
 
 #: A row lock could not be had in time (``LockUnavailable``, or a job's lock timeout that RQ retries).
@@ -80,10 +88,48 @@ OUTCOME_SIGNALS: dict[str, Signal] = {
 }
 
 
+@dataclass
+class _Surface:
+    name: str
+    refused: set[tuple[str, str, str]] = field(default_factory=set)  # (model, pk, using) signalled
+
+
+_SURFACE: ContextVar[_Surface | None] = ContextVar("safeupdates_surface", default=None)
+
+
+@contextmanager
+def refusals_on(surface: str) -> Iterator[None]:
+    """While a surface (the admin, a form's view, an HTTP view) handles a request: each record's refused
+    write is signalled once, named ``surface``.
+
+    A surface refuses some writes itself, before any save (an old edit token, an If-Match naming an
+    older version); the others are refused by the save (a write that landed after the surface's check).
+    A surface that checks its record again after such a refusal, to show why, finds it refused a second
+    time: within this block that is the same refusal, and sends nothing. Nested blocks share what was
+    signalled; the innermost names it.
+    """
+    outer = _SURFACE.get()
+    token = _SURFACE.set(_Surface(surface, outer.refused if outer is not None else set()))
+    try:
+        yield
+    finally:
+        _SURFACE.reset(token)
+
+
 def stale_save_refused_robust(
-    model: type[Any], *, pk: Any, version: int | None, fields: tuple[str, ...], surface: str, using: str
+    model: type[Any], *, pk: Any, version: int | None, fields: Iterable[str], surface: str, using: str
 ) -> None:
-    """Send :data:`stale_save_refused` at once, robustly: for the places that refuse a stale write."""
+    """Send :data:`stale_save_refused` at once, robustly: for the places that refuse a stale write.
+
+    Within :func:`refusals_on`, the surface handling the request names it (``surface`` otherwise), and a
+    record refused once already sends nothing."""
+    current = _SURFACE.get()
+    if current is not None:
+        key = ((model._meta.concrete_model or model)._meta.label, str(pk), using)
+        if key in current.refused:
+            return
+        current.refused.add(key)
+        surface = current.name
     stale_save_refused.send_robust(
-        sender=model, pk=pk, version=version, fields=tuple(fields), surface=surface, using=using
+        sender=model, pk=pk, version=version, fields=tuple(sorted(fields)), surface=surface, using=using
     )

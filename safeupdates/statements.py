@@ -41,6 +41,7 @@ __all__ = [
     "SUPPORTED_VENDORS",
     "AppliedValues",
     "CheckedSave",
+    "ChildTable",
     "GuardedUpdate",
     "PurgeBatch",
     "SaveTable",
@@ -193,6 +194,17 @@ class SaveTable(NamedTuple):
         )
 
 
+class ChildTable(NamedTuple):
+    """A multi-table child's table, as :func:`checked_save` writes it beside its parent's versions."""
+
+    table: str
+    pk: str  # its parent link, which holds the parent's primary key
+
+    @classmethod
+    def of(cls, model: type[models.Model]) -> ChildTable:
+        return cls(model._meta.db_table, column(model, "pk"))
+
+
 def _saved_versions_sql(vendor: str, versions_column: str, keys: Sequence[str], version: str, full: bool) -> str:
     """The new value of (quoted) ``versions_column`` after a save, as SQL.
 
@@ -275,9 +287,19 @@ class CheckedSave:
 
 
 @lru_cache(maxsize=1024)
-def checked_save(table: SaveTable, columns: tuple[str, ...], names: tuple[str, ...] | None) -> CheckedSave:
+def checked_save(
+    table: SaveTable, columns: tuple[str, ...], names: tuple[str, ...] | None, child: ChildTable | None = None
+) -> CheckedSave:
     """Return the (cached) :class:`CheckedSave` that writes ``columns`` of ``table`` and the versions of
-    the fields ``names`` (None: every field of the row)."""
+    the fields ``names`` (None: every field of the row).
+
+    With ``child`` (PostgreSQL), ``columns`` are the child's: a save whose ``update_fields`` names fields
+    of a multi-table child only (where Django runs one UPDATE, the child's) checks and writes the
+    versions in the parent's row and the fields in the child's, in one statement:
+    ``WITH ..., checked AS (UPDATE parent ... RETURNING versions), written AS (UPDATE child ... WHERE
+    EXISTS (SELECT 1 FROM checked)) SELECT versions, (SELECT count(*) FROM written) FROM checked``. No
+    row: the check failed and nothing was written; a count of 0: the child's row is gone.
+    """
     vendor = table.vendor
     takes_version = vendor == "postgresql"  # the statement takes its version (SAVE_VERSION_CTE)
     qn = vendor_connection(vendor).ops.quote_name
@@ -287,16 +309,23 @@ def checked_save(table: SaveTable, columns: tuple[str, ...], names: tuple[str, .
     sets = [
         f"{lock} = {version}",
         f"{versions} = {_saved_versions_sql(vendor, versions, keys, version, names is None)}",
-        *(f"{qn(name)} = %(value{index})s" for index, name in enumerate(columns)),
     ]
+    written = [f"{qn(name)} = %(value{index})s" for index, name in enumerate(columns)]
     matches = _carries_one_of(vendor, lock)
     returning = f"{lock}, {versions}" if names is not None else lock
+    where = f"WHERE {qn(table.pk)} = %(pk)s AND {matches}"
+    if child is None:
+        sql = f"UPDATE {qn(table.table)} SET {', '.join([*sets, *written])} {where} RETURNING {returning}"
+        return CheckedSave(f"{SAVE_VERSION_CTE} {sql}" if takes_version else sql, vendor, names)
+    if not takes_version or names is None:
+        raise SafeUpdatesError("a child's fields are saved with their parent's versions on PostgreSQL only.")
     sql = (
-        f"UPDATE {qn(table.table)} SET {', '.join(sets)} "
-        f"WHERE {qn(table.pk)} = %(pk)s AND {matches} RETURNING {returning}"
+        f"{SAVE_VERSION_CTE}, "
+        f"safeupdates_checked AS (UPDATE {qn(table.table)} SET {', '.join(sets)} {where} RETURNING {returning}), "
+        f"safeupdates_written AS (UPDATE {qn(child.table)} SET {', '.join(written)} "
+        f"WHERE {qn(child.pk)} = %(pk)s AND EXISTS (SELECT 1 FROM safeupdates_checked) RETURNING 1) "
+        f"SELECT {returning}, (SELECT count(*) FROM safeupdates_written) FROM safeupdates_checked"
     )
-    if takes_version:
-        sql = f"{SAVE_VERSION_CTE} {sql}"
     return CheckedSave(sql, vendor, names)
 
 

@@ -3,7 +3,8 @@
 On PostgreSQL it is the sequence ``safeupdates_version_seq`` created by the app's migration: ``nextval``
 is atomic across every process and machine sharing the database, is never rolled back, and does not
 depend on any table's contents, so purging old requests cannot make it go back. Elsewhere a one-row
-counter table is incremented inside a transaction; the database's write lock makes that atomic.
+counter table is incremented by one UPDATE that returns the new value; the database's write lock makes
+that atomic.
 
 The source never hands out a version below one already stored: after every ``migrate`` (which may have
 dropped and created the sequence again) :func:`raise_floor` moves it above the highest version in the
@@ -19,6 +20,7 @@ from django.db.models import F
 
 from safeupdates import statements
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.internals import update_returning
 from safeupdates.meta import holds_versions, request_log, version_counter
 from safeupdates.statements import SEQUENCE_NAME
 
@@ -78,11 +80,17 @@ def ensure_issued(version: int, using: str = "default") -> None:
 
 
 def _next_from_counter(using: str) -> int:
-    counters = version_counter().objects.using(using)
+    VersionCounter = version_counter()
+    counters = VersionCounter.objects.using(using)
+    value = VersionCounter._meta.get_field("value")
+    # One statement, atomic on its own: the UPDATE returns the value it wrote (SQLite 3.35+).
+    taken = update_returning(counters.filter(pk=1), [(value, None, F("value") + 1)], [value])
+    if taken:
+        return int(taken[0][0])
     with transaction.atomic(using=using):
+        # The row is created by the migration; a test-suite flush can remove it. Start again above every
+        # version stored, never at 1.
         if not counters.filter(pk=1).update(value=F("value") + 1):
-            # The row is created by the migration; a test-suite flush can remove it. Start again above
-            # every version stored, never at 1.
             counters.create(pk=1, value=_stored_floor(using) + 1)
         return int(counters.values_list("value", flat=True).get(pk=1))
 

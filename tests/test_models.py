@@ -196,3 +196,23 @@ def test_version_counter_str():
     from safeupdates.models import VersionCounter
 
     assert str(VersionCounter(value=7)) == "7"
+
+
+def test_the_mixins_fields_come_after_the_models_own():
+    """Positional arguments, ``values_list()`` and serializers see a model's own fields first, as they
+    would without the mixins (Django orders fields by creation, and the mixins' were created first)."""
+    assert [field.name for field in Profile._meta.concrete_fields] == [
+        "id",
+        "name",
+        "active",
+        "newsletter",
+        "dark_mode",
+        "score",
+        "note",
+        "lock_version",
+        "field_versions",
+        "last_synced_at",
+    ]
+    document = Document(None, "positional", "body")
+    document.save()
+    assert Document.objects.values_list().get(pk=document.pk)[:3] == (document.pk, "positional", "body")

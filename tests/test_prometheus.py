@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from safeupdates import enqueue_update, signals
 from safeupdates.contrib.prometheus import metrics
-from safeupdates.exceptions import LockUnavailable
+from safeupdates.exceptions import LockUnavailable, NeverLoadedError, StaleObjectError
+from safeupdates.http import etag_for
 from safeupdates.jobs import apply_update, relay
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
@@ -94,6 +95,39 @@ def test_counters_after_a_known_burst(redis, token_client):
     assert delta("safeupdates_stale_saves_total", model=model, surface="admin") == 1
     assert delta("safeupdates_relay_deliveries_total") == 2
     assert delta("safeupdates_relay_revivals_total") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stale_saves_by_surface_after_a_known_set_of_refusals(token_client, rf):
+    """Each refusal counted once, under the surface that refused it: two saves (one of a row this
+    instance never loaded), a delete, a form with an old token, an If-Match naming an older version."""
+    from tests import http_urls
+    from tests.forms_views import ProfileForm
+
+    before = token_client()
+    profile = ProfileFactory(name="a")
+    stale = Profile.objects.get(pk=profile.pk)
+    form = ProfileForm(instance=Profile.objects.get(pk=profile.pk))
+    shown = {**form.initial, "safeupdates_token": form.initial["safeupdates_token"]}
+    etag = etag_for(profile)
+    profile.save()  # the row moves on
+    with pytest.raises(StaleObjectError):
+        stale.save()
+    with pytest.raises(NeverLoadedError):
+        Profile(pk=profile.pk).save()
+    with pytest.raises(StaleObjectError):
+        stale.delete()
+    assert not ProfileForm(data=shown, instance=Profile.objects.get(pk=profile.pk)).is_valid()
+    request = rf.put(f"/profiles/{profile.pk}/", "{}", content_type="application/json", headers={"if_match": etag})
+    assert http_urls.profile_view(request, pk=profile.pk).status_code == 412
+    profile.save()  # accepted: not counted
+    after = token_client()
+    counted = "safeupdates_stale_saves_total"
+    assert {
+        surface: value(after, counted, model="testapp.Profile", surface=surface)
+        - value(before, counted, model="testapp.Profile", surface=surface)
+        for surface in ("save", "delete", "form", "http", "admin", "drf")
+    } == {"save": 2, "delete": 1, "form": 1, "http": 1, "admin": 0, "drf": 0}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,15 +10,16 @@ leave the caller's transaction as Django leaves it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, IntegrityError, connection, models, transaction
+from django.db import DatabaseError, IntegrityError, connection, connections, models, transaction
 from django.db.models import Value
 from django.db.models.functions import Lower
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -26,6 +27,7 @@ from safeupdates.exceptions import NeverLoadedError, StaleObjectError
 from safeupdates.jobs import apply_update, enqueue_update
 from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest
 from safeupdates.versions import next_version
+from tests.django_contract.models import Avatar, ItalianRestaurant, User
 from tests.htmlforms import form_data
 from tests.testapp.models import (
     Bakery,
@@ -573,9 +575,40 @@ class TestStatements:
         assert ran == self.run(lambda: models.Model.delete(djangos))
         assert ran.count("DELETE") == 2 and "SAVEPOINT" not in ran  # the chapters', the document's
 
-    def test_a_delete_watched_by_a_receiver_locks_the_row_first(self, receiver: Any, postgres_only: None) -> None:
-        """A documented difference (Limits): one UPDATE more, so that no receiver runs for a refused delete."""
-        receiver(post_delete, Chapter, lambda **kwargs: None)
+    def test_a_delete_whose_receivers_watch_what_goes_after_the_row_runs_what_django_runs(
+        self, receiver: Any, postgres_only: None
+    ) -> None:
+        """Users (a nullable foreign key: no order needed) are deleted after their avatar: the check rides
+        in the avatar's DELETE, before any receiver runs. Django's test_can_defer_constraint_checks."""
+        receiver(post_delete, User, lambda **kwargs: None)
+        ours, djangos = (Avatar.objects.create(desc=desc) for desc in ("ours", "django's"))
+        for avatar in (ours, djangos):
+            User.objects.create(avatar=avatar)
+        ran = self.run(ours.delete)
+        assert (
+            ran == self.run(lambda: models.Model.delete(djangos)) == ["SELECT", "BEGIN", "DELETE", "DELETE", "COMMIT"]
+        )
+
+    def test_a_stale_delete_refused_before_the_receivers_of_what_goes_after_it(self, receiver: Any) -> None:
+        seen: list[Any] = []
+        receiver(post_delete, User, lambda instance, **kwargs: seen.append(instance.pk))
+        current = Avatar.objects.create(desc="a")
+        user = User.objects.create(avatar=current)
+        stale = Avatar.objects.get(pk=current.pk)
+        current.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert seen == [] and User.objects.filter(pk=user.pk).exists() and stale.pk == current.pk
+        assert current.delete() == (2, {"django_contract.Avatar": 1, "django_contract.User": 1})
+        assert seen == [user.pk]
+
+    @pytest.mark.parametrize("signal", [pre_delete, post_delete])
+    def test_a_delete_watched_by_a_receiver_that_runs_before_the_row_is_deleted_locks_it_first(
+        self, receiver: Any, signal: Any, postgres_only: None
+    ) -> None:
+        """A documented difference (Limits): one UPDATE more, so that no receiver runs for a refused delete.
+        A pre_delete receiver runs before any DELETE; the chapters are deleted before their document."""
+        receiver(signal, Chapter, lambda **kwargs: None)
         ours, djangos = (Document.objects.create(title=title) for title in ("ours", "django's"))
         for document in (ours, djangos):
             Chapter.objects.create(document=document, title="c")
@@ -593,13 +626,73 @@ class TestStatements:
             ran, django = self.run(ours.delete), self.run(lambda: models.Model.delete(djangos))
         assert ran[0] == "UPDATE" and ran[1:] == django and "SAVEPOINT" not in django
 
-    def test_update_fields_of_a_childs_own_fields_writes_the_parents_row(self, postgres_only: None) -> None:
-        """A documented difference (Limits): the versions and the check are in the parent's row."""
+    def test_update_fields_of_a_childs_own_fields_is_one_statement(self, postgres_only: None) -> None:
+        """The parent's row holds the versions and the check: its UPDATE rides in the child's statement."""
         ours, djangos = Restaurant.objects.create(name="a"), Restaurant.objects.create(name="b")
+        loaded = ours.lock_version
         ours.seats = djangos.seats = 5
-        assert self.run(lambda: ours.save(update_fields=["seats"])) == ["BEGIN", "WITH", "UPDATE", "COMMIT"]
+        assert self.run(lambda: ours.save(update_fields=["seats"])) == ["BEGIN", "WITH", "COMMIT"]
         assert self.run(lambda: models.Model.save(djangos, update_fields=["seats"])) == ["BEGIN", "UPDATE", "COMMIT"]
-        assert Restaurant.objects.get(pk=ours.pk).field_version("seats") == ours.lock_version
+        row = Restaurant.objects.get(pk=ours.pk)
+        assert row.seats == 5 and row.lock_version == ours.lock_version > loaded
+        assert row.field_versions == ours.field_versions == {BASE_VERSION_KEY: loaded, "seats": ours.lock_version}
+
+    def test_update_fields_of_each_table_of_three(self, postgres_only: None) -> None:
+        restaurant = ItalianRestaurant.objects.create(name="a", address="x")
+        restaurant.serves_pizza = True
+        assert self.run(lambda: restaurant.save(update_fields=["serves_pizza"])) == ["BEGIN", "WITH", "COMMIT"]
+        restaurant.serves_gnocchi = True
+        assert self.run(lambda: restaurant.save(update_fields=["serves_gnocchi"])) == ["BEGIN", "WITH", "COMMIT"]
+        restaurant.serves_pizza = restaurant.serves_gnocchi = False
+        both = ["serves_pizza", "serves_gnocchi"]
+        assert self.run(lambda: restaurant.save(update_fields=both)) == ["BEGIN", "WITH", "UPDATE", "COMMIT"]
+        row = ItalianRestaurant.objects.get(pk=restaurant.pk)
+        assert (row.serves_pizza, row.serves_gnocchi) == (False, False)
+        assert row.lock_version == restaurant.lock_version
+        assert row.field_version("serves_pizza") == row.field_version("serves_gnocchi") == row.lock_version
+        assert row.field_version("name") < row.lock_version
+
+    def test_a_deferred_save_of_a_childs_fields_is_one_statement(self, postgres_only: None) -> None:
+        restaurant = Restaurant.objects.create(name="a")
+        partial = Restaurant.objects.only("seats", "lock_version").get(pk=restaurant.pk)
+        partial.seats = 7
+        assert self.run(partial.save) == ["BEGIN", "WITH", "COMMIT"]
+        row = Restaurant.objects.get(pk=restaurant.pk)
+        assert row.seats == 7 and row.field_versions == {
+            BASE_VERSION_KEY: restaurant.lock_version,
+            "seats": partial.lock_version,
+        }
+
+    def test_a_childs_value_that_needs_the_compiler_checks_the_parents_row_first(self, postgres_only: None) -> None:
+        """A documented difference (Limits): one UPDATE more, the parent's, for an expression."""
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        restaurant.seats = models.F("seats") + 1
+        assert self.run(lambda: restaurant.save(update_fields=["seats"])) == ["BEGIN", "WITH", "UPDATE", "COMMIT"]
+        assert Restaurant.objects.get(pk=restaurant.pk).seats == 2
+
+    @pytest.mark.parametrize("value", [5, models.F("seats") + 5], ids=["value", "expression"])
+    def test_a_stale_save_of_a_childs_fields_writes_nothing(self, value: Any) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        stale = Restaurant.objects.get(pk=restaurant.pk)
+        restaurant.save()
+        stale.seats = value
+        with pytest.raises(StaleObjectError) as raised:
+            stale.save(update_fields=["seats"])
+        assert str(raised.value) == (
+            f"testapp.Restaurant pk={restaurant.pk!r} was changed after it was loaded (lock_version "
+            f"{stale.lock_version}); reload it with refresh_from_db() and apply your change again."
+        )
+        row = Restaurant.objects.get(pk=restaurant.pk)
+        assert row.seats == 1 and row.lock_version == restaurant.lock_version
+
+    def test_a_save_of_a_childs_fields_after_its_row_was_deleted_is_djangos_error(self) -> None:
+        restaurant = Restaurant.objects.create(name="a", seats=1)
+        Restaurant.objects.get(pk=restaurant.pk).delete(keep_parents=True)
+        restaurant.seats = 2
+        with pytest.raises(DatabaseError) as raised:
+            restaurant.save(update_fields=["seats"])
+        assert str(raised.value) == "Save with update_fields did not affect any rows."
+        assert restaurant.lock_version == Place.objects.get(pk=restaurant.pk).lock_version  # rolled back
 
     def test_a_row_with_cascades_deleted_already_is_no_error(self) -> None:
         document = Document.objects.create(title="d")
@@ -697,3 +790,51 @@ class TestStatements:
         row = Truck.objects.get(pk=truck.pk)
         assert (row.wheels, row.load) == (6, 1)
         assert Profile.objects.filter(name="after").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_childs_fields_saved_while_the_parent_is_written_are_stale(postgres_only: None) -> None:
+    """The one-statement save of a child's fields waits for a concurrent save's lock on the parent's row,
+    then sees on the committed row that it moved on (READ COMMITTED's recheck): refused, both rows left
+    as the other save wrote them."""
+    from tests.test_http import _waiting_on_locks
+    from tests.workers import wait_until
+
+    restaurant = Restaurant.objects.create(name="a", seats=1)
+    mine = Restaurant.objects.get(pk=restaurant.pk)
+    written, release = threading.Event(), threading.Event()
+    waited: list[bool] = []
+
+    def other_save() -> None:
+        try:
+            with transaction.atomic():
+                theirs = Restaurant.objects.get(pk=restaurant.pk)
+                theirs.name, theirs.seats = "theirs", 3
+                theirs.save()
+                written.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def commit_once_mine_waits() -> None:
+        try:
+            waited.append(wait_until(lambda: _waiting_on_locks() >= 1, timeout=30))
+        finally:
+            release.set()
+            connections.close_all()
+
+    other = threading.Thread(target=other_save)
+    other.start()
+    assert written.wait(30)
+    releaser = threading.Thread(target=commit_once_mine_waits)
+    releaser.start()
+    mine.seats = 2
+    try:
+        with pytest.raises(StaleObjectError):
+            mine.save(update_fields=["seats"])
+    finally:
+        releaser.join(30)
+        other.join(30)
+    assert waited == [True]  # mine waited for the lock, and was refused on the row as committed
+    row = Restaurant.objects.get(pk=restaurant.pk)
+    assert (row.name, row.seats) == ("theirs", 3)

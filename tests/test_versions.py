@@ -126,3 +126,14 @@ def test_the_newest_version_handed_out_costs_no_query_to_check(postgres_only: No
     with CaptureQueriesContext(connection) as queries:
         assert Profile.objects.update_if_newer(profile.pk, version=version, active=True).applied
     assert [query["sql"].split()[0] for query in queries.captured_queries] == ["UPDATE"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_version_costs_one_statement() -> None:
+    """A sequence's nextval on PostgreSQL; on SQLite the counter's UPDATE, which returns its value."""
+    next_version()
+    with CaptureQueriesContext(connection) as queries:
+        first = next_version()
+        second = next_version()
+    assert second > first
+    assert len(queries.captured_queries) == 2, queries.captured_queries

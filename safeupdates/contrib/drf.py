@@ -27,6 +27,7 @@ from safeupdates.conflicts import digests, reported_fields
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.http import MISSING, LostWrite, etag_for, evaluate, lost_write
 from safeupdates.models import LockVersionMixin
+from safeupdates.signals import refusals_on
 
 __all__ = [
     "ConditionalViewSetMixin",
@@ -81,7 +82,8 @@ def _write(
     """Run ``write()`` (the checked save or delete of ``instance``) and turn its lost race into a 409/412/404."""
     loaded_version = instance.lock_version
     try:
-        return write()
+        with refusals_on("drf"):  # the save signals its refusal, as this surface's
+            return write()
     except StaleObjectError:
         answer = lost_write(instance, loaded_version, precondition=precondition, fields=fields, seen=seen, values=True)
         if answer is None:
@@ -155,6 +157,11 @@ class ConditionalViewSetMixin:
     _serializer: Any = None
     _conflict_fields: list[str] | None = None
     request: Any
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        # A refusal in this request (an If-Match naming an older version, a lost write) is the API's.
+        with refusals_on("drf"):
+            return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
 
     def get_object(self) -> Any:
         try:

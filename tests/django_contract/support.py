@@ -2,40 +2,60 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models import Model
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 
+from safeupdates.models import VersionCounter
+
 #: A test that asserts one of the app's documented differences from Django (docs/limits.md,
-#: docs/concepts.md): a row changed or deleted since it was loaded raises StaleObjectError; an instance
-#: loaded without lock_version is refused.
+#: docs/concepts.md), said in its docstring: a row changed or deleted since it was loaded raises
+#: StaleObjectError; a new instance never writes over a row it did not load (NeverLoadedError); an
+#: instance loaded without lock_version is refused; a statement count other than Django's.
 difference = pytest.mark.difference
 
-
-def issue_24(item: int, reason: str) -> pytest.MarkDecorator:
-    """A known difference that issue 24 item ``item`` fixes: fails today, and fails the suite (XPASS
-    strict) the moment the fix lands, so that the test is turned back into Django's."""
-    return pytest.mark.xfail(strict=True, reason=f"issue 24.{item}: {reason}")
+T = TypeVar("T")
 
 
-def not_in_issue_24(reason: str) -> pytest.MarkDecorator:
-    """A difference found by the port that issue 24 does not list yet (reported to the lead)."""
-    return pytest.mark.xfail(strict=True, reason=f"new, not in issue 24: {reason}")
+def _unmarked(test: T) -> T:
+    return test
 
 
-#: SQLite's version source is a counter table, read before the statement that writes the row: two
-#: statements more than Django (PostgreSQL takes the version inside the statement).
-on_sqlite_version_source = pytest.mark.xfail(
-    connection.vendor == "sqlite",
-    strict=True,
-    reason="issue 24.4 (SQLite): the version is taken first from the counter table (UPDATE and SELECT)",
-)
+#: ``difference`` on SQLite only, whose version source runs a statement of its own before a save's
+#: (``assertNumQueries(..., sqlite_versions=n)``); Django's own test on PostgreSQL, where the version is
+#: taken inside the save's statement.
+on_sqlite_version_source: Callable[[T], T] = difference if connection.vendor == "sqlite" else _unmarked
+
+
+def takes_a_version(sql: str) -> bool:
+    """Whether ``sql`` is the statement that takes a version from SQLite's counter table."""
+    return sql.startswith("UPDATE ") and connection.ops.quote_name(VersionCounter._meta.db_table) in sql
+
+
+def stale_delete(model: type[Model], pk: Any, lock_version: int) -> str:
+    """The message of the StaleObjectError that refuses the delete of an instance of ``model`` loaded at
+    ``lock_version`` whose row moved on since."""
+    return (
+        f"{model._meta.label} pk={pk!r} was changed after it was loaded (lock_version {lock_version}); reload it "
+        "and decide again before deleting it."
+    )
+
+
+def never_loaded(model: type[Model], pk: Any) -> str:
+    """The message of the NeverLoadedError that refuses a new instance of ``model`` whose key ``pk``
+    names a row it never loaded."""
+    return (
+        f"{model._meta.label} pk={pk!r} exists, and this instance never loaded it: there is no lock_version "
+        "to check its save against. Load the row and change that instance, or write with update_if_newer() "
+        "or with_lock()."
+    )
 
 
 #: Transaction control: Django's own counts were taken inside TestCase's transaction, where the
@@ -67,13 +87,25 @@ class EmptiedAfter(TransactionTestCase):
 
 class OutsideTransaction(EmptiedAfter):
     """A Django test class run outside a transaction, where the app promises Django's statement
-    counts or lower (a save inside ``atomic()`` runs in a savepoint of its own)."""
+    counts or lower (inside a transaction, a delete with cascades locks its row first: docs/limits.md)."""
 
     def assertNumQueries(  # type: ignore[override]
-        self, num: int, func: Any = None, *args: Any, using: str = DEFAULT_DB_ALIAS, **kwargs: Any
+        self,
+        num: int,
+        func: Any = None,
+        *args: Any,
+        using: str = DEFAULT_DB_ALIAS,
+        sqlite_versions: int = 0,
+        sqlite_parents: int = 0,
+        **kwargs: Any,
     ) -> Any:
         """Django's ``assertNumQueries`` (as a context manager, or calling ``func``), transaction
-        control left out."""
+        control left out. On SQLite (docs/limits.md), ``sqlite_versions`` statements more, one per
+        version the saves take from the counter table, and ``sqlite_parents`` more, one per save whose
+        ``update_fields`` names a multi-table child's fields only: the parent's row, which holds the
+        versions, is checked and written in an UPDATE of its own (PostgreSQL does both in one)."""
+        if connections[using].vendor == "sqlite":
+            num += sqlite_versions + sqlite_parents
         counted = self._counted(num, using)
         if func is None:
             return counted

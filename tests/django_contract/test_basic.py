@@ -16,7 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models.functions import Now
 from django.test import override_settings, skipUnlessDBFeature
 
-from safeupdates.exceptions import StaleObjectError
+from safeupdates.exceptions import NeverLoadedError, StaleObjectError
 
 from .models import (
     Article,
@@ -28,13 +28,9 @@ from .models import (
     PrimaryKeyWithFalseyDefault,
     SelfRef,
 )
-from .support import EmptiedAfter, OutsideTransaction, difference, issue_24, not_in_issue_24, on_sqlite_version_source
+from .support import EmptiedAfter, OutsideTransaction, difference, never_loaded, on_sqlite_version_source
 
 DJANGO_6 = django.VERSION >= (6, 0)
-POSITIONAL = (
-    "the mixin's fields come first in the model's fields (an abstract base's), so positional arguments "
-    "fill lock_version and field_versions instead of the model's own fields"
-)
 
 
 @override_settings(USE_TZ=False)
@@ -49,7 +45,6 @@ class ModelInstanceCreationTests(OutsideTransaction):
         self.assertIsNotNone(a.id)
         self.assertEqual(Article.objects.count(), 1)
 
-    @not_in_issue_24(POSITIONAL)
     def test_can_initialize_model_instance_using_positional_arguments(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_can_initialize_model_instance_using_positional_arguments"""  # noqa: E501
         a = Article(None, "Second article", datetime(2005, 7, 29))
@@ -57,7 +52,6 @@ class ModelInstanceCreationTests(OutsideTransaction):
         self.assertEqual(a.headline, "Second article")
         self.assertEqual(a.pub_date, datetime(2005, 7, 29, 0, 0))
 
-    @not_in_issue_24(POSITIONAL)
     def test_can_mix_and_match_position_and_kwargs(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_can_mix_and_match_position_and_kwargs"""
         # You can also mix and match position and keyword arguments, but be sure not to duplicate field
@@ -130,41 +124,49 @@ class ModelInstanceCreationTests(OutsideTransaction):
     def test_save_primary_with_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_default"""
         # An UPDATE attempt is skipped when a primary key has default.
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             PrimaryKeyWithDefault().save()
 
-    @issue_24(2, "save(force_update=True) of a new instance with an existing row's pk raises StaleObjectError")
+    @difference
+    @on_sqlite_version_source
     def test_save_primary_with_default_force_update(self) -> None:
-        """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_default_force_update"""
+        """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_default_force_update
+
+        Difference: a new instance never loaded the row its key names, so the UPDATE asked for is refused
+        (NeverLoadedError) and writes nothing; Django's writes over the row."""
         # An UPDATE attempt is made if explicitly requested.
         obj = PrimaryKeyWithDefault.objects.create()
-        with self.assertNumQueries(1):
+        with (
+            self.assertNumQueries(1, sqlite_versions=1),
+            self.assertRaisesMessage(NeverLoadedError, never_loaded(PrimaryKeyWithDefault, obj.pk)),
+        ):
             PrimaryKeyWithDefault(uuid=obj.pk).save(force_update=True)
+        self.assertEqual(PrimaryKeyWithDefault.objects.get(pk=obj.pk).lock_version, obj.lock_version)
 
-    @issue_24(4, "a db_default primary key takes its version in a separate SELECT nextval before the INSERT")
+    @on_sqlite_version_source
     def test_save_primary_with_db_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_db_default"""
         # An UPDATE attempt is skipped when a primary key has db_default.
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             PrimaryKeyWithDbDefault().save()
 
     @on_sqlite_version_source
     def test_save_parent_primary_with_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_parent_primary_with_default"""
         # An UPDATE attempt is skipped when an inherited primary key has default.
-        with self.assertNumQueries(2):
+        with self.assertNumQueries(2, sqlite_versions=1):
             ChildPrimaryKeyWithDefault().save()
 
     @on_sqlite_version_source
     def test_save_primary_with_falsey_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_falsey_default"""
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             PrimaryKeyWithFalseyDefault().save()
 
-    @issue_24(4, "a db_default primary key takes its version in a separate SELECT nextval before the INSERT")
+    @on_sqlite_version_source
     def test_save_primary_with_falsey_db_default(self) -> None:
         """Django: tests/basic/tests.py::ModelInstanceCreationTests::test_save_primary_with_falsey_db_default"""
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             PrimaryKeyWithFalseyDbDefault().save()
 
     @pytest.mark.skipif(not DJANGO_6, reason="Django 6.0+ (the auto field refreshed from the INSERT)")
@@ -303,12 +305,12 @@ class SelectOnSaveTests(OutsideTransaction):
         Differences: the checked UPDATE decides whether the row is there, so select_on_save's SELECT is
         not sent (1 statement, Django 2); a save after the row was deleted raises StaleObjectError."""
         a1 = Article.objects.create(pub_date=datetime.now())
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             a1.save()
         asos = ArticleSelectOnSave.objects.create(pub_date=datetime.now())
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             asos.save()
-        with self.assertNumQueries(1):
+        with self.assertNumQueries(1, sqlite_versions=1):
             asos.save(force_update=True)
         Article.objects.all().delete()
         with self.assertRaisesMessage(StaleObjectError, "was deleted after it was loaded"):

@@ -56,9 +56,7 @@ from .models import (
     create_a,
     get_default_r,
 )
-from .support import OutsideTransaction, difference, issue_24
-
-CASCADE_LOCK = "a delete with cascades, receivers or child tables runs a locking UPDATE before the collector"
+from .support import OutsideTransaction, difference, stale_delete
 
 
 class OnDeleteTests(OutsideTransaction):
@@ -381,7 +379,6 @@ class DeletionTests(OutsideTransaction):
         self.assertFalse(not MRNull.objects.exists())
         self.assertFalse(m.m2m_through_null.exists())
 
-    @issue_24(4, CASCADE_LOCK)
     def test_bulk(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_bulk"""
         s = S.objects.create(r=R.objects.create())
@@ -417,9 +414,13 @@ class DeletionTests(OutsideTransaction):
             for a in A.objects.filter(id__in=pk_list):
                 self.assertIsNone(a.setnull)
 
-    @issue_24(2, "a multi-table child created for an existing parent (RChild(r_ptr=r)) raises StaleObjectError")
+    @difference
     def test_deletion_order(self) -> None:
-        """Django: tests/delete/tests.py::DeletionTests::test_deletion_order"""
+        """Django: tests/delete/tests.py::DeletionTests::test_deletion_order
+
+        Difference: creating the child RChild(r_ptr=r) writes r's row (checked against r's version), so
+        r, loaded before that write, is stale: its delete is refused before any receiver runs. Reloaded,
+        it deletes in Django's order."""
         pre_delete_order = []
         post_delete_order = []
 
@@ -440,6 +441,10 @@ class DeletionTests(OutsideTransaction):
         t2 = T.objects.create(s=s2)
         rchild = RChild.objects.create(r_ptr=r)
         r_pk = r.pk
+        with self.assertRaisesMessage(StaleObjectError, stale_delete(R, r_pk, r.lock_version)):
+            r.delete()
+        self.assertEqual((pre_delete_order, post_delete_order), ([], []))
+        r.refresh_from_db()
         r.delete()
         self.assertEqual(
             pre_delete_order,
@@ -471,7 +476,6 @@ class DeletionTests(OutsideTransaction):
         self.assertEqual(deletions[0], s_id)
 
     @skipUnlessDBFeature("can_defer_constraint_checks")
-    @issue_24(4, CASCADE_LOCK)
     def test_can_defer_constraint_checks(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_can_defer_constraint_checks"""
         u = User.objects.create(avatar=Avatar.objects.create())
@@ -492,7 +496,6 @@ class DeletionTests(OutsideTransaction):
         self.assertEqual(len(calls), 1)
 
     @skipIfDBFeature("can_defer_constraint_checks")
-    @issue_24(4, CASCADE_LOCK)
     def test_cannot_defer_constraint_checks(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_cannot_defer_constraint_checks"""
         u = User.objects.create(avatar=Avatar.objects.create())
@@ -520,7 +523,6 @@ class DeletionTests(OutsideTransaction):
         r.delete()
         self.assertEqual(HiddenUserProfile.objects.count(), 0)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_large_delete_related(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_large_delete_related"""
         test_size = 2000
@@ -592,7 +594,6 @@ class DeletionTests(OutsideTransaction):
         for k, v in existed_objs.items():
             self.assertEqual(deleted_objs[k], v)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_proxied_model_duplicate_queries(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_proxied_model_duplicate_queries"""
         # #25685 - Deleting instances of a model with existing proxy classes should not issue multiple
@@ -602,7 +603,6 @@ class DeletionTests(OutsideTransaction):
         with self.assertNumQueries(2):
             avatar.delete()
 
-    @issue_24(4, CASCADE_LOCK)
     def test_only_referenced_fields_selected(self) -> None:
         """Django: tests/delete/tests.py::DeletionTests::test_only_referenced_fields_selected"""
         # Only referenced fields are selected during cascade deletion SELECT unless deletion signals
@@ -639,7 +639,6 @@ class DeletionTests(OutsideTransaction):
 
 
 class FastDeleteTests(OutsideTransaction):
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_fk(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_fk"""
         u = User.objects.create(avatar=Avatar.objects.create())
@@ -649,7 +648,6 @@ class FastDeleteTests(OutsideTransaction):
         self.assertFalse(User.objects.exists())
         self.assertFalse(Avatar.objects.exists())
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_m2m(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_m2m"""
         t = M2MTo.objects.create()
@@ -658,7 +656,6 @@ class FastDeleteTests(OutsideTransaction):
         # 1 to delete f, 1 to fast-delete m2m for f
         self.assertNumQueries(2, f.delete)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_revm2m(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_revm2m"""
         t = M2MTo.objects.create()
@@ -676,7 +673,6 @@ class FastDeleteTests(OutsideTransaction):
         u.delete()
         self.assertIsNone(u.pk)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_inheritance(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_inheritance"""
         c = DelChild.objects.create()
@@ -696,7 +692,6 @@ class FastDeleteTests(OutsideTransaction):
         self.assertFalse(DelParent.objects.exists())
         self.assertFalse(DelChild.objects.exists())
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_large_batch(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_large_batch"""
         User.objects.bulk_create(User() for _ in range(2000))
@@ -710,7 +705,6 @@ class FastDeleteTests(OutsideTransaction):
         self.assertNumQueries(2, a.delete)
         self.assertEqual(User.objects.count(), 0)
 
-    @issue_24(4, CASCADE_LOCK)
     def test_fast_delete_combined_relationships(self) -> None:
         """Django: tests/delete/tests.py::FastDeleteTests::test_fast_delete_combined_relationships"""
         # The cascading fast-delete of SecondReferrer should be combined in a single DELETE WHERE

@@ -9,6 +9,8 @@ import django
 from django.db import DatabaseError, IntegrityError, models, transaction
 from django.test import TestCase
 
+from safeupdates.exceptions import NeverLoadedError
+
 from .models import (
     Counter,
     DiamondSubSubCounter,
@@ -19,7 +21,7 @@ from .models import (
     SubSubCounter,
     WithCustomPK,
 )
-from .support import OutsideTransaction, issue_24
+from .support import OutsideTransaction, difference, never_loaded, on_sqlite_version_source
 
 
 class ForceTests(TestCase):
@@ -113,86 +115,149 @@ class ForceInsertInheritanceTests(OutsideTransaction):
         with self.assertRaisesMessage(TypeError, msg):
             Counter().save(force_insert=(SubCounter,))
 
-    @issue_24(2, "a new instance with an existing row's pk raises StaleObjectError instead of updating the row")
+    @difference
+    @on_sqlite_version_source
     def test_force_insert_false(self) -> None:
-        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_false"""
-        with self.assertNumQueries(3):
+        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_false
+
+        Differences: create() with a key of its own inserts the parent's row in one statement (INSERT ... ON
+        CONFLICT DO NOTHING), where Django tries an UPDATE first (2 statements, Django 3); a new instance
+        with the key of an existing row never loaded that row, so its save is refused (NeverLoadedError)
+        and writes nothing, in one statement, where Django's writes over the row (2 statements). Given
+        the row's version, as an instance loaded from it carries, it is checked and saved."""
+        with self.assertNumQueries(2, sqlite_versions=1):
             obj = SubCounter.objects.create(pk=1, value=0)
-        with self.assertNumQueries(2):
-            SubCounter(pk=obj.pk, value=1).save()
+        for value, force_insert in ((1, None), (2, False), (3, ())):
+            with (
+                self.assertNumQueries(1, sqlite_versions=1),
+                self.assertRaisesMessage(NeverLoadedError, never_loaded(SubCounter, obj.pk)),
+            ):
+                if force_insert is None:
+                    SubCounter(pk=obj.pk, value=value).save()
+                else:
+                    SubCounter(pk=obj.pk, value=value).save(force_insert=force_insert)
+            obj.refresh_from_db()
+            self.assertEqual(obj.value, 0)
+        with self.assertNumQueries(2, sqlite_versions=1):
+            SubCounter(pk=obj.pk, lock_version=obj.lock_version, value=1).save()
         obj.refresh_from_db()
         self.assertEqual(obj.value, 1)
-        with self.assertNumQueries(2):
-            SubCounter(pk=obj.pk, value=2).save(force_insert=False)
-        obj.refresh_from_db()
-        self.assertEqual(obj.value, 2)
-        with self.assertNumQueries(2):
-            SubCounter(pk=obj.pk, value=3).save(force_insert=())
-        obj.refresh_from_db()
-        self.assertEqual(obj.value, 3)
 
-    @issue_24(2, "a multi-table child created for an existing parent raises StaleObjectError")
+    @difference
+    @on_sqlite_version_source
     def test_force_insert_false_with_existing_parent(self) -> None:
-        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_false_with_existing_parent"""  # noqa: E501
-        parent = Counter.objects.create(pk=1, value=1)
-        with self.assertNumQueries(2):
-            SubCounter.objects.create(pk=parent.pk, value=2)
+        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_false_with_existing_parent
 
-    @issue_24(4, "a new instance with an explicit pk that matches no row runs an extra SELECT 1")
+        Difference: a child created for an existing parent by its key alone never loaded the parent's
+        row (NeverLoadedError, nothing written); given the loaded parent, it is checked against the
+        parent's version, in Django's 2 statements."""  # noqa: E501
+        parent = Counter.objects.create(pk=1, value=1)
+        with (
+            self.assertNumQueries(1, sqlite_versions=1),
+            self.assertRaisesMessage(NeverLoadedError, never_loaded(SubCounter, parent.pk)),
+        ):
+            SubCounter.objects.create(pk=parent.pk, value=2)
+        self.assertFalse(SubCounter.objects.exists())
+        with self.assertNumQueries(2, sqlite_versions=1):
+            SubCounter.objects.create(counter_ptr=parent, value=2)
+        self.assertEqual(SubCounter.objects.get(pk=parent.pk).value, 2)
+
+    @difference
+    @on_sqlite_version_source
     def test_force_insert_parent(self) -> None:
-        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_parent"""
-        with self.assertNumQueries(3):
+        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_parent
+
+        Difference: a parent's row not forced to insert, for a new instance with a key of its own, is
+        inserted in one statement (INSERT ... ON CONFLICT DO NOTHING) where Django tries an UPDATE first
+        (2 statements, Django 3)."""
+        with self.assertNumQueries(2, sqlite_versions=1):
             SubCounter(pk=1, value=1).save(force_insert=True)
         # Force insert a new parent and don't UPDATE first.
-        with self.assertNumQueries(2):
+        with self.assertNumQueries(2, sqlite_versions=1):
             SubCounter(pk=2, value=1).save(force_insert=(Counter,))
-        with self.assertNumQueries(2):
+        with self.assertNumQueries(2, sqlite_versions=1):
             SubCounter(pk=3, value=1).save(force_insert=(models.Model,))
 
-    @issue_24(4, "a new instance with an explicit pk that matches no row runs an extra SELECT 1")
+    @difference
+    @on_sqlite_version_source
     def test_force_insert_with_grandparent(self) -> None:
-        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_with_grandparent"""  # noqa: E501
-        with self.assertNumQueries(4):
+        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_with_grandparent
+
+        Difference: a grandparent's row not forced to insert, for a new instance with a key of its own, is
+        inserted in one statement (INSERT ... ON CONFLICT DO NOTHING) where Django tries an UPDATE first
+        (3 statements, Django 4)."""
+        with self.assertNumQueries(3, sqlite_versions=1):
             SubSubCounter(pk=1, value=1).save(force_insert=True)
         # Force insert parents on all levels and don't UPDATE first.
-        with self.assertNumQueries(3):
+        with self.assertNumQueries(3, sqlite_versions=1):
             SubSubCounter(pk=2, value=1).save(force_insert=(models.Model,))
-        with self.assertNumQueries(3):
+        with self.assertNumQueries(3, sqlite_versions=1):
             SubSubCounter(pk=3, value=1).save(force_insert=(Counter,))
         # Force insert only the last parent.
-        with self.assertNumQueries(4):
+        with self.assertNumQueries(3, sqlite_versions=1):
             SubSubCounter(pk=4, value=1).save(force_insert=(SubCounter,))
 
-    @issue_24(2, "a multi-table child created for an existing grandparent raises StaleObjectError")
+    @difference
+    @on_sqlite_version_source
     def test_force_insert_with_existing_grandparent(self) -> None:
-        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_with_existing_grandparent"""  # noqa: E501
+        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_with_existing_grandparent
+
+        Difference: a grandchild created for an existing grandparent by its key alone never loaded the
+        grandparent's row (NeverLoadedError, nothing written, one statement); given the grandparent's
+        version, it is checked against it, in Django's statements."""  # noqa: E501
         # Force insert only the last child.
         grandparent = Counter.objects.create(pk=1, value=1)
-        with self.assertNumQueries(4):
+        with (
+            self.assertNumQueries(1, sqlite_versions=1),
+            self.assertRaisesMessage(NeverLoadedError, never_loaded(SubSubCounter, grandparent.pk)),
+        ):
             SubSubCounter(pk=grandparent.pk, value=1).save(force_insert=True)
+        with self.assertNumQueries(4, sqlite_versions=1):
+            SubSubCounter(pk=grandparent.pk, lock_version=grandparent.lock_version, value=1).save(force_insert=True)
         # Force insert a parent, and don't force insert a grandparent.
         grandparent = Counter.objects.create(pk=2, value=1)
-        with self.assertNumQueries(3):
+        with (
+            self.assertNumQueries(1, sqlite_versions=1),
+            self.assertRaisesMessage(NeverLoadedError, never_loaded(SubSubCounter, grandparent.pk)),
+        ):
             SubSubCounter(pk=grandparent.pk, value=1).save(force_insert=(SubCounter,))
+        with self.assertNumQueries(3, sqlite_versions=1):
+            SubSubCounter(pk=grandparent.pk, lock_version=grandparent.lock_version, value=1).save(
+                force_insert=(SubCounter,)
+            )
+        self.assertEqual(SubSubCounter.objects.count(), 2)
         # Force insert parents on all levels, grandparent conflicts.
         grandparent = Counter.objects.create(pk=3, value=1)
         with self.assertRaises(IntegrityError), transaction.atomic():
             SubSubCounter(pk=grandparent.pk, value=1).save(force_insert=(Counter,))
 
-    @issue_24(2, "a multi-table child created for an existing grandparent raises StaleObjectError")
+    @difference
+    @on_sqlite_version_source
     def test_force_insert_diamond_mti(self) -> None:
-        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_diamond_mti"""
+        """Django: tests/force_insert_update/tests.py::ForceInsertInheritanceTests::test_force_insert_diamond_mti
+
+        Differences: a common grandparent's row not forced to insert is inserted in one statement (INSERT
+        ... ON CONFLICT DO NOTHING) where Django tries an UPDATE first (4 statements, Django 5); one
+        created for an existing grandparent by its key alone is refused (NeverLoadedError), and given
+        the grandparent's version, checked against it in Django's statements."""
         # Force insert all parents.
-        with self.assertNumQueries(4):
+        with self.assertNumQueries(4, sqlite_versions=1):
             DiamondSubSubCounter(pk=1, value=1).save(force_insert=(Counter, SubCounter, OtherSubCounter))
-        with self.assertNumQueries(4):
+        with self.assertNumQueries(4, sqlite_versions=1):
             DiamondSubSubCounter(pk=2, value=1).save(force_insert=(models.Model,))
         # Force insert parents, and don't force insert a common grandparent.
-        with self.assertNumQueries(5):
+        with self.assertNumQueries(4, sqlite_versions=1):
             DiamondSubSubCounter(pk=3, value=1).save(force_insert=(SubCounter, OtherSubCounter))
         grandparent = Counter.objects.create(pk=4, value=1)
-        with self.assertNumQueries(4):
+        with (
+            self.assertNumQueries(1, sqlite_versions=1),
+            self.assertRaisesMessage(NeverLoadedError, never_loaded(DiamondSubSubCounter, grandparent.pk)),
+        ):
             DiamondSubSubCounter(pk=grandparent.pk, value=1).save(force_insert=(SubCounter, OtherSubCounter))
+        with self.assertNumQueries(4, sqlite_versions=1):
+            DiamondSubSubCounter(pk=grandparent.pk, lock_version=grandparent.lock_version, value=1).save(
+                force_insert=(SubCounter, OtherSubCounter)
+            )
         # Force insert all parents, grandparent conflicts.
         grandparent = Counter.objects.create(pk=5, value=1)
         with self.assertRaises(IntegrityError), transaction.atomic():

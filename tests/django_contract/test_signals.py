@@ -10,7 +10,6 @@ from django.dispatch import receiver
 from django.test import TestCase
 
 from .models import Author, Book, Car, Page, SignalPerson
-from .support import issue_24
 
 
 class SignalTests(TestCase):
@@ -29,7 +28,6 @@ class SignalTests(TestCase):
             counts.append(len(signal.receivers))
         return tuple(counts)
 
-    @issue_24(3, "changing a saved instance's pk and saving raises StaleObjectError; Django inserts a new row")
     def test_save_signals(self) -> None:
         """Django: tests/signals/tests.py::SignalTests::test_save_signals"""
         data: list[tuple[Any, ...]] = []
@@ -76,7 +74,6 @@ class SignalTests(TestCase):
             signals.pre_save.disconnect(pre_save_handler)
             signals.post_save.disconnect(post_save_handler)
 
-    @issue_24(3, "changing a saved instance's pk and saving raises StaleObjectError; Django inserts a new row")
     def test_delete_signals(self) -> None:
         """Django: tests/signals/tests.py::SignalTests::test_delete_signals"""
         data: list[tuple[Any, ...]] = []

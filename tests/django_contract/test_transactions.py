@@ -1,9 +1,9 @@
 """Django's ``tests/transactions/tests.py`` on a model with ``LockVersionMixin``: saves inside and
 outside ``atomic()``, nested, merged and durable blocks, broken transactions, manual autocommit.
 
-A save inside ``atomic()`` runs in a savepoint of its own (docs/concepts.md), so that a
-StaleObjectError leaves the caller's transaction usable; these tests check that it changes nothing
-else of Django's transaction semantics.
+A save inside ``atomic()`` takes no savepoint: a refused save writes nothing, so a StaleObjectError
+leaves the caller's transaction usable, and any other error leaves it as Django's own save does
+(docs/concepts.md); these tests check that nothing else of Django's transaction semantics changes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from django.db import DatabaseError, Error, IntegrityError, connection, transact
 from django.test import TestCase, skipUnlessDBFeature
 
 from .models import Reporter
-from .support import EmptiedAfter, issue_24
+from .support import EmptiedAfter
 
 # Django 6.1 renamed transaction.savepoint() (deprecated there) to savepoint_create().
 SAVEPOINT_CREATE = getattr(transaction, "savepoint_create", transaction.savepoint)
@@ -309,7 +309,6 @@ class AtomicMergeTests(EmptiedAfter):
 
 @skipUnlessDBFeature("uses_savepoints")
 class AtomicErrorsTests(EmptiedAfter):
-    @issue_24(5, "save() runs in a savepoint inside atomic(), so an IntegrityError no longer breaks the transaction")
     def test_atomic_prevents_queries_in_broken_transaction(self) -> None:
         """Django: tests/transactions/tests.py::AtomicErrorsTests::test_atomic_prevents_queries_in_broken_transaction"""
         r1 = Reporter.objects.create(first_name="Archibald", last_name="Haddock")
