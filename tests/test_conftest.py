@@ -58,3 +58,28 @@ def test_browser_tests_skipped_for_want_of_chromium_say_so_in_the_summary(tmp_pa
         f"safeupdates: {skipped[1]} browser tests skipped: Chromium is not installed at {chromium}: "
         "`apt-get install -y chromium`, or set CHROMIUM."
     ]
+
+
+@pytest.mark.django_db
+def test_the_fault_scenarios_settings_name_only_the_database_a_scenario_starts(postgres_only):
+    """A fault scenario's workers run ``tests.faults.settings`` against a cluster of its own that holds one
+    database. Django 6.1's management commands check every alias in ``DATABASES`` at start: the tenant
+    alias of ``tests.settings`` (a database the scenario never creates) stopped every worker and the relay
+    before they took a job."""
+    import psycopg
+
+    from tests.workers import subprocess_env, worker_db_url
+
+    server, name = worker_db_url().rsplit("/", 1)
+    alone = f"{name}_alone"
+    with psycopg.connect(f"{server}/{name}", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{alone}"')
+        admin.execute(f'CREATE DATABASE "{alone}"')
+        try:
+            env = subprocess_env(DATABASE_URL=f"{server}/{alone}", DJANGO_SETTINGS_MODULE="tests.faults.settings")
+            done = subprocess.run(
+                [sys.executable, "-m", "django", "check"], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{alone}"')

@@ -31,6 +31,11 @@ def sentinel_queues(sentinels: list[tuple[str, int]], master_name: str) -> dict[
     return {name: {**connection, "DEFAULT_TIMEOUT": queue["DEFAULT_TIMEOUT"]} for name, queue in _TEST_QUEUES.items()}
 
 
+# Only the database a scenario starts: since Django 6.1 every management command (rqworker,
+# safeupdates_relay) runs the model checks against every alias in DATABASES at start, and a scenario's
+# own cluster has no database for the tenant alias of tests.settings, so no worker would start.
+DATABASES = {"default": DATABASES["default"]}  # noqa: F405
+
 _sentinels = env.list("REDIS_SENTINELS", default=[])
 if _sentinels:
     RQ_QUEUES = sentinel_queues(

@@ -205,7 +205,7 @@ class PointField(models.TextField):  # type: ignore[type-arg]
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Point | None:
         return self.to_python(value)
 
-    def to_python(self, value: Any) -> Any:
+    def to_python(self, value: Any) -> Point | None:
         if value is None or isinstance(value, Point):
             return value
         x, y = str(value).split(",")
