@@ -104,9 +104,12 @@ def relay(
                 revived = log.revive()
         report.revived = len(revived)
         due |= Q(pk__in=revived)  # due in this very pass, whatever their age
+    waiting = Q(status=RequestStatus.PENDING)
+    if retry_failed and dry_run:
+        waiting |= Q(pk__in=revived)  # still failed, as a dry run changes nothing: due all the same
     pending = (
         ProcessedRequest.objects.using(using)
-        .filter(due, kind=RequestKind.UPDATE, status=RequestStatus.PENDING)
+        .filter(due, waiting, kind=RequestKind.UPDATE)
         .values_list("content_type_id", "object_id", "request_id", "queue")
     )
     # One delivery per record: its job applies every pending request of the record.
