@@ -175,6 +175,21 @@ def find_initdb() -> str | None:
     return str(newest) if newest else None
 
 
+def missing_servers() -> str | None:
+    """Why a test cannot start servers of its own (initdb, redis-server), and how to run it; None if it can."""
+    if find_initdb() is None:
+        return (
+            f"PostgreSQL's initdb is neither on PATH nor in {PG_BIN_DIRS}: install the PostgreSQL server "
+            "(Debian: apt-get install postgresql), then run them with `pytest -m faults`"
+        )
+    if shutil.which("redis-server") is None:
+        return (
+            "redis-server is not on PATH: install Redis (Debian: apt-get install redis-server), then run them "
+            "with `pytest -m faults`"
+        )
+    return None
+
+
 class OwnPostgres:
     """A PostgreSQL cluster of the test's own (``initdb`` in a temporary directory, a free port)."""
 

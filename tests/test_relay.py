@@ -28,7 +28,7 @@ from safeupdates.contrib.batches.models import Batch
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
-from tests.servers import OwnPostgres, OwnRedis, TcpProxy
+from tests.servers import OwnPostgres, OwnRedis, TcpProxy, missing_servers
 from tests.testapp.batch_jobs import add_score
 from tests.testapp.models import Profile
 from tests.workers import ROOT, subprocess_env, wait_until, worker_db_url
@@ -183,6 +183,9 @@ def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis, postg
 
 @pytest.fixture
 def own_servers() -> Iterator[tuple[OwnRedis, OwnPostgres]]:
+    missing = missing_servers()
+    if missing:
+        pytest.skip(missing)
     redis_server, postgres = OwnRedis().start(), OwnPostgres()
     try:
         postgres.init()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,28 +10,13 @@ import pytest
 from django.db import connections
 
 from tests.faults.harness import Site
-from tests.servers import PG_BIN_DIRS, find_initdb
+from tests.servers import missing_servers
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "faults: restarts, kills or cuts off a PostgreSQL and Redis of the test's own mid-burst (slow)"
     )
-
-
-def _missing_binaries() -> str | None:
-    """Why the scenarios cannot start their own servers, and how to run them; None if they can."""
-    if find_initdb() is None:
-        return (
-            f"PostgreSQL's initdb is neither on PATH nor in {PG_BIN_DIRS}: install the PostgreSQL server "
-            "(Debian: apt-get install postgresql), then run them with `pytest -m faults`"
-        )
-    if shutil.which("redis-server") is None:
-        return (
-            "redis-server is not on PATH: install Redis (Debian: apt-get install redis-server), then run them "
-            "with `pytest -m faults`"
-        )
-    return None
 
 
 @pytest.fixture
@@ -42,7 +26,7 @@ def make_site(tmp_path: Path, django_db_blocker: Any) -> Iterator[Callable[..., 
     if connections["default"].vendor != "postgresql":
         # The test process is the site's web process: its default database connection must be PostgreSQL.
         pytest.skip("the fault scenarios run in the PostgreSQL pass (DATABASE_URL is not PostgreSQL)")
-    missing = _missing_binaries()
+    missing = missing_servers()
     if missing:
         pytest.skip(missing)
     sites: list[Site] = []
