@@ -200,7 +200,14 @@ def test_the_relay_loop_survives_outages_of_redis_and_postgresql(own_servers, tm
     """``safeupdates_relay --interval`` keeps running while Redis or PostgreSQL is down, and says so in
     one line per failed pass, without a traceback."""
     redis_server, postgres = own_servers
-    env = subprocess_env(DATABASE_URL=postgres.url, REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1")
+    env = subprocess_env(
+        DATABASE_URL=postgres.url,
+        REDIS_URL=redis_server.url,
+        PYTHONUNBUFFERED="1",
+        # The settings for servers of a test's own: their cluster holds no database for the tenant alias,
+        # which Django 6.1's start-up checks of every command would connect to.
+        DJANGO_SETTINGS_MODULE="tests.faults.settings",
+    )
 
     def manage(*args: str) -> None:
         subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=ROOT, check=True, timeout=120)
