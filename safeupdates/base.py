@@ -8,7 +8,6 @@ client timestamp of timestamp mode; ``SafeUpdateModel`` both, with :class:`SafeU
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -16,15 +15,17 @@ from typing import Any, ClassVar
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.deletion import Collector
-from django.db.models.signals import post_delete, pre_delete
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
 from safeupdates.guard import statement_cursor
 from safeupdates.internals import (
     UPDATE_RETURNS_ROWS,
+    Collector,
     bound_values,
+    collect,
+    delete_in_place,
+    deleted_before_any_receiver,
     forget_rollback,
     from_db,
     insert_values,
@@ -531,13 +532,12 @@ class LockVersionMixin(models.Model):
         using = using or router.db_for_write(type(self), instance=self)
         connection = connections[using]
         expected = [v for v in (self.lock_version, *self._safeupdates_uncommitted) if v is not None]
-        collector = Collector(using=using, origin=self)
-        if collector.can_fast_delete(self):
+        collector = collect(self, using, keep_parents)
+        if collector is None:
             # Nothing cascades, no signal receivers, no parent table: Django would run one DELETE.
             return self._checked_delete(connection, expected)
-        collector.collect([self], keep_parents=keep_parents)
         if not connection.in_atomic_block:
-            key = _deleted_before_any_receiver(collector, versions_model(type(self)))
+            key = deleted_before_any_receiver(collector, versions_model(type(self)))
             if key is not None:
                 return self._delete_checked_in_place(connection, collector, key, self.pk, expected)
         return self._delete_locked_first(connection, collector, expected)
@@ -571,55 +571,28 @@ class LockVersionMixin(models.Model):
         expected: list[int],
     ) -> tuple[int, dict[str, int]]:
         """Delete as ``Collector.delete()`` does, the row itself by the checked DELETE, where Django
-        deletes it: after the fast deletes, the field updates and the models sorted before it, before
-        the models sorted after it.
+        deletes it (:func:`~safeupdates.internals.delete_in_place`).
 
         The check rides in the statement Django runs anyway. A stale row raises inside the transaction
         that holds the collector's deletes (the outermost: this runs in autocommit), which rolls back
         what was deleted before it; no receiver has run by then (else :meth:`_delete_locked_first`).
         """
-        data = collector.data
-        keys = list(data)
-        position = keys.index(key)
-        mine = [obj for obj in data[key] if obj.pk == pk]
-        others = [obj for obj in data[key] if obj.pk != pk]
-        # Collector.delete() clears the keys of the instances it deleted: given back if the delete is refused.
-        cleared = [
-            (obj, model._meta.pk.attname, getattr(obj, model._meta.pk.attname))  # type: ignore[union-attr]
-            for model, objs in data.items()
-            for obj in objs
-        ]
-        before = {model: data[model] for model in keys[:position]}
-        if others:
-            before[key] = set(others)  # the other rows of its model (a cascade to itself) go first
-        after = {model: data[model] for model in keys[position + 1 :]}
-        count, counts = 0, Counter[str]()
         refusal: StaleObjectError | None = None
+
+        def delete_row() -> int:
+            nonlocal refusal
+            deleted = self._run_checked_delete(connection, pk, expected)
+            if not deleted and self._row_exists(connection, pk):
+                refusal = self._stale_delete(pk)
+                raise refusal
+            return deleted
+
         try:
-            with transaction.atomic(using=connection.alias, savepoint=False):
-                if before or collector.fast_deletes or collector.field_updates:
-                    collector.data = before
-                    done, done_counts = collector.delete()
-                    count, counts = count + done, counts + Counter(done_counts)
-                deleted = self._run_checked_delete(connection, pk, expected)
-                if not deleted and self._row_exists(connection, pk):
-                    refusal = self._stale_delete(pk)
-                    raise refusal
-                if after:
-                    collector.data, collector.fast_deletes, collector.field_updates = after, [], defaultdict(list)
-                    done, done_counts = collector.delete()
-                    count, counts = count + done, counts + Counter(done_counts)
+            return delete_in_place(connection, collector, key, pk, delete_row)
         except StaleObjectError as error:
-            for obj, attname, value in cleared:
-                setattr(obj, attname, value)
             if error is refusal:  # signalled once out of the transaction it rolled back
                 self._signal_refused_delete(connection, pk)
             raise
-        for obj in mine:
-            setattr(obj, key._meta.pk.attname, None)  # type: ignore[union-attr]
-        if deleted:
-            counts[key._meta.label] += deleted
-        return count + deleted, dict(counts)
 
     def _delete_locked_first(
         self, connection: BaseDatabaseWrapper, collector: Collector, expected: list[int]
@@ -734,25 +707,6 @@ def _written_before_versions(model: type[models.Model]) -> bool:
     while first._meta.parents:
         first = next(iter(first._meta.parents))
     return first is not versions_model(model)
-
-
-def _deleted_before_any_receiver(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
-    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if no signal
-    receiver runs before ``Collector.delete()`` deletes them: no ``pre_delete`` receiver of any deleted
-    model, no ``post_delete`` receiver of the models it deletes first nor of ``model``; else None."""
-    if model._meta.parents:
-        return None  # its parents' tables are deleted after it
-    collector.sort()
-    keys = list(collector.data)
-    mine = [index for index, key in enumerate(keys) if key._meta.concrete_model is model]
-    if len(mine) != 1:
-        return None  # not deleted (keep_parents), or deleted under two keys (a proxy)
-    position = mine[0]
-    if any(pre_delete.has_listeners(key) for key in keys):
-        return None
-    if any(post_delete.has_listeners(key) for key in keys[: position + 1]):
-        return None
-    return keys[position]
 
 
 class SyncedAtMixin(models.Model):

@@ -14,6 +14,10 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
 - A ``StaleObjectError`` raised inside Django's ``save_base()`` marks the caller's transaction for
   rollback on its way out (``mark_for_rollback_on_error``, ``atomic(savepoint=False)``), although the
   statement that found the conflict wrote nothing: :func:`forget_rollback` takes that mark back.
+- A checked ``delete()`` that cascades runs Django's ``Collector`` (:func:`collect`), and where no
+  receiver runs before the row's own DELETE, runs the collector's deletes in two parts around the checked
+  DELETE of the row (:func:`delete_in_place`): that reads and rewrites the collector's ``data``,
+  ``fast_deletes`` and ``field_updates``, which are not public API.
 - The guarded statements run as server-side prepared statements through Django's
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
 
@@ -22,7 +26,8 @@ Nothing else in the package imports a private name from Django or psycopg.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -30,11 +35,17 @@ import django
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import sql
+from django.db.models.deletion import Collector
 from django.db.models.expressions import DatabaseDefault
+from django.db.models.signals import post_delete, pre_delete
 
 __all__ = [
     "UPDATE_RETURNS_ROWS",
+    "Collector",
     "bound_values",
+    "collect",
+    "delete_in_place",
+    "deleted_before_any_receiver",
     "forget_rollback",
     "from_db",
     "insert_values",
@@ -175,3 +186,82 @@ def prepared_cursor_class() -> type[Any] | None:
             return super().execute(query, params, prepare=True, **kwargs)  # type: ignore[misc]
 
     return PreparedCursor
+
+
+def collect(instance: models.Model, using: str, keep_parents: bool) -> Collector | None:
+    """Django's ``Collector`` for the delete of ``instance``, having collected what the delete cascades to;
+    None where Django would delete the row in one statement (nothing cascades, no receivers, no parents)."""
+    collector = Collector(using=using, origin=instance)
+    if collector.can_fast_delete(instance):
+        return None
+    collector.collect([instance], keep_parents=keep_parents)
+    return collector
+
+
+def deleted_before_any_receiver(collector: Collector, model: type[models.Model]) -> type[models.Model] | None:
+    """The key of ``collector.data`` that holds the rows of ``model`` (the versions table), if no signal
+    receiver runs before ``Collector.delete()`` deletes them: no ``pre_delete`` receiver of any deleted
+    model, no ``post_delete`` receiver of the models it deletes first nor of ``model``; else None."""
+    if model._meta.parents:
+        return None  # its parents' tables are deleted after it
+    collector.sort()
+    keys = list(collector.data)
+    mine = [index for index, key in enumerate(keys) if key._meta.concrete_model is model]
+    if len(mine) != 1:
+        return None  # not deleted (keep_parents), or deleted under two keys (a proxy)
+    position = mine[0]
+    if any(pre_delete.has_listeners(key) for key in keys):
+        return None
+    if any(post_delete.has_listeners(key) for key in keys[: position + 1]):
+        return None
+    return keys[position]
+
+
+def delete_in_place(
+    connection: BaseDatabaseWrapper,
+    collector: Collector,
+    key: type[models.Model],
+    pk: Any,
+    delete_row: Callable[[], int],
+) -> tuple[int, dict[str, int]]:
+    """``Collector.delete()`` with the DELETE of row ``pk`` of model ``key`` run by ``delete_row()``, where
+    Django deletes it: after the fast deletes, the field updates and the models sorted before it, before
+    the models sorted after it; all in one transaction. ``delete_row()`` returns how many rows it deleted
+    (0 or 1) or raises, which rolls back what was deleted before it and gives every collected instance its
+    key back (``Collector.delete()`` clears the keys of the instances it deleted). Returns what
+    ``Collector.delete()`` returns."""
+    data = collector.data
+    keys = list(data)
+    position = keys.index(key)
+    mine = [obj for obj in data[key] if obj.pk == pk]
+    others = [obj for obj in data[key] if obj.pk != pk]
+    cleared = [
+        (obj, model._meta.pk.attname, getattr(obj, model._meta.pk.attname))  # type: ignore[union-attr]
+        for model, objs in data.items()
+        for obj in objs
+    ]
+    before = {model: data[model] for model in keys[:position]}
+    if others:
+        before[key] = set(others)  # the other rows of its model (a cascade to itself) go first
+    after = {model: data[model] for model in keys[position + 1 :]}
+    count, counts = 0, Counter[str]()
+    try:
+        with transaction.atomic(using=connection.alias, savepoint=False):
+            if before or collector.fast_deletes or collector.field_updates:
+                collector.data = before
+                done, done_counts = collector.delete()
+                count, counts = count + done, counts + Counter(done_counts)
+            deleted = delete_row()
+            if after:
+                collector.data, collector.fast_deletes, collector.field_updates = after, [], defaultdict(list)
+                done, done_counts = collector.delete()
+                count, counts = count + done, counts + Counter(done_counts)
+    except BaseException:
+        for obj, attname, value in cleared:
+            setattr(obj, attname, value)
+        raise
+    for obj in mine:
+        setattr(obj, key._meta.pk.attname, None)  # type: ignore[union-attr]
+    if deleted:
+        counts[key._meta.label] += deleted
+    return count + deleted, dict(counts)

@@ -260,3 +260,62 @@ def test_only_the_lifecycle_module_writes_a_requests_status():
         for line, text in status_writes(tree)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+#: The one module that reaches below Django's and psycopg's public API (DESIGN: "Django internals are used
+#: only behind one version-aware seam, tested on every supported version").
+INTERNALS_MODULE = "safeupdates.internals"
+#: Modules below the public API, and the private state of Django's ``Collector``.
+PRIVATE_MODULES = re.compile(
+    r"^(django\.db\.models\.(deletion|sql)|django\.db\.backends\.(postgresql|sqlite3|mysql|oracle)\b|psycopg\b)"
+)
+COLLECTOR_STATE = {"data", "fast_deletes", "field_updates", "can_fast_delete", "dependencies", "sort"}
+
+
+def private_uses(tree: ast.Module) -> list[tuple[int, str]]:
+    """Imports from a module below Django's or psycopg's public API or of a private name, and uses of a
+    ``Collector``'s state (an attribute of a name called ``collector``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            private_name = any(alias.name.startswith("_") for alias in node.names)
+            if PRIVATE_MODULES.match(node.module) or (node.module.startswith(("django", "psycopg")) and private_name):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, ast.unparse(node)) for alias in node.names if PRIVATE_MODULES.match(alias.name))
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in COLLECTOR_STATE
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "collector"
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_internals_rule_finds_private_uses():
+    source = (
+        "from django.db.models.deletion import Collector\n"
+        "from django.db.models.sql import UpdateQuery\n"
+        "import psycopg\n"
+        "from django.db.backends.postgresql.base import DatabaseWrapper\n"
+        "from django.db.models.base import _save_table\n"
+        "collector.fast_deletes = []\n"
+        "keys = list(collector.data)\n"
+    )
+    assert [line for line, _text in private_uses(ast.parse(source))] == [1, 2, 3, 4, 5, 6, 7]
+    public = (
+        "from django.db import models, transaction\nfrom django.db.models.signals import pre_delete\n"
+        "from django.db.backends.base.base import BaseDatabaseWrapper\nx.data\n"
+    )
+    assert private_uses(ast.parse(public)) == []
+
+
+def test_only_the_internals_module_reaches_below_the_public_api():
+    offenders = [
+        f"{name}:{line}: {text}"
+        for name, tree in modules().items()
+        if name != INTERNALS_MODULE
+        for line, text in private_uses(tree)
+    ]
+    assert not offenders, "\n".join(offenders)
