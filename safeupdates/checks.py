@@ -242,6 +242,38 @@ def check_sqlite(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     ]
 
 
+#: The oldest SQLite whose UPDATE, INSERT and DELETE take a RETURNING clause: the checked save and the
+#: guarded writes read their versions back in the statement that writes them.
+SQLITE_MINIMUM = (3, 35, 0)
+
+
+@register(Tags.compatibility)
+def check_sqlite_version(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """E014: a SQLite database, and the SQLite library Python links is older than 3.35 (no RETURNING).
+    Django 5.2 accepts SQLite 3.31. Read from the library, no connection."""
+    import sqlite3
+
+    return sqlite_version_errors(sqlite3.sqlite_version_info)
+
+
+def sqlite_version_errors(version: tuple[int, ...]) -> list[CheckMessage]:
+    """E014 for every SQLite database in settings if ``version`` is older than :data:`SQLITE_MINIMUM`."""
+    if tuple(version) >= SQLITE_MINIMUM:
+        return []
+    found = ".".join(map(str, version))
+    return [
+        Error(
+            f"Database {alias!r} is SQLite {found}; safeupdates needs SQLite 3.35 or later (RETURNING), "
+            "else every checked save and guarded write fails with a syntax error.",
+            hint="Use a Python linked with a newer SQLite (python -c 'import sqlite3; print(sqlite3.sqlite_version)'"
+            " prints it), or PostgreSQL.",
+            id="safeupdates.E014",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("ENGINE") == _SQLITE
+    ]
+
+
 @register(Tags.compatibility, deploy=True)
 def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W005 (``check --deploy``): the default database is SQLite, which is for development."""

@@ -410,6 +410,39 @@ def test_w006_a_sqlite_database_without_immediate_transactions(settings, options
     assert check_sqlite() == (expected if warned else [])
 
 
+@pytest.mark.parametrize(("version", "refused"), [((3, 31, 1), True), ((3, 34, 1), True), ((3, 35, 0), False)])
+def test_e014_sqlite_older_than_3_35_has_no_returning(settings, version, refused):
+    """Django 5.2 accepts SQLite 3.31, but the checked save and the guarded writes read their versions back
+    with RETURNING (SQLite 3.35): an older library fails every such write with a syntax error."""
+    from safeupdates.checks import sqlite_version_errors
+
+    settings.DATABASES = {
+        "default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3"},
+        "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"},
+    }
+    found = ".".join(map(str, version))
+    expected = [
+        Error(
+            f"Database 'default' is SQLite {found}; safeupdates needs SQLite 3.35 or later (RETURNING), else every "
+            "checked save and guarded write fails with a syntax error.",
+            hint="Use a Python linked with a newer SQLite (python -c 'import sqlite3; print(sqlite3.sqlite_version)' "
+            "prints it), or PostgreSQL.",
+            id="safeupdates.E014",
+        )
+    ]
+    assert sqlite_version_errors(version) == (expected if refused else [])
+
+
+def test_e014_the_sqlite_this_python_links_is_new_enough(settings):
+    import sqlite3
+
+    from safeupdates.checks import check_sqlite_version
+
+    settings.DATABASES = {"default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3"}}
+    assert sqlite3.sqlite_version_info >= (3, 35, 0)
+    assert check_sqlite_version() == []
+
+
 @pytest.mark.django_db  # run_checks() runs every check, some of Django's ask the database for its version
 def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
     from django.core.checks import run_checks
