@@ -34,6 +34,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from safeupdates.admin_log import QueueFilter, RequestLogPaginator, unfiltered
 from safeupdates.admin_status import StatusPageMixin
 from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
@@ -523,11 +524,18 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         "created_at",
         "processed_at",
     ]
-    list_filter = ["status", "kind", ("content_type", SafeUpdateModelsFilter), "queue"]
+    # Filters whose choices cost no query on a large log (safeupdates.admin_log).
+    list_filter = [
+        "status",
+        "kind",
+        ("content_type", SafeUpdateModelsFilter),
+        QueueFilter,
+        ("created_at", admin.DateFieldListFilter),
+    ]
     # A request id is searched for by get_search_results(), as a range on its unique index.
     search_fields = ["object_id__exact", "key__exact"]
     search_help_text = _("A request id (or a prefix of 8 or more hex digits of one), an object id, or a task's key.")
-    date_hierarchy = "created_at"
+    show_full_result_count = False  # a second count, of the whole log
     ordering = ["-created_at", "-id"]
     list_select_related = ["content_type"]
     readonly_fields = [
@@ -549,6 +557,16 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         "processed_at",
     ]
     fields = readonly_fields  # type: ignore[assignment]
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: models.QuerySet[Any],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> RequestLogPaginator:
+        return RequestLogPaginator(queryset, per_page, orphans, allow_empty_first_page, estimated=unfiltered(request))
 
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str

@@ -760,6 +760,13 @@ def insert_pending(
     return _insert_pending_sql(kind, status), params
 
 
+# --- The request-log admin ----------------------------------------------------------------------------
+
+#: PostgreSQL's estimate of a table's rows, from its statistics (``reltuples``: -1 before the table was
+#: first vacuumed or analyzed). ``%s`` is the table's quoted name.
+ESTIMATED_ROWS = "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)"
+
+
 # --- Maintenance of the request log: the purge's batches and the verify pass --------------------------
 
 
