@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +28,7 @@ from rq import Queue, Retry, Worker, get_current_job
 from rq.exceptions import DuplicateJobError, InvalidJobOperation, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job, JobStatus
 from rq.scheduler import RQScheduler
-from rq.utils import current_timestamp, import_attribute
+from rq.utils import as_text, current_timestamp, import_attribute
 
 from safeupdates import conf
 from safeupdates.exceptions import BackendUnavailable, InvalidControl
@@ -193,8 +193,12 @@ def deliver_with_outcome(
     force: bool = False,
     likely_queued: bool = False,
     meta: dict[str, Any] | None = None,
+    register: bool | None = None,
 ) -> tuple[Job | None, str]:
     """:func:`deliver`, and what it found or did (``ENQUEUED`` ...).
+
+    ``register``: put the queue's name back into RQ's set of queues with this job (default: when
+    ``force``, as the relay after Redis lost its data; a relay pass asks for it once per queue).
 
     A record has two job ids, tried in turn: its job, and its follow-up job. While the record's job runs
     (a slow or cut-off worker), the requests committed meanwhile share the follow-up job instead of
@@ -210,7 +214,7 @@ def deliver_with_outcome(
                 APPLY_UPDATE, args=args, job_id=candidate, meta=meta, **job_options(content_type_id, object_id)
             )
             try:
-                return _enqueue_unique(queue, job, force=force), ENQUEUED
+                return _enqueue_unique(queue, job, register=force if register is None else register), ENQUEUED
             except DuplicateJobError:
                 status = _job_status(queue, candidate)
         if status in _WILL_RUN:
@@ -221,6 +225,51 @@ def deliver_with_outcome(
                 return found
         # Started, failed, or lost on its way: it may have read the pending requests already.
     return queue.enqueue_call(APPLY_UPDATE, args=args, meta=meta, **job_options(content_type_id, object_id)), ENQUEUED
+
+
+def deliver_many(queue_name: str, deliveries: Sequence[tuple[str, int, str]]) -> tuple[int, int, list[int]]:
+    """For the relay: settle in two round trips the records of ``deliveries`` (``(request_id,
+    content_type_id, object_id)``) whose job is gone or plainly waiting; return ``(jobs enqueued, jobs
+    found waiting, indexes of the rest)``, which :func:`deliver_with_outcome` then checks one by one
+    (started, stuck in a registry, lost on its way).
+
+    One pipeline asks, per record, the status of its job and of its follow-up job and the job's place in
+    the queue. A record with neither job gets one, all in a second pipeline (RQ's ``enqueue_many``); a
+    record whose job is queued and in the queue needs nothing. Per record, a unique enqueue or a status
+    and a place asked in turn cost two round trips each: a relay pass after Redis lost its data delivers
+    hundreds. Should an ``enqueue_update()`` create one of these jobs between the two pipelines, the
+    record's job is pushed twice and runs twice, which applying allows (the second run finds nothing).
+    """
+    queue = get_queue(queue_name)
+    ids = [job_id(content_type_id, object_id) for _request_id, content_type_id, object_id in deliveries]
+    with queue.connection.pipeline(transaction=False) as asked:
+        for record_job in ids:
+            asked.hget(Job.key_for(record_job), "status")
+            asked.hget(Job.key_for(f"{record_job}-next"), "status")
+            asked.lpos(queue.key, record_job)
+        answers = asked.execute()
+    lost, waiting, rest = [], 0, []
+    for index in range(len(deliveries)):
+        status, next_status, position = answers[3 * index : 3 * index + 3]
+        if status is None and next_status is None:
+            lost.append(index)
+        elif status is not None and as_text(status) == JobStatus.QUEUED and position is not None:
+            waiting += 1
+        else:
+            rest.append(index)
+    if lost:
+        queue.enqueue_many(
+            [
+                Queue.prepare_data(
+                    APPLY_UPDATE,
+                    args=(str(deliveries[index][0]),),
+                    job_id=ids[index],
+                    **job_options(deliveries[index][1], deliveries[index][2]),
+                )
+                for index in lost
+            ]
+        )
+    return len(lost), waiting, rest
 
 
 def _find_waiting(queue: Queue, job_id: str, status: JobStatus) -> tuple[Job | None, str] | None:
@@ -278,13 +327,14 @@ def job_options(content_type_id: int, object_id: str) -> dict[str, Any]:
 _registered: set[tuple[int, str]] = set()
 
 
-def _enqueue_unique(queue: Queue, job: Job, *, force: bool) -> Job:
+def _enqueue_unique(queue: Queue, job: Job, *, register: bool) -> Job:
     """Enqueue ``job`` with RQ's ``unique=True``; raise DuplicateJobError if its id exists.
 
     RQ runs its unique enqueue as one Lua script (check the id, save the job, push it) at once, but first
     adds the queue's name to its set of queues in a separate round trip, on every enqueue. That name
     only needs adding once: here it goes onto a pipeline that runs the first time this process delivers
-    on the queue, and on every relay delivery (``force``), which puts it back after Redis lost its data.
+    on the queue, and when ``register`` asks (once per queue in a relay pass, which puts it back after
+    Redis lost its data).
     An ``enqueue_update()`` then costs one Redis round trip, a plain ``queue.enqueue()`` two.
     """
     key = (id(queue.connection), queue.key)
@@ -295,7 +345,7 @@ def _enqueue_unique(queue: Queue, job: Job, *, force: bool) -> Job:
             # RQ 3.0 runs the script outside the pipeline and leaves only that SADD on it. Should a
             # release queue anything else there, the pipeline runs: slower, never a job left unsent.
             queued = [args[0] for args, _options in registration.command_stack]
-            if force or key not in _registered or queued != ["SADD"]:
+            if register or key not in _registered or queued != ["SADD"]:
                 registration.execute()
                 _registered.add(key)
 

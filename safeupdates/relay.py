@@ -120,23 +120,31 @@ def relay(
     report.due += len(targets)
     used: set[str] = set()
     if not dry_run:
+        by_queue: dict[str, list[tuple[str, int, str]]] = {}
         for (content_type_id, object_id), (request_id, wanted) in targets.items():
             queue_name = relay_queue(wanted, f"record {content_type_id}:{object_id}", report)
-            if queue_name is None:
-                continue
+            if queue_name is not None:
+                by_queue.setdefault(queue_name, []).append((str(request_id), content_type_id, object_id))
+        for queue_name, deliveries in by_queue.items():
             used.add(queue_name)
             with queues.unreachable_redis(queue_name):
-                _job, outcome = queues.deliver_with_outcome(
-                    request_id, content_type_id, object_id, queue_name, force=True
-                )
-            if outcome == queues.WAITING:
-                report.waiting += 1
-                continue
-            report.enqueued += 1
-            if outcome != queues.ENQUEUED:
-                report.moved += 1
-            if outcome == queues.MOVED_SCHEDULED:
-                report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
+                # Records whose job is gone or waiting: two pipelines. The others one by one.
+                enqueued, found_waiting, rest = queues.deliver_many(queue_name, deliveries)
+            report.enqueued += enqueued
+            report.waiting += found_waiting
+            for index in rest:
+                with queues.unreachable_redis(queue_name):
+                    _job, outcome = queues.deliver_with_outcome(
+                        *deliveries[index], queue_name, force=True, likely_queued=True, register=False
+                    )
+                if outcome == queues.WAITING:
+                    report.waiting += 1
+                    continue
+                report.enqueued += 1
+                if outcome != queues.ENQUEUED:
+                    report.moved += 1
+                if outcome == queues.MOVED_SCHEDULED:
+                    report._moved_scheduled[queue_name] = report._moved_scheduled.get(queue_name, 0) + 1
     for step in relay_steps:
         with unreachable_database(using):
             step(seconds, dry_run=dry_run, using=using, report=report)

@@ -26,6 +26,7 @@ from safeupdates import enqueue_update, jobs, queues, statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.relay import relay
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.testapp.models import ActiveOnlyProfile, Profile, Tag
 from tests.workers import ROOT, RowLock, subprocess_env, wait_until
@@ -498,6 +499,30 @@ class TestApplyInProcess:
         assert queue().count == 1 and not registered()
         relay_pending(0)
         assert registered()
+
+    def test_a_relay_pass_settles_lost_and_waiting_jobs_in_two_pipelines(self, redis):
+        """Records whose jobs Redis lost get them back in one pipeline (RQ's ``enqueue_many``), not in a
+        unique-enqueue script each; a record whose job still waits keeps it, found in the same pipeline
+        that asked for the others, not by a status and a place asked in turn. 100 lost jobs took 100 to
+        120 ms in round trips (target: a pass under 50 ms)."""
+
+        def evalsha_calls() -> int:
+            return int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+        lost = [enqueue_update(ProfileFactory(), active=True) for _ in range(5)]
+        queue().empty()  # their jobs are gone
+        kept = enqueue_update(ProfileFactory(), active=True)  # its job waits in the queue
+        before = evalsha_calls()
+        report = relay(0)
+        assert (report.due, report.enqueued, report.waiting) == (6, 5, 1)
+        assert evalsha_calls() == before
+        content_type = ContentType.objects.get_for_model(Profile).pk
+        assert sorted(job.id for job in queue().jobs) == sorted(
+            queues.job_id(content_type, str(request.object_id)) for request in [*lost, kept]
+        )
+        for job in queue().jobs:
+            job.perform()
+        assert set(ProcessedRequest.objects.values_list("status", flat=True)) == {"applied"}
 
     def test_a_burst_costs_one_small_round_trip_per_toggle(self, redis, postgres_only):
         """The first toggle enqueues the record's job (RQ's unique script); the next ones see other
