@@ -1,6 +1,7 @@
 """The core write path works without the optional job tools of ``safeupdates.contrib``: a project with
 only contenttypes, auth, django_rq and safeupdates (and its own model) migrates, writes and enqueues,
-and no module of contrib is ever loaded."""
+and no module of contrib is ever loaded; nor does it need the extras' packages (``prometheus-client``,
+OpenTelemetry), which cannot be imported there."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ import importlib
 import sys
 import warnings
 from pathlib import Path
+
+
+class Uninstalled:
+    \"\"\"The extras' packages are not installed here: importing them raises ModuleNotFoundError.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("prometheus_client", "opentelemetry"):
+            raise ModuleNotFoundError(f"No module named {name!r} (an extra, not installed here)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Uninstalled())
 
 import django
 
