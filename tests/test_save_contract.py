@@ -28,8 +28,10 @@ from safeupdates.jobs import apply_update, enqueue_update
 from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest
 from safeupdates.versions import next_version
 from tests.django_contract.models import Avatar, ItalianRestaurant, User
+from tests.factories import ProfileFactory
 from tests.htmlforms import form_data
 from tests.testapp.models import (
+    ActiveOnlyProfile,
     Bakery,
     Chapter,
     Document,
@@ -725,6 +727,20 @@ class TestStatements:
         with pytest.raises(StaleObjectError):
             stale.delete()  # its own row was deleted first, in the transaction the refusal rolls back
         assert Restaurant.objects.get(pk=restaurant.pk).seats == 1 and stale.pk == restaurant.pk
+
+    def test_a_stale_delete_of_a_proxy_deletes_nothing(self) -> None:
+        """A proxy's delete goes through the collector under the proxy's key (the versions are in its
+        concrete model's table): checked all the same."""
+        profile = ProfileFactory()
+        stale = ActiveOnlyProfile.objects.get(pk=profile.pk)
+        profile.name = "moved on"
+        profile.save()
+        with pytest.raises(StaleObjectError):
+            stale.delete()
+        assert Profile.objects.get(pk=profile.pk).name == "moved on" and stale.pk == profile.pk
+        fresh = ActiveOnlyProfile.objects.get(pk=profile.pk)
+        assert fresh.delete() == (1, {"testapp.ActiveOnlyProfile": 1})
+        assert not Profile.objects.filter(pk=profile.pk).exists()
 
     def stale_document(self) -> tuple[Document, Document]:
         """A document with a chapter, and an instance of it loaded before its last save."""
