@@ -373,13 +373,17 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                 {
                     "error": "The selected rows cannot be checked against later changes: the page did not carry "
                     "their versions (an intermediate page of an action must pass on the "
-                    f"{ROWS_FIELD} field). Reload the list and try again."
+                    f"{ROWS_FIELD} field). Reload the list and try again.",
+                    "malformed": True,
                 }
             ]
         select_across = _selected_across(request)
         problems: list[dict[str, Any]] = []
         for obj in rows:
             token = tokens.get(str(obj.pk))
+            if token is None and str(obj.pk) in tokens:
+                problems.append({"error": f"{obj}: the page carried no version for it.", "malformed": True})
+                continue
             if token is None:
                 if not select_across:  # only rows on the page were seen; all others were selected unseen
                     problems.append({"error": f"{obj} was not on the page you acted on. Reload the list."})
@@ -387,7 +391,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             try:
                 seen_version, seen = read_edit_token(token, obj)
             except InvalidUpdate as exc:
-                problems.append({"error": f"{obj}: {exc}"})
+                problems.append({"error": f"{obj}: {exc}", "malformed": True})
                 continue
             conflict = find_conflict(obj, seen_version, seen)
             if conflict is not None:
@@ -399,7 +403,8 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         return problems
 
     def _refuse(self, request: HttpRequest, problems: list[dict[str, Any]], *, back: str) -> TemplateResponse:
-        """The conflict page: what changed, nothing written."""
+        """The conflict page: what changed, nothing written. 409 for a record that moved on; 400 when
+        every problem is input that was never a valid version token (malformed or forged)."""
         opts = self.opts
         context = {
             **self.admin_site.each_context(request),
@@ -411,7 +416,8 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                 f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=self.admin_site.name
             ),
         }
-        return TemplateResponse(request, self.conflict_template, context, status=409)
+        malformed = all(problem.get("malformed") for problem in problems)
+        return TemplateResponse(request, self.conflict_template, context, status=400 if malformed else 409)
 
     # -- the delete view ------------------------------------------------------------------------------
 
@@ -441,7 +447,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             obj = self.model._base_manager.filter(pk=unquote(object_id)).first()
             if obj is None:
                 raise
-            problem: dict[str, Any] = {"error": f"{obj}: {exc}"}
+            problem: dict[str, Any] = {"error": f"{obj}: {exc}", "malformed": isinstance(exc, InvalidUpdate)}
             try:
                 conflict = find_conflict(obj, *read_edit_token(request.POST.get(TOKEN_FIELD) or "", obj))
             except InvalidUpdate:
