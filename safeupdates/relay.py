@@ -124,7 +124,7 @@ def relay(
             used.add(queue_name)
             with queues.unreachable_redis(queue_name):
                 _job, outcome = queues.deliver_with_outcome(
-                    request_id, content_type_id, object_id, queue_name, force=True
+                    request_id, content_type_id, object_id, queue_name, force=True, using=using
                 )
             if outcome == queues.WAITING:
                 report.waiting += 1
