@@ -444,6 +444,9 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
     naive_wrong: list[int] = []
     safe_wrong: list[int] = []
 
+    # A drain's time grows with the burst: 120 s at least, a generous 100 ms per toggle beyond.
+    timeout = max(120.0, toggle_count * 0.1)
+
     with workers(queue, worker_count) as pool:
 
         def run(kind: str, round_: int) -> None:
@@ -469,14 +472,19 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
             queue.connection.rpush(release, *["go"] * worker_count)
             if kind == "naive":
                 total = toggle_count + worker_count
-                wait_for(lambda: finished.get_job_count(cleanup=False) >= total, "the naive drain", pool)
+                wait_for(lambda: finished.get_job_count(cleanup=False) >= total, "the naive drain", pool, timeout)
             else:
                 pending = ProcessedRequest.objects.filter(pk__gt=first_request, status=RequestStatus.PENDING)
-                wait_for(lambda: not pending.exists(), "the safeupdates drain", pool)
+                wait_for(lambda: not pending.exists(), "the safeupdates drain", pool, timeout)
             elapsed = time.perf_counter() - start
             (naive_row if kind == "naive" else safe_row).figures.append(elapsed)
             (naive_wrong if kind == "naive" else safe_wrong).append(wrong_fields(wanted))
-            wait_for(lambda: queue.count == 0 and queue.started_job_registry.get_job_count() == 0, "idle workers", pool)
+            wait_for(
+                lambda: queue.count == 0 and queue.started_job_registry.get_job_count() == 0,
+                "idle workers",
+                pool,
+                timeout,
+            )
             queue.connection.delete(started, release)
 
         for round_ in range(rounds):
