@@ -1150,6 +1150,20 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
         )
 
 
+def commit_share(report: Report) -> None:
+    """For information: enqueue_update's pending INSERT alone (section 7's hand-written one, commit
+    included) against a whole plain ``queue.enqueue()`` (section 3). Where it is above section 3's
+    target, no enqueue_update() that commits its request before enqueuing can meet that target."""
+    rows = {(row.section, row.label.strip()): row for row in report.rows}
+    insert = rows[("7", "hand-written: its pending INSERT, prepared cursor")]
+    naive = rows[("3", "naive queue.enqueue(naive_toggle, ...) (queue reused)")]
+    report.ratio(
+        "7",
+        "  (hand-written pending INSERT alone / plain queue.enqueue())",
+        [1e6 / rate / us for rate, us in zip(insert.figures, naive.figures, strict=True)],
+    )
+
+
 # --- main ------------------------------------------------------------------------------------------
 
 
@@ -1195,6 +1209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench_stale_saves(report, args.rounds, 3000 // scale, 30 // scale)
         if "7" in sections:
             bench_write_path(report, args.rounds, 3000 // scale, 30 // scale)
+        if "3" in sections and "7" in sections:
+            commit_share(report)
         if "2" in sections:
             bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
     finally:
