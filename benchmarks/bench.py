@@ -1130,13 +1130,13 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
     ]
     rows = {
         "guarded": report.row("7", "update_if_newer(pk, version=, active=)", "writes/s"),
-        "hand_guarded": report.row("7", "  hand-written: its guarded UPDATE, prepared psycopg cursor", "writes/s"),
+        "hand_guarded": report.row("7", "  hand-written guarded UPDATE, prepared cursor", "writes/s"),
         "guarded_request": report.row("7", "update_if_newer(pk, version=, request_id=, active=)", "writes/s"),
-        "hand_recorded": report.row("7", "  hand-written: its recorded UPDATE+INSERT, prepared cursor", "writes/s"),
+        "hand_recorded": report.row("7", "  hand-written UPDATE+INSERT, prepared cursor", "writes/s"),
         "save": report.row("7", "LockVersionMixin.save() of a loaded row", "saves/s"),
-        "hand_save": report.row("7", "  hand-written: its checked UPDATE, prepared cursor", "saves/s"),
+        "hand_save": report.row("7", "  hand-written checked UPDATE, prepared cursor", "saves/s"),
         "enqueue": report.row("7", "enqueue_update(Profile, pk, active=), job not enqueued", "calls/s"),
-        "hand_insert": report.row("7", "  hand-written: its pending INSERT, prepared cursor", "calls/s"),
+        "hand_insert": report.row("7", "  hand-written pending INSERT, prepared cursor", "calls/s"),
     }
     per_round = timed_rounds(contenders, rows, rounds, slices, per_slice, "7. write path")
     ProcessedRequest.objects.filter(status=RequestStatus.PENDING).delete()
@@ -1160,11 +1160,11 @@ def commit_share(report: Report) -> None:
     included) against a whole plain ``queue.enqueue()`` (section 3). Where it is above section 3's
     target, no enqueue_update() that commits its request before enqueuing can meet that target."""
     rows = {(row.section, row.label.strip()): row for row in report.rows}
-    insert = rows[("7", "hand-written: its pending INSERT, prepared cursor")]
+    insert = rows[("7", "hand-written pending INSERT, prepared cursor")]
     naive = rows[("3", "naive queue.enqueue(naive_toggle, ...) (queue reused)")]
     report.ratio(
         "7",
-        "  (hand-written pending INSERT alone / plain queue.enqueue())",
+        "  (hand-written INSERT alone / plain queue.enqueue())",
         [1e6 / rate / us for rate, us in zip(insert.figures, naive.figures, strict=True)],
     )
 
