@@ -281,3 +281,6 @@ def test_a_foreign_key_is_checked_on_the_database_given():
     queryset: SafeUpdateQuerySet[Specimen] = SafeUpdateQuerySet(model=Specimen, using=TENANT)
     assert queryset.update_if_newer(specimen.pk, version=next_version(TENANT), document=document.pk).applied
     assert Specimen.objects.using(TENANT).get(pk=specimen.pk).document_id == document.pk
+    other = Document.objects.using(TENANT).create(title="away too")
+    result = queryset.bulk_update_if_newer([(specimen.pk, next_version(TENANT), {"document": other.pk})])
+    assert result.applied == 1
