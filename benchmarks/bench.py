@@ -17,6 +17,7 @@ docs/benchmarks.md for what each row measures.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -42,8 +43,10 @@ import django  # noqa: E402
 django.setup()
 
 import django_rq  # noqa: E402
+import psycopg  # noqa: E402
 from concurrency.exceptions import RecordModifiedError  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.contrib.contenttypes.models import ContentType  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import override_settings  # noqa: E402
@@ -53,10 +56,16 @@ from rq.results import Result  # noqa: E402
 
 from benchmarks.jobs import gate, naive_toggle  # noqa: E402
 from benchmarks.saveapp.models import ConcurrencyRow, LockVersionRow, PlainRow  # noqa: E402
-from safeupdates import conf  # noqa: E402
+from safeupdates import conf, queues, statements  # noqa: E402
 from safeupdates.exceptions import StaleObjectError  # noqa: E402
 from safeupdates.jobs import enqueue_update  # noqa: E402
-from safeupdates.models import ProcessedRequest, RequestStatus  # noqa: E402
+from safeupdates.lifecycle import _RECORDED as RECORDED  # noqa: E402
+from safeupdates.models import (  # noqa: E402
+    ProcessedRequest,
+    RequestKind,
+    RequestStatus,
+)
+from safeupdates.validation import MANAGED_FIELDS  # noqa: E402
 from safeupdates.versions import SEQUENCE_NAME  # noqa: E402
 from tests.testapp.models import Profile  # noqa: E402
 
@@ -318,8 +327,8 @@ def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None
         "1",
         "update_if_newer(request_id) / naive ORM update",
         [s["naive"] / s["guarded_request"] for s in per_round],
-        ">= 1.0x",
-        lambda x: x >= 1.0,
+        ">= 1.3x",
+        lambda x: x >= 1.3,
     )
     report.ratio(
         "1",
@@ -434,6 +443,10 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
     jobs_row = report.row("2", "  (apply_update jobs run for the burst)", "jobs")
     naive_wrong: list[int] = []
     safe_wrong: list[int] = []
+    held: list[bool] = []
+
+    # A drain's time grows with the burst: 120 s at least, a generous 100 ms per toggle beyond.
+    timeout = max(120.0, toggle_count * 0.1)
 
     with workers(queue, worker_count) as pool:
 
@@ -443,7 +456,9 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
             empty_queue(queue)
             started, release = f"safeupdates-bench:gate:{uuid.uuid4()}", f"safeupdates-bench:release:{uuid.uuid4()}"
             for _ in range(worker_count):
-                queue.enqueue(gate, started, release, result_ttl=600)
+                # Held for as long as enqueueing the burst takes (minutes at 20,000 on a busy machine):
+                # RQ's job timeout would otherwise kill a gate, and the drain would start early.
+                queue.enqueue(gate, started, release, int(timeout), result_ttl=600, job_timeout=int(timeout) + 60)
             wait_for(lambda: int(queue.connection.get(started) or 0) >= worker_count, "the workers to start", pool)
             first_request = ProcessedRequest.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
             if kind == "naive":
@@ -456,18 +471,24 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
                 )
                 jobs_row.figures.append(queue.count)
             finished = queue.finished_job_registry
+            held.append(finished.get_job_count(cleanup=False) == 0)
             start = time.perf_counter()
             queue.connection.rpush(release, *["go"] * worker_count)
             if kind == "naive":
                 total = toggle_count + worker_count
-                wait_for(lambda: finished.get_job_count(cleanup=False) >= total, "the naive drain", pool)
+                wait_for(lambda: finished.get_job_count(cleanup=False) >= total, "the naive drain", pool, timeout)
             else:
                 pending = ProcessedRequest.objects.filter(pk__gt=first_request, status=RequestStatus.PENDING)
-                wait_for(lambda: not pending.exists(), "the safeupdates drain", pool)
+                wait_for(lambda: not pending.exists(), "the safeupdates drain", pool, timeout)
             elapsed = time.perf_counter() - start
             (naive_row if kind == "naive" else safe_row).figures.append(elapsed)
             (naive_wrong if kind == "naive" else safe_wrong).append(wrong_fields(wanted))
-            wait_for(lambda: queue.count == 0 and queue.started_job_registry.get_job_count() == 0, "idle workers", pool)
+            wait_for(
+                lambda: queue.count == 0 and queue.started_job_registry.get_job_count() == 0,
+                "idle workers",
+                pool,
+                timeout,
+            )
             queue.connection.delete(started, release)
 
         for round_ in range(rounds):
@@ -478,9 +499,21 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
         "2",
         "drain: naive time / enqueue_update+apply_update time",
         [n / s for n, s in zip(naive_row.figures, safe_row.figures, strict=True)],
-        ">= 3.0x",
-        lambda x: x >= 3.0,
+        ">= 10x",
+        lambda x: x >= 10.0,
     )
+    # Coalescing writes many requests at once: the drain applies requests at least as fast as single
+    # UPDATEs run (section 1's raw rate, when it ran in this run).
+    raw = next((row for row in report.rows if row.section == "1" and row.label.startswith("raw UPDATE")), None)
+    if raw is not None:
+        report.ratio(
+            "2",
+            "drain: requests applied/s / raw single-row UPDATE/s (sect. 1)",
+            [toggle_count / seconds / raw.median for seconds in safe_row.figures],
+            ">= 1.0x",
+            lambda x: x >= 1.0,
+        )
+    report.check("drain: the gates held every burst until it was queued (no job ran before)", all(held), f"{held}")
     report.check(
         "drain: enqueue_update+apply_update final state = newest request per field",
         not any(safe_wrong),
@@ -554,8 +587,8 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
         "3",
         "enqueue cost: enqueue_update / naive queue.enqueue()",
         [s["safe"] / s["naive"] for s in per_round],
-        "<= 2.0x",
-        lambda x: x <= 2.0,
+        "<= 1.5x",
+        lambda x: x <= 1.5,
     )
 
 
@@ -902,19 +935,255 @@ def bench_stale_saves(report: Report, rounds: int, ops: int, slices: int) -> Non
     )
 
 
+# --- 7. the write path against the same SQL, hand-written -----------------------------------------
+
+
+@contextmanager
+def captured() -> Iterator[list[str]]:
+    """The SQL of every statement run on the connection inside the block."""
+    statements_run: list[str] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements_run.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        yield statements_run
+
+
+@contextmanager
+def no_delivery() -> Iterator[None]:
+    """``enqueue_update()`` without its job: the on-commit delivery does nothing (section 3 has Redis)."""
+    saved = queues.deliver_or_leave_for_relay
+    queues.deliver_or_leave_for_relay = lambda *args, **kwargs: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        queues.deliver_or_leave_for_relay = saved
+
+
+def hand_cursor() -> Any:
+    """A bare psycopg cursor on Django's connection, binding on the server; ``execute(..., prepare=True)``
+    prepares each statement once per connection (Django turns preparing off: the threshold is set here)."""
+    connection.ensure_connection()
+    raw: Any = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = 2**62  # never by itself; prepare=True still prepares
+    return psycopg.Cursor(raw)
+
+
+def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None:
+    """Each write of the library against the very statement it runs, hand-written: the SQL text taken
+    from :mod:`safeupdates.statements`, executed with a bare, prepared psycopg cursor and nothing else
+    (no validation, no Django cursor wrapper). The hand-written side is the limit for that work.
+
+    In autocommit, one statement per operation; every contender interleaved in one round. The SQL of
+    each hand-written contender is checked to be the one the library ran.
+    """
+    pks = make_profiles(500)
+    per_slice = ops // slices
+    counter = iter(range(10**9))
+    content_type = ContentType.objects.get_for_model(Profile).pk
+    guarded_sql = statements.guarded_update(Profile, ("active",), connection)
+    changes_type = ProcessedRequest._meta.get_field("changes")
+    queue_name = conf.queue_name()
+
+    def todo() -> list[tuple[int, bool, int]]:
+        start = next(counter) * per_slice
+        return [
+            (pks[(start + i) % len(pks)], (start + i) // len(pks) % 2 == 0, v)
+            for i, v in enumerate(versions(per_slice))
+        ]
+
+    def guarded(_index: int) -> float:
+        work = todo()
+        start = time.perf_counter()
+        for pk, value, version in work:
+            Profile.objects.update_if_newer(pk, version=version, active=value)
+        return time.perf_counter() - start
+
+    def hand_guarded(_index: int) -> float:
+        work = todo()
+        cursor = hand_cursor()
+        sql = guarded_sql.sql_returning_versions
+        start = time.perf_counter()
+        for pk, value, version in work:
+            cursor.execute(sql, guarded_sql.params(pk, [(value, version)]), prepare=True)
+            cursor.fetchone()
+        return time.perf_counter() - start
+
+    def guarded_request(_index: int) -> float:
+        work = [(pk, value, version, uuid.uuid4()) for pk, value, version in todo()]
+        start = time.perf_counter()
+        for pk, value, version, request_id in work:
+            Profile.objects.update_if_newer(pk, version=version, request_id=request_id, active=value)
+        return time.perf_counter() - start
+
+    def hand_recorded(_index: int) -> float:
+        work = [(pk, value, version, uuid.uuid4()) for pk, value, version in todo()]
+        cursor = hand_cursor()
+        sql = guarded_sql.recorded_sql
+        start = time.perf_counter()
+        for pk, value, version, request_id in work:
+            params = guarded_sql.recorded_params(
+                pk,
+                [(value, version)],
+                request_id=request_id,
+                content_type_id=content_type,
+                version=version,
+                changes_json=json.dumps({"active": value}),
+                recorded=RECORDED,
+            )
+            cursor.execute(sql, params, prepare=True)
+            cursor.fetchone()
+        return time.perf_counter() - start
+
+    saved = [LockVersionRow(name=f"write path {i}") for i in range(400)]
+    for obj in saved:
+        obj.save()
+    lib_rows = list(LockVersionRow.objects.filter(pk__in=[o.pk for o in saved[:200]]).order_by("pk"))
+    hand_rows = list(LockVersionRow.objects.filter(pk__in=[o.pk for o in saved[200:]]).order_by("pk"))
+    columns = [f for f in LockVersionRow._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS]
+    save_sql = statements.checked_save(
+        statements.SaveTable.of(LockVersionRow, "postgresql"), tuple(f.column for f in columns), None
+    )
+    position = {"lib": 0, "hand": 0}
+
+    def save(_index: int) -> float:
+        first = position["lib"]
+        position["lib"] += per_slice
+        work = [lib_rows[(first + i) % len(lib_rows)] for i in range(per_slice)]
+        for obj in work:
+            obj.active = not obj.active
+        start = time.perf_counter()
+        for obj in work:
+            obj.save()
+        return time.perf_counter() - start
+
+    def hand_save(_index: int) -> float:
+        first = position["hand"]
+        position["hand"] += per_slice
+        work = [hand_rows[(first + i) % len(hand_rows)] for i in range(per_slice)]
+        for obj in work:
+            obj.active = not obj.active
+        cursor = hand_cursor()
+        start = time.perf_counter()
+        for obj in work:
+            values = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns]
+            cursor.execute(save_sql.sql, save_sql.params(values, obj.pk, [obj.lock_version], None), prepare=True)
+            obj.lock_version = cursor.fetchone()[0]
+        return time.perf_counter() - start
+
+    def enqueue(_index: int) -> float:
+        work = [pk for pk, _value, _version in todo()]
+        with no_delivery():
+            start = time.perf_counter()
+            for pk in work:
+                enqueue_update(Profile, pk, active=True)
+            return time.perf_counter() - start
+
+    def hand_insert(_index: int) -> float:
+        work = [pk for pk, _value, _version in todo()]
+        cursor = hand_cursor()
+        changes = changes_type.get_db_prep_save({"active": True}, connection)
+        start = time.perf_counter()
+        for pk in work:
+            sql, params = statements.insert_pending(
+                request_id=uuid.uuid4(),
+                content_type_id=content_type,
+                object_id=str(pk),
+                changes=changes,
+                queue=queue_name,
+                kind=RequestKind.UPDATE.value,
+                status=RequestStatus.PENDING.value,
+            )
+            cursor.execute(sql, params, prepare=True)
+            cursor.fetchone()
+        return time.perf_counter() - start
+
+    # The hand-written statements are the library's: run each operation once and compare.
+    with captured() as ran:
+        Profile.objects.update_if_newer(pks[0], version=versions(1)[0], active=True)
+    report.check("write path: hand-written guarded UPDATE is the library's", guarded_sql.sql_returning_versions in ran)
+    with captured() as ran:
+        Profile.objects.update_if_newer(pks[0], version=versions(1)[0], request_id=uuid.uuid4(), active=False)
+    report.check("write path: hand-written recorded UPDATE is the library's", guarded_sql.recorded_sql in ran)
+    with captured() as ran:
+        lib_rows[0].save()
+    report.check("write path: hand-written checked save is the library's", save_sql.sql in ran)
+    with captured() as ran, no_delivery():
+        enqueue_update(Profile, pks[0], active=True)
+    insert_sql = statements.insert_pending(
+        request_id=None, content_type_id=None, object_id="", changes=None, queue="", kind="update", status="pending"
+    )[0]
+    report.check("write path: hand-written pending INSERT is enqueue_update's", insert_sql in ran)
+
+    contenders: list[tuple[str, Slice]] = [
+        ("guarded", guarded),
+        ("hand_guarded", hand_guarded),
+        ("guarded_request", guarded_request),
+        ("hand_recorded", hand_recorded),
+        ("save", save),
+        ("hand_save", hand_save),
+        ("enqueue", enqueue),
+        ("hand_insert", hand_insert),
+    ]
+    rows = {
+        "guarded": report.row("7", "update_if_newer(pk, version=, active=)", "writes/s"),
+        "hand_guarded": report.row("7", "  hand-written guarded UPDATE, prepared cursor", "writes/s"),
+        "guarded_request": report.row("7", "update_if_newer(pk, version=, request_id=, active=)", "writes/s"),
+        "hand_recorded": report.row("7", "  hand-written UPDATE+INSERT, prepared cursor", "writes/s"),
+        "save": report.row("7", "LockVersionMixin.save() of a loaded row", "saves/s"),
+        "hand_save": report.row("7", "  hand-written checked UPDATE, prepared cursor", "saves/s"),
+        "enqueue": report.row("7", "enqueue_update(Profile, pk, active=), job not enqueued", "calls/s"),
+        "hand_insert": report.row("7", "  hand-written pending INSERT, prepared cursor", "calls/s"),
+    }
+    per_round = timed_rounds(contenders, rows, rounds, slices, per_slice, "7. write path")
+    ProcessedRequest.objects.filter(status=RequestStatus.PENDING).delete()
+    for label, library, hand in (
+        ("update_if_newer()", "guarded", "hand_guarded"),
+        ("update_if_newer(request_id=)", "guarded_request", "hand_recorded"),
+        ("LockVersionMixin.save()", "save", "hand_save"),
+        ("enqueue_update()'s INSERT", "enqueue", "hand_insert"),
+    ):
+        report.ratio(
+            "7",
+            f"{label} / the same SQL hand-written",
+            [s[hand] / s[library] for s in per_round],
+            ">= 0.8x",
+            lambda x: x >= 0.8,
+        )
+
+
+def commit_share(report: Report) -> None:
+    """For information: enqueue_update's pending INSERT alone (section 7's hand-written one, commit
+    included) against a whole plain ``queue.enqueue()`` (section 3). Where it is above section 3's
+    target, no enqueue_update() that commits its request before enqueuing can meet that target."""
+    rows = {(row.section, row.label.strip()): row for row in report.rows}
+    insert = rows[("7", "hand-written pending INSERT, prepared cursor")]
+    naive = rows[("3", "naive queue.enqueue(naive_toggle, ...) (queue reused)")]
+    report.ratio(
+        "7",
+        "  (hand-written INSERT alone / plain queue.enqueue())",
+        [1e6 / rate / us for rate, us in zip(insert.figures, naive.figures, strict=True)],
+    )
+
+
 # --- main ------------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the selected sections, print the table and the ratios; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of sections 1, 3, 4, 5 and 6 (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of sections 1, 3, 4, 5, 6 and 7 (default 3)")
     parser.add_argument("--drain-rounds", type=int, default=1, help="rounds of the drain, section 2 (default 1)")
-    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated sections to run (default 1,2,3,4,5,6)")
+    parser.add_argument(
+        "--only", default="1,2,3,4,5,6,7", help="comma-separated sections to run (default 1,2,3,4,5,6,7)"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test (figures are noisy)")
     parser.add_argument("--workers", type=int, default=2, help="rqworker processes for the drain (default 2)")
-    parser.add_argument("--toggles", type=int, default=2000, help="toggles in the drain burst (default 2000)")
-    parser.add_argument("--records", type=int, default=20, help="records the toggles spread over (default 20)")
+    parser.add_argument("--toggles", type=int, default=20000, help="toggles in the drain burst (default 20000)")
+    parser.add_argument("--records", type=int, default=2000, help="records the toggles spread over (default 2000)")
     args = parser.parse_args(argv)
     sections = {s.strip() for s in args.only.split(",")}
     scale = 5 if args.quick else 1
@@ -943,6 +1212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench_delete(report, args.rounds, 1500 // scale, 30 // scale)
         if "6" in sections:
             bench_stale_saves(report, args.rounds, 3000 // scale, 30 // scale)
+        if "7" in sections:
+            bench_write_path(report, args.rounds, 3000 // scale, 30 // scale)
+        if "3" in sections and "7" in sections:
+            commit_share(report)
         if "2" in sections:
             bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
     finally:

@@ -32,7 +32,7 @@ logger = logging.getLogger("safeupdates")
 BATCH_SIZE = 500
 
 
-def apply_update(request_id: str) -> str:
+def apply_update(request_id: str, using: str | None = None) -> str:
     """RQ job: apply pending request ``request_id`` and every other pending request of its record.
 
     The requests are locked (``SKIP LOCKED``: a concurrent job takes the others), merged per field by
@@ -45,13 +45,16 @@ def apply_update(request_id: str) -> str:
     job at once, without retries; one that the worker's database does not hold raises
     :class:`RequestNotFound`. Every log record of the job can carry ``request_id``
     (:class:`safeupdates.tracing.RequestIdFilter`). Returns a one-line summary.
+
+    ``using`` is the database the request is in (a job carries it when it is not ``default``); by
+    default the router's database for writes of the log.
     """
     try:
         rid = clean_request_id(request_id)
     except InvalidUpdate:
         queues.fail_without_retry()
         raise
-    using = router.db_for_write(ProcessedRequest)
+    using = using or router.db_for_write(ProcessedRequest)
     with tracing.job_context(str(rid), queues.current_job_meta(tracing.TRACE_META_KEY)):
         try:
             counts: dict[str, int] = {}
@@ -117,7 +120,8 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
                 raise InvalidUpdate(
                     f"changes must be a JSON object of field: value, not {type(request.changes).__name__}."
                 )
-            cleaned = clean_changes(model, request.changes, allowed=getattr(model, "safe_update_fields", ()))
+            allowed = getattr(model, "safe_update_fields", ())
+            cleaned = clean_changes(model, request.changes, allowed=allowed, using=using)
         except InvalidUpdate as exc:
             rejected.append(_rejected(request, str(exc)))
             continue

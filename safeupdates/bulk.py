@@ -84,11 +84,11 @@ def bulk_update_if_newer(
     model = queryset.model
     if not holds_versions(model):
         raise InvalidUpdate(f"{model._meta.label} has no per-field versions: give it LockVersionMixin.")
-    rows = _merge(model, updates)
-    if not rows:
-        return BulkResult()
     # The queryset's explicit database (using()), else the router's database for writes.
     using = getattr(queryset, "_db", None) or router.db_for_write(model)
+    rows = _merge(model, updates, using)
+    if not rows:
+        return BulkResult()
     try:
         ensure_issued(max(version for row in rows.values() for version, _i, _v in row.winners.values()), using)
     except InvalidUpdate as exc:
@@ -118,7 +118,9 @@ def bulk_update_if_newer(
     return BulkResult(applied=applied, stale=len(written) - applied, missing=missing)
 
 
-def _merge(model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[str, Any]]]) -> dict[Any, _Row]:
+def _merge(
+    model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[str, Any]]], using: str
+) -> dict[Any, _Row]:
     """Validate every update and merge them per row and field; raise InvalidUpdate on the first bad one."""
     if isinstance(updates, (str, bytes, Mapping)):
         raise InvalidUpdate(f"updates must be an iterable of (pk, version, changes) tuples, got {updates!r}.")
@@ -137,7 +139,7 @@ def _merge(model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[
                 raise InvalidUpdate(f"changes must be a mapping of field names to values, got {changes!r}.")
             pk = clean_pk(model, raw_pk)
             version = clean_version(raw_version)
-            cleaned = clean_changes(model, changes)
+            cleaned = clean_changes(model, changes, using=using)
         except InvalidUpdate as exc:
             raise InvalidUpdate(f"updates[{index}]: {exc} Nothing was written.") from exc
         if pk not in rows:

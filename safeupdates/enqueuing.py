@@ -31,6 +31,7 @@ def enqueue_update(
     *,
     request_id: uuid.UUID | str | None = None,
     queue: str | None = None,
+    using: str | None = None,
     **changes: Any,
 ) -> ProcessedRequest:
     """Record a request to write ``changes`` to a row, and enqueue its job when the caller commits.
@@ -41,10 +42,16 @@ def enqueue_update(
     transaction (a rolled-back caller enqueues nothing), and its job is enqueued on commit. Passing the
     ``request_id`` of a request already recorded returns that request and records nothing new (once it
     has reached its outcome, that is a duplicate: signalled, see :mod:`safeupdates.signals`).
+
+    The request is written to database ``using``: by default the router's database for writes of the
+    model (given an instance, with it as the hint, as ``save()`` does: an instance stays on its database).
+    Its job carries that database, so the worker applies it there.
     """
+    hints: dict[str, Any] = {}
     if isinstance(obj_or_model, models.Model):
         model: type[models.Model] = type(obj_or_model)
         pk = obj_or_model.pk if pk is None else pk
+        hints["instance"] = obj_or_model
     elif isinstance(obj_or_model, type) and issubclass(obj_or_model, models.Model):
         model = obj_or_model
     else:
@@ -55,13 +62,13 @@ def enqueue_update(
         raise InvalidUpdate(
             f"{model._meta.label} is not a SafeUpdateModel: give it safe_update_fields to enqueue updates."
         )
-    cleaned = clean_changes(model, changes, allowed=allowed)
+    using = using or router.db_for_write(model._meta.concrete_model or model, **hints)
+    cleaned = clean_changes(model, changes, allowed=allowed, using=using)
     model = model._meta.concrete_model or model
     pk = clean_pk(model, pk)
     object_id = clean_object_id(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
     queue_name = _queue_name(queue)
-    using = router.db_for_write(model)
     content_type = ContentType.objects.db_manager(using).get_for_model(model)
     record = ProcessedRequest(
         request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
@@ -80,7 +87,7 @@ def enqueue_update(
     # If Redis is down at commit, the request stays pending and the relay delivers it.
     def deliver_on_commit() -> None:
         queues.deliver_or_leave_for_relay(
-            rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, meta=meta
+            rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, meta=meta, using=using
         )
 
     transaction.on_commit(deliver_on_commit, using=using, robust=True)

@@ -91,7 +91,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             raise InvalidUpdate("pass exactly one of version= (version mode) or synced_at= (timestamp mode).")
         self._for_write = True  # as QuerySet.update(): self.db is then the router's database for writes
         pk = clean_pk(self.model, pk)
-        cleaned = clean_changes(self.model, changes)
+        cleaned = clean_changes(self.model, changes, using=self.db)
         rid = None
         if request_id is not None:
             rid = clean_request_id(request_id)

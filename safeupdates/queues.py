@@ -22,6 +22,7 @@ from typing import Any
 import django_rq
 from django.apps import apps
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Retry, Worker, get_current_job
@@ -45,6 +46,7 @@ __all__ = [
     "fail_without_retry",
     "get_queue",
     "job_id",
+    "job_kwargs",
     "job_options",
     "queue_problem",
     "queue_states",
@@ -142,14 +144,29 @@ def queue_problem() -> tuple[str, str, str] | None:
     return None
 
 
-def job_id(content_type_id: int, object_id: str) -> str:
-    """The id that every apply job of one record shares: a short object id as it is, else its digest."""
+def job_id(content_type_id: int, object_id: str, using: str = DEFAULT_DB_ALIAS) -> str:
+    """The id that every apply job of one record shares: a short object id as it is, else its digest.
+
+    A record of a database other than ``default`` has its database in the id (``safeupdates_<alias>-``:
+    an alias of letters and digits as it is, else ``_`` and its digest), so that the records of two
+    databases with the same content type id and key never share a job.
+    """
     key = (
         object_id
         if JOB_ID_PATTERN.fullmatch(object_id) and len(object_id) <= 64
         else (hashlib.sha1(object_id.encode()).hexdigest())
     )
-    return f"safeupdates-{content_type_id}-{key}"
+    if using == DEFAULT_DB_ALIAS:
+        return f"safeupdates-{content_type_id}-{key}"
+    database = using if using.isascii() and using.isalnum() and len(using) <= 32 else None
+    database = database or f"_{hashlib.sha1(using.encode()).hexdigest()[:20]}"
+    return f"safeupdates_{database}-{content_type_id}-{key}"
+
+
+def job_kwargs(using: str) -> dict[str, str]:
+    """The keyword arguments of an apply job: the request's database, unless it is ``default`` (the
+    jobs of ``default`` stay what they always were)."""
+    return {} if using == DEFAULT_DB_ALIAS else {"using": using}
 
 
 def deliver(
@@ -161,9 +178,11 @@ def deliver(
     force: bool = False,
     likely_queued: bool = False,
     meta: dict[str, Any] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> Job | None:
     """Make sure a job will apply ``request_id``; return the job put on the queue, or None if one was
     already waiting there. ``meta`` goes into a new job's meta (a trace context; never the changes).
+    ``using`` is the database the request is in: the job carries it (see :func:`job_kwargs`).
 
     Jobs of one record share an id and are enqueued with RQ's ``unique=True``: while that job is still
     queued (not started), it will read our request when it starts, so no new job is needed. Once it
@@ -175,7 +194,14 @@ def deliver(
     on its way to a worker: see :func:`_find_waiting`.
     """
     return deliver_with_outcome(
-        request_id, content_type_id, object_id, queue_name, force=force, likely_queued=likely_queued, meta=meta
+        request_id,
+        content_type_id,
+        object_id,
+        queue_name,
+        force=force,
+        likely_queued=likely_queued,
+        meta=meta,
+        using=using,
     )[0]
 
 
@@ -194,6 +220,7 @@ def deliver_with_outcome(
     likely_queued: bool = False,
     meta: dict[str, Any] | None = None,
     register: bool | None = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> tuple[Job | None, str]:
     """:func:`deliver`, and what it found or did (``ENQUEUED`` ...).
 
@@ -205,14 +232,13 @@ def deliver_with_outcome(
     getting one job each. Only when both have started (or failed) does a request get a job of its own.
     """
     queue = get_queue(queue_name)
-    args = (str(request_id),)
-    record_job = job_id(content_type_id, object_id)
+    args, kwargs = (str(request_id),), job_kwargs(using)
+    options = job_options(content_type_id, object_id)
+    record_job = job_id(content_type_id, object_id, using)
     for candidate in (record_job, f"{record_job}-next"):
         status = _job_status(queue, candidate) if likely_queued else None
         if status is None:
-            job = queue.create_job(
-                APPLY_UPDATE, args=args, job_id=candidate, meta=meta, **job_options(content_type_id, object_id)
-            )
+            job = queue.create_job(APPLY_UPDATE, args=args, kwargs=kwargs, job_id=candidate, meta=meta, **options)
             try:
                 return _enqueue_unique(queue, job, register=force if register is None else register), ENQUEUED
             except DuplicateJobError:
@@ -224,14 +250,16 @@ def deliver_with_outcome(
             if found is not None:
                 return found
         # Started, failed, or lost on its way: it may have read the pending requests already.
-    return queue.enqueue_call(APPLY_UPDATE, args=args, meta=meta, **job_options(content_type_id, object_id)), ENQUEUED
+    return queue.enqueue_call(APPLY_UPDATE, args=args, kwargs=kwargs, meta=meta, **options), ENQUEUED
 
 
-def deliver_many(queue_name: str, deliveries: Sequence[tuple[str, int, str]]) -> tuple[int, int, list[int]]:
+def deliver_many(
+    queue_name: str, deliveries: Sequence[tuple[str, int, str]], using: str = DEFAULT_DB_ALIAS
+) -> tuple[int, int, list[int]]:
     """For the relay: settle in two round trips the records of ``deliveries`` (``(request_id,
     content_type_id, object_id)``) whose job is gone or plainly waiting; return ``(jobs enqueued, jobs
     found waiting, indexes of the rest)``, which :func:`deliver_with_outcome` then checks one by one
-    (started, stuck in a registry, lost on its way).
+    (started, stuck in a registry, lost on its way). ``using``: the database the requests are in.
 
     One pipeline asks, per record, the status of its job and of its follow-up job and the job's place in
     the queue. A record with neither job gets one, all in a second pipeline (RQ's ``enqueue_many``); a
@@ -241,7 +269,7 @@ def deliver_many(queue_name: str, deliveries: Sequence[tuple[str, int, str]]) ->
     record's job is pushed twice and runs twice, which applying allows (the second run finds nothing).
     """
     queue = get_queue(queue_name)
-    ids = [job_id(content_type_id, object_id) for _request_id, content_type_id, object_id in deliveries]
+    ids = [job_id(content_type_id, object_id, using) for _request_id, content_type_id, object_id in deliveries]
     with queue.connection.pipeline(transaction=False) as asked:
         for record_job in ids:
             asked.hget(Job.key_for(record_job), "status")
@@ -263,6 +291,7 @@ def deliver_many(queue_name: str, deliveries: Sequence[tuple[str, int, str]]) ->
                 Queue.prepare_data(
                     APPLY_UPDATE,
                     args=(str(deliveries[index][0]),),
+                    kwargs=job_kwargs(using),
                     job_id=ids[index],
                     **job_options(deliveries[index][1], deliveries[index][2]),
                 )
@@ -438,6 +467,7 @@ def deliver_or_leave_for_relay(
     what: str,
     likely_queued: bool = False,
     meta: dict[str, Any] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> Job | None:
     """:func:`deliver`, after the request's commit; if Redis cannot be reached, leave it to the relay.
 
@@ -447,7 +477,9 @@ def deliver_or_leave_for_relay(
     again says so. Any other error propagates.
     """
     try:
-        job = deliver(request_id, content_type_id, object_id, queue_name, likely_queued=likely_queued, meta=meta)
+        job = deliver(
+            request_id, content_type_id, object_id, queue_name, likely_queued=likely_queued, meta=meta, using=using
+        )
     except (RedisConnectionError, RedisTimeoutError) as exc:
         where = _where(queue_name)
         logger.warning(

@@ -129,13 +129,13 @@ def relay(
             used.add(queue_name)
             with queues.unreachable_redis(queue_name):
                 # Records whose job is gone or waiting: two pipelines. The others one by one.
-                enqueued, found_waiting, rest = queues.deliver_many(queue_name, deliveries)
+                enqueued, found_waiting, rest = queues.deliver_many(queue_name, deliveries, using)
             report.enqueued += enqueued
             report.waiting += found_waiting
             for index in rest:
                 with queues.unreachable_redis(queue_name):
                     _job, outcome = queues.deliver_with_outcome(
-                        *deliveries[index], queue_name, force=True, likely_queued=True, register=False
+                        *deliveries[index], queue_name, force=True, likely_queued=True, register=False, using=using
                     )
                 if outcome == queues.WAITING:
                     report.waiting += 1

@@ -58,7 +58,11 @@ def writable_field(model: type[models.Model], name: str) -> models.Field[Any, An
 
 
 def clean_changes(
-    model: type[models.Model], changes: Mapping[str, Any], *, allowed: Iterable[str] | None = None
+    model: type[models.Model],
+    changes: Mapping[str, Any],
+    *,
+    allowed: Iterable[str] | None = None,
+    using: str | None = None,
 ) -> dict[str, Any]:
     """Validate ``changes`` against the model's fields; return ``{field name: python value}``.
 
@@ -68,6 +72,10 @@ def clean_changes(
     truncated; ``3.0`` is ``3``), an integer outside the column's portable range (PostgreSQL's, on
     SQLite too), NaN and infinity, a NUL character in text, a naive datetime under ``USE_TZ`` and an
     aware one without it (the rule of ``synced_at``). None is accepted for any ``null=True`` field.
+
+    ``using`` is the database the changes will be written to: a foreign key's target must exist there
+    (Django's own check asks ``router.db_for_read()``, which may be a lagging replica or another
+    tenant's database); without it, Django's check runs as it is.
     """
     label = model._meta.label
     if not changes:
@@ -83,11 +91,11 @@ def clean_changes(
             )
         if field.name in cleaned:
             raise InvalidUpdate(f"{label}.{field.name} is given twice.")
-        cleaned[field.name] = _clean_value(field, value, f"{label}.{field.name}={_shown(value)}")
+        cleaned[field.name] = _clean_value(field, value, f"{label}.{field.name}={_shown(value)}", using)
     return cleaned
 
 
-def _clean_value(field: models.Field[Any, Any], value: Any, what: str) -> Any:
+def _clean_value(field: models.Field[Any, Any], value: Any, what: str, using: str | None = None) -> Any:
     """Return ``value`` converted by ``field``, or raise InvalidUpdate naming ``what``.
 
     Beyond ``field.clean()``: a value is refused when converting it would change it (a fraction for an
@@ -101,13 +109,38 @@ def _clean_value(field: models.Field[Any, Any], value: Any, what: str) -> Any:
     try:
         python = field.to_python(value)
         _refuse_after_conversion(field, python, what)
-        field.validate(python, None)  # type: ignore[arg-type]
+        if using is not None and isinstance(field, models.ForeignKey):
+            _validate_foreign_key(field, python, using)
+        else:
+            field.validate(python, None)  # type: ignore[arg-type]
         field.run_validators(python)
     except ValidationError as exc:
         raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
     except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:  # some to_python() raise these
         raise InvalidUpdate(f"{what} is invalid: {exc}") from exc
     return python
+
+
+def _validate_foreign_key(field: models.ForeignKey[Any, Any], value: Any, using: str) -> None:
+    """``ForeignKey.validate()``, with the target's existence checked on database ``using``."""
+    if field.remote_field.parent_link:
+        return
+    models.Field.validate(field, value, None)  # type: ignore[arg-type]
+    if value is None:
+        return
+    target: Any = field.remote_field.model
+    rows = target._base_manager.using(using).filter(**{field.remote_field.field_name: value})
+    if not rows.complex_filter(field.get_limit_choices_to()).exists():
+        raise ValidationError(
+            field.error_messages["invalid"],
+            code="invalid",
+            params={
+                "model": target._meta.verbose_name,
+                "pk": value,
+                "field": field.remote_field.field_name,
+                "value": value,
+            },
+        )
 
 
 def _shown(value: Any) -> str:

@@ -256,6 +256,7 @@ def test_e006_follows_the_signatures():
         "queue": ("enqueue_update",),
         "request_id": ("enqueue_update", "update_if_newer"),
         "synced_at": ("update_if_newer",),
+        "using": ("enqueue_update",),
         "version": ("update_if_newer",),
     }
 

@@ -1,8 +1,8 @@
 """A database per tenant: two databases (``default`` and ``tenant``), models routed by tenant. Each
 operation runs on the database of its records, and versions and request ids never cross between them.
 
-Where the library cannot do so yet, the test is marked ``xfail(strict=True)`` with the reason: the job
-carries only ids, so nothing tells a worker which database its request is in.
+A request's job carries its database when that is not ``default`` (and its job id names it), so that a
+worker applies it where it was enqueued, and records of two databases never share a job.
 (The reads that decide a write against a real, lagging streaming replica are in
 ``tests/faults/test_replica.py``.)
 """
@@ -20,28 +20,25 @@ from typing import Any
 import django_rq
 import pytest
 from django.contrib.contenttypes.models import ContentType
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db.models.functions import Now
 from django.test import override_settings
 from rq import SimpleWorker
 
 from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.jobs import relay
+from safeupdates.jobs import apply_update, relay
+from safeupdates.managers import SafeUpdateQuerySet
 from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.queues import job_id
+from safeupdates.validation import clean_changes
 from safeupdates.versions import last_issued, next_version
-from tests.testapp.models import Profile
+from tests.testapp.models import Document, Profile, Specimen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
 
 TENANT = "tenant"
 _tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)
-
-#: Why a worker cannot apply a tenant's request today (safeupdates/jobs.py and safeupdates/queues.py).
-JOB_CARRIES_NO_DATABASE = (
-    "apply_update(request_id) reads router.db_for_write(ProcessedRequest), and the job carries no database "
-    "alias: a worker looks for a tenant's request in 'default' (RequestNotFound)"
-)
 
 
 class TenantRouter:
@@ -117,11 +114,6 @@ def test_enqueue_update_writes_the_request_to_the_routers_database(redis):
     assert request.version is not None and request.version <= last_issued(TENANT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="enqueue_update() has no using= (safeupdates/jobs.py, the enqueue module): the keyword is "
-    "taken for a field change",
-)
 def test_enqueue_update_using_writes_to_that_database(redis):
     _home, away = twins()
     request = enqueue_update(Profile, away.pk, using=TENANT, active=True)
@@ -129,11 +121,6 @@ def test_enqueue_update_using_writes_to_that_database(redis):
     assert not log("default").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="enqueue_update() asks router.db_for_write(model) without the instance hint (safeupdates/jobs.py): "
-    "Django's save() passes instance=, so a tenant's instance stays on its database; its request does not",
-)
 def test_enqueue_update_of_an_instance_follows_its_database(redis):
     _home, away = twins()
     request = enqueue_update(away, active=True)  # no router decides here: the instance's database should
@@ -141,7 +128,6 @@ def test_enqueue_update_of_an_instance_follows_its_database(redis):
     assert not log("default").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=JOB_CARRIES_NO_DATABASE)
 def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(redis):
     _home, away = twins()
     with tenant():
@@ -151,12 +137,6 @@ def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(r
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the apply job's id is safeupdates-<content type id>-<pk> (safeupdates/queues.py job_id): records "
-    "of two databases with the same content type id and pk share one job, so the second request gets none",
-)
 def test_records_of_two_databases_never_share_a_job(redis):
     home, away = twins()
     # Two databases migrated alike number their content types alike: here, whatever order the test
@@ -182,7 +162,6 @@ def test_the_relay_scans_the_database_it_is_given(redis):
     assert relay(0, using="default", dry_run=True).due == 1
 
 
-@pytest.mark.xfail(strict=True, reason=JOB_CARRIES_NO_DATABASE)
 def test_the_relays_deliveries_apply_on_the_database_it_is_given(redis):
     _home, away = twins()
     with tenant():
@@ -222,3 +201,86 @@ def test_purge_purges_the_database_it_is_given():
     assert out.getvalue().startswith("deleted 1 request(s)")
     assert not log(TENANT).exists()
     assert log("default").count() == 1
+
+
+def ahead_of_the_tenant() -> None:
+    """Make the default database's versions run ahead of the tenant's, so that a version tells its source."""
+    while last_issued("default") <= last_issued(TENANT) + 5:
+        next_version("default")
+
+
+def test_enqueue_update_using_takes_versions_and_request_ids_from_that_database(redis):
+    home, away = twins()
+    ahead_of_the_tenant()
+    request_id = uuid.uuid4()
+    there = enqueue_update(Profile, away.pk, using=TENANT, request_id=request_id, active=True)
+    here = enqueue_update(Profile, home.pk, using="default", request_id=request_id, newsletter=True)
+    assert there.version is not None and there.version <= last_issued(TENANT) < last_issued("default")
+    # The same request id is a new request in each database: one row in each log, one job each.
+    assert log(TENANT).get(request_id=request_id).changes == {"active": True}
+    assert log("default").get(request_id=request_id).changes == {"newsletter": True}
+    assert here.version != there.version or here.pk != there.pk
+    assert django_rq.get_queue("default").count == 2
+    # Known in its own database only: a second call there is the same request.
+    assert enqueue_update(Profile, away.pk, using=TENANT, request_id=request_id, active=True).pk == there.pk
+
+
+def test_a_tenants_job_carries_its_database_and_names_it_in_its_id(redis):
+    home, away = twins()
+    enqueue_update(Profile, home.pk, active=True)
+    enqueue_update(Profile, away.pk, using=TENANT, active=True)
+    jobs = {job.id: job for job in django_rq.get_queue("default").jobs}
+    here = ContentType.objects.db_manager("default").get_for_model(Profile).pk
+    there = ContentType.objects.db_manager(TENANT).get_for_model(Profile).pk
+    assert jobs[job_id(here, str(home.pk))].kwargs == {}  # the default database: the job as it always was
+    assert jobs[job_id(there, str(away.pk), TENANT)].kwargs == {"using": TENANT}
+    assert job_id(there, str(away.pk), TENANT) != job_id(there, str(away.pk))
+
+
+def test_apply_update_using_applies_on_that_database_only(redis):
+    home, away = twins()
+    request = enqueue_update(Profile, away.pk, using=TENANT, active=True)
+    # The same request id, pending in the default database: never touched by the tenant's job.
+    twin = enqueue_update(Profile, home.pk, using="default", request_id=request.request_id, newsletter=True)
+    assert apply_update(str(request.request_id), using=TENANT) == "1 applied"
+    assert log(TENANT).get(request_id=request.request_id).status == RequestStatus.APPLIED
+    assert log("default").get(request_id=twin.request_id).status == RequestStatus.PENDING
+    assert Profile.objects.using(TENANT).get(pk=away.pk).active
+    assert not Profile.objects.using("default").get(pk=home.pk).newsletter
+    # A version written on the tenant's row comes from the tenant's source.
+    assert Profile.objects.using(TENANT).get(pk=away.pk).lock_version <= last_issued(TENANT)
+
+
+def test_the_relay_command_delivers_on_the_database_it_is_given(redis):
+    _home, away = twins()
+    request = enqueue_update(Profile, away.pk, using=TENANT, active=True)
+    django_rq.get_queue("default").empty()  # the job was lost
+    out = StringIO()
+    call_command("safeupdates_relay", "--older-than", "0", "--dry-run", stdout=out)
+    assert out.getvalue().strip().endswith("would deliver 0 job(s) for work pending > 0s")  # default: nothing
+    out = StringIO()
+    call_command("safeupdates_relay", "--older-than", "0", "--database", TENANT, stdout=out)
+    assert "1 due (pending > 0s): enqueued 1 job(s)" in out.getvalue()
+    run_jobs()
+    assert log(TENANT).get(pk=request.pk).status == RequestStatus.APPLIED
+    assert Profile.objects.using(TENANT).get(pk=away.pk).active
+
+
+def test_the_relay_command_refuses_an_unknown_database():
+    with pytest.raises(CommandError, match="--database 'nowhere' is not in DATABASES"):
+        call_command("safeupdates_relay", "--database", "nowhere", stdout=StringIO())
+
+
+def test_a_foreign_key_is_checked_on_the_database_given():
+    document = Document.objects.using(TENANT).create(title="away only")
+    assert not Document.objects.using("default").filter(pk=document.pk).exists()
+    assert clean_changes(Specimen, {"document": document.pk}, using=TENANT) == {"document": document.pk}
+    with pytest.raises(InvalidUpdate, match="is not a valid choice"):
+        clean_changes(Specimen, {"document": document.pk}, using="default")
+    specimen = Specimen.objects.using(TENANT).create()
+    queryset: SafeUpdateQuerySet[Specimen] = SafeUpdateQuerySet(model=Specimen, using=TENANT)
+    assert queryset.update_if_newer(specimen.pk, version=next_version(TENANT), document=document.pk).applied
+    assert Specimen.objects.using(TENANT).get(pk=specimen.pk).document_id == document.pk
+    other = Document.objects.using(TENANT).create(title="away too")
+    result = queryset.bulk_update_if_newer([(specimen.pk, next_version(TENANT), {"document": other.pk})])
+    assert result.applied == 1

@@ -163,12 +163,6 @@ def test_enqueue_updates_checks_read_the_primary(lagging):
         enqueue_update(second, request_id=request_id, active=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=InvalidUpdate,
-    reason="clean_changes() validates a foreign key with Field.validate(), whose existence query goes to "
-    "router.db_for_read(): the replica (safeupdates/validation.py)",
-)
 def test_a_foreign_key_is_checked_on_the_primary(lagging):
     specimen = Specimen.objects.create()
     lagging.pause_replay()

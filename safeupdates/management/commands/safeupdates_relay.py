@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.relay import relay
@@ -36,6 +36,11 @@ class Command(BaseCommand):
             help="First make every failed update request pending again (their retries ran out during an "
             "outage; nothing of them was written), so that this pass delivers them.",
         )
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="The database whose request log to scan (default: where the router writes the request log).",
+        )
 
     def handle(
         self,
@@ -44,8 +49,11 @@ class Command(BaseCommand):
         interval: float | None,
         dry_run: bool,
         retry_failed: bool,
+        database: str | None = None,
         **options: Any,
     ) -> None:
+        if database is not None and database not in connections:
+            raise CommandError(f"--database {database!r} is not in DATABASES.")
         # float() accepts "nan" and "inf": a NaN compares false with everything, so test for what is valid.
         if older_than is not None and not (math.isfinite(older_than) and older_than >= 0):
             raise CommandError(f"--older-than must be a finite number of seconds, zero or more; got {older_than}.")
@@ -57,7 +65,7 @@ class Command(BaseCommand):
                 # A connection that broke in the last pass (the database restarted) is replaced, not reused.
                 close_old_connections()
             try:
-                report = relay(older_than, dry_run=dry_run, retry_failed=retry_failed)
+                report = relay(older_than, dry_run=dry_run, using=database, retry_failed=retry_failed)
             except BackendUnavailable as exc:
                 if interval is None:
                     raise CommandError(f"safeupdates relay: {exc}") from None
