@@ -7,23 +7,29 @@ processes: the convergence of a burst through kills, duplicates and lost enqueue
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.core.checks import Error, Warning
+from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
+from demo_project.processes import TaskWorkers
 from safeupdates import checks, delivery, enqueue_update, taskqueue
 from safeupdates.contrib import check_tools_need_rq
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import relay
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
+from tests.faults.harness import AUDIT_SQL, Burst, verify
 from tests.testapp import tasks as test_tasks
 from tests.testapp.models import Profile
+from tests.workers import RowLock, wait_until, worker_db_url
 
 IMMEDIATE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="default")
 DATABASE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
@@ -248,3 +254,103 @@ def test_only_w021_with_the_database_backend_and_no_rq_checks():
     assert check_tools_need_rq() == [W021]
     with override_settings(SAFEUPDATES_QUEUE="missing"):  # E002 is about RQ_QUEUES: not with tasks
         assert checks.check_django_rq() == []
+
+
+# -- real db_worker processes: the convergence property -------------------------------------------------
+
+AUDIT_DROP = (
+    "DROP TRIGGER IF EXISTS fault_audit ON testapp_profile; DROP FUNCTION IF EXISTS fault_audit(); "
+    "DROP TABLE IF EXISTS fault_writes;"
+)
+
+
+@pytest.fixture
+def audited(transactional_db, postgres_only):
+    """The fault harness's audit trigger on the test database: every write to a profile row, recorded."""
+    with connection.cursor() as cursor:
+        cursor.execute(AUDIT_DROP)
+        cursor.execute(AUDIT_SQL)
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(AUDIT_DROP)
+
+
+@pytest.fixture
+def db_workers(tmp_path):
+    pool = TaskWorkers(tmp_path, backend="db", name="tasks-test")
+    yield pool
+    pool.stop()
+
+
+def _enqueue_task(request: ProcessedRequest) -> None:
+    """A task of its own for ``request``, past the coalescing: a redelivery, a duplicate."""
+    record = f"{request.content_type_id}:{request.object_id}"
+    taskqueue.apply_update.using(backend="db").enqueue(str(request.request_id), record=record, attempt=0)
+
+
+@pytest.mark.workers
+@DATABASE
+def test_a_burst_converges_on_db_workers_through_kills_duplicates_and_lost_enqueues(audited, db_workers, caplog):
+    """600 toggles of 8 records by 2 db_workers: a worker SIGKILLed in the middle of a task then replaced,
+    enqueues lost after commit for 100 toggles (the task table locked), their tasks delivered again in
+    reverse order, 60 duplicate tasks, and the relay. Last requested wins per field, nothing is lost,
+    nothing is applied twice (the audit trigger's evidence: tests/faults/harness.py's verify)."""
+    pks = [ProfileFactory().pk for _ in range(8)]
+    content_type = ContentType.objects.get_for_model(Profile)
+    db_workers.start(2)
+    burst = Burst(pks, seed=23)
+    tasks_table = DBTaskResult._meta.db_table
+    locker: list[psycopg.Connection] = []
+    window: dict[str, set[uuid.UUID]] = {}
+    killed: list[str] = []
+
+    def kill_mid_task() -> None:
+        target, key = pks[0], f"{content_type.pk}:{pks[0]}"
+        rid = uuid.uuid4()
+        with RowLock(Profile, target):  # the task blocks in its UPDATE of the row
+            with transaction.atomic():
+                enqueue_update(Profile, target, request_id=rid, newsletter=True)
+            burst.committed[rid] = (target, "newsletter", True)
+            running = DBTaskResult.objects.filter(status="RUNNING", args_kwargs__kwargs__record=key)
+            assert wait_until(running.exists, 30), db_workers.logs()
+            worker_id = running.first().worker_ids[-1]
+            index = next(i for i in db_workers.running() if db_workers.worker_id(i) == worker_id)
+            db_workers.kill(index)
+            killed.append(worker_id)
+        db_workers.start(1)
+
+    def lose_enqueues() -> None:
+        conn = psycopg.connect(worker_db_url())
+        conn.execute(f"LOCK TABLE {tasks_table} IN ACCESS EXCLUSIVE MODE")  # type: ignore[arg-type]
+        locker.append(conn)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '50ms'")  # the enqueue after commit fails at once
+        window["before"] = set(burst.committed)
+
+    def deliver_lost_in_reverse() -> None:
+        locker.pop().close()  # releases the table
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+        lost = set(burst.committed) - window["before"]
+        for request in ProcessedRequest.objects.filter(request_id__in=lost).order_by("-version"):
+            _enqueue_task(request)
+
+    def duplicates() -> None:
+        for rid in sorted(burst.committed)[:60]:
+            _enqueue_task(ProcessedRequest.objects.get(request_id=rid))
+
+    burst.run(600, {100: kill_mid_task, 200: lose_enqueues, 300: deliver_lost_in_reverse, 400: duplicates})
+
+    def settled() -> bool:
+        relay(0)
+        pending = ProcessedRequest.objects.filter(kind="update", status="pending").exists()
+        return not pending and not DBTaskResult.objects.filter(status="READY").exists()
+
+    assert wait_until(settled, 120, interval=0.5), db_workers.logs()
+    outcome = verify(burst)
+    assert outcome.violations() == {}, (outcome, db_workers.logs())
+    assert outcome.requests == 601 and outcome.writes > 0
+    # The kill landed in the middle of a task: claimed by the killed worker, it never finished.
+    assert DBTaskResult.objects.filter(status="RUNNING", worker_ids__contains=killed).count() == 1
+    lost = [r for r in caplog.records if "could not take its task" in r.getMessage()]
+    assert lost, "no enqueue was lost"
