@@ -277,7 +277,9 @@ class TaskWorkers(Workers):
         for _ in range(count):
             index = len(self.procs)
             args = ["db_worker", "--backend", self.backend, "--queue-name", ",".join(queues), "--interval", "0.05"]
-            args += ["--no-startup-delay", "--no-reload", "--worker-id", self.worker_id(index)]
+            # --skip-checks: like rqworker, a worker does not run the system checks (which may connect to
+            # every database of DATABASES on Django 6.1).
+            args += ["--no-startup-delay", "--no-reload", "--skip-checks", "--worker-id", self.worker_id(index)]
             args += ["-v", str(1 if verbosity is None else verbosity)]
             if burst:
                 args.append("--batch")
@@ -295,8 +297,10 @@ class TaskWorkers(Workers):
         """True while worker ``index`` runs a task (it has claimed one that is still RUNNING)."""
         from django_tasks_db.models import DBTaskResult
 
-        running = DBTaskResult.objects.filter(status="RUNNING", worker_ids__contains=[self.worker_id(index)])
-        return self.procs[index].poll() is None and running.exists()
+        if self.procs[index].poll() is not None:
+            return False
+        claimed = DBTaskResult.objects.filter(status="RUNNING").values_list("worker_ids", flat=True)
+        return any(ids and ids[-1] == self.worker_id(index) for ids in claimed)  # JSON containment: not on SQLite
 
     def rq_states(self) -> list[str]:
         raise NotImplementedError("db_workers are not RQ workers")
