@@ -354,3 +354,12 @@ def test_a_burst_converges_on_db_workers_through_kills_duplicates_and_lost_enque
     assert DBTaskResult.objects.filter(status="RUNNING", worker_ids__contains=killed).count() == 1
     lost = [r for r in caplog.records if "could not take its task" in r.getMessage()]
     assert lost, "no enqueue was lost"
+
+
+@DATABASE
+def test_status_does_not_ask_redis_with_tasks_delivery(db):
+    """A Redis-less project on Django tasks: safeupdates_status must not report Redis as a failure."""
+    from safeupdates.status import collect
+
+    status = collect()
+    assert (status.queues, status.redis_error) == ([], "")
