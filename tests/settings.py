@@ -67,6 +67,9 @@ TASKS = {
 }
 SAFEUPDATES_DELIVERY = env("SAFEUPDATES_DELIVERY", default="rq")
 SAFEUPDATES_TASK_BACKEND = env("SAFEUPDATES_TASK_BACKEND", default="db")
+if SAFEUPDATES_DELIVERY == "tasks" and SAFEUPDATES_TASK_BACKEND == "rq":
+    # rqworkers of django-tasks-rq's backend run its jobs with its job class (it calls the task).
+    RQ = {"JOB_CLASS": "django_tasks_rq.Job"}
 SAFEUPDATES_RELAY_AFTER = 0
 
 MIDDLEWARE = [

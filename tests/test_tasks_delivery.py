@@ -282,10 +282,10 @@ def db_workers(tmp_path):
     pool.stop()
 
 
-def _enqueue_task(request: ProcessedRequest) -> None:
+def _enqueue_task(request: ProcessedRequest, backend: str = "db") -> None:
     """A task of its own for ``request``, past the coalescing: a redelivery, a duplicate."""
     record = f"{request.content_type_id}:{request.object_id}"
-    taskqueue.apply_update.using(backend="db").enqueue(str(request.request_id), record=record, attempt=0)
+    taskqueue.apply_update.using(backend=backend).enqueue(str(request.request_id), record=record, attempt=0)
 
 
 @pytest.mark.workers
@@ -363,3 +363,41 @@ def test_status_does_not_ask_redis_with_tasks_delivery(db):
 
     status = collect()
     assert (status.queues, status.redis_error) == ([], "")
+
+
+@pytest.mark.workers
+@override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="rq")
+def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicates(audited, workers):
+    """django-tasks-rq (no coalescing: a task per request) with real rqworkers: 300 toggles, a worker
+    SIGKILLed in the middle of a task, tasks redelivered newest first, duplicates, and the relay."""
+    pks = [ProfileFactory().pk for _ in range(6)]
+    env = {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": "rq"}
+    workers.start(2, env=env)
+    burst = Burst(pks, seed=29)
+    hit: list[bool] = []
+
+    def kill_mid_task() -> None:
+        rid = uuid.uuid4()
+        with RowLock(Profile, pks[0]):
+            with transaction.atomic():
+                enqueue_update(Profile, pks[0], request_id=rid, newsletter=True)
+            burst.committed[rid] = (pks[0], "newsletter", True)
+            assert wait_until(lambda: any(workers.busy(i) for i in workers.running()), 30), workers.logs()
+            busy = next(i for i in workers.running() if workers.busy(i))
+            hit.append(workers.kill(busy))
+        workers.start(1, env=env)
+
+    def reverse_and_duplicates() -> None:
+        for request in ProcessedRequest.objects.filter(request_id__in=list(burst.committed)).order_by("-version")[:60]:
+            _enqueue_task(request, backend="rq")
+
+    burst.run(300, {80: kill_mid_task, 200: reverse_and_duplicates})
+
+    def settled() -> bool:
+        relay(0)
+        return not ProcessedRequest.objects.filter(kind="update", status="pending").exists()
+
+    assert wait_until(settled, 120, interval=0.5), workers.logs()
+    outcome = verify(burst)
+    assert outcome.violations() == {}, (outcome, workers.logs())
+    assert outcome.requests == 301 and hit == [True]
