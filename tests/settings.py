@@ -63,7 +63,8 @@ _TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
 TASKS = {
     "default": {"BACKEND": f"{_TASKS_PACKAGE}.backends.immediate.ImmediateBackend", "QUEUES": []},
     "db": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "fast", "slow"]},
-    "rq": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default", "fast", "slow"]},
+    # Without QUEUES: those of RQ_QUEUES (settings based on these, the benchmark's, have other queues).
+    "rq": {"BACKEND": "django_tasks_rq.RQBackend"},
 }
 SAFEUPDATES_DELIVERY = env("SAFEUPDATES_DELIVERY", default="rq")
 SAFEUPDATES_TASK_BACKEND = env("SAFEUPDATES_TASK_BACKEND", default="db")
