@@ -463,7 +463,7 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
     safe_wrong: list[int] = []
     tasks_wrong: list[int] = []
 
-    with workers(queue, worker_count) as pool, task_workers(worker_count) as task_pool:
+    with workers(queue, worker_count) as pool:
 
         def run(kind: str, round_: int) -> None:
             if kind == "tasks":
@@ -502,8 +502,13 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
             queue.connection.delete(started, release)
 
         def run_tasks(round_: int) -> None:
-            """The burst through SAFEUPDATES_DELIVERY = "tasks": db_workers held by a gate task each (an
-            advisory lock of ours), the burst enqueued behind them, the clock from the release."""
+            """The burst through SAFEUPDATES_DELIVERY = "tasks": db_workers (started for this run only: idle,
+            they poll the database) held by a gate task each (an advisory lock of ours), the burst enqueued
+            behind them, the clock from the release."""
+            with task_workers(worker_count) as task_pool:
+                drain_tasks(round_, task_pool)
+
+        def drain_tasks(round_: int, task_pool: TaskWorkers) -> None:
             plan, wanted = toggles(pks, toggle_count, seed=round_)
             Profile.objects.filter(pk__in=pks).update(**dict.fromkeys(TOGGLE_FIELDS, False))
             DBTaskResult.objects.all().delete()

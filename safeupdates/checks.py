@@ -404,7 +404,8 @@ def tasks_available() -> bool:
 @register(Tags.compatibility)
 def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """E020: ``SAFEUPDATES_DELIVERY`` is not ``"rq"`` or ``"tasks"``. With ``"tasks"``: E021, Django's Tasks
-    framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; W020, the
+    framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E023,
+    ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``; W020, the
     backend has no deferred runs (retries come from the relay). (W021, job tools that need RQ: in
     :mod:`safeupdates.contrib`.)"""
     value = conf.delivery()
@@ -444,6 +445,16 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     from safeupdates import taskqueue
 
     backend = taskqueue.backend()
+    served = sorted(getattr(backend, "queues", None) or ())
+    queue = conf.queue_name()
+    if served and queue not in served:
+        messages.append(
+            Error(
+                f"SAFEUPDATES_QUEUE is {queue!r}, which is not in the QUEUES of TASKS[{alias!r}].",
+                hint=f"Add {queue!r} to its QUEUES or set SAFEUPDATES_QUEUE to one of: {', '.join(served)}.",
+                id="safeupdates.E023",
+            )
+        )
     if not getattr(backend, "supports_defer", False):
         messages.append(
             Warning(

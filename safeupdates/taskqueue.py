@@ -60,7 +60,16 @@ APPLY_TASK = "safeupdates.taskqueue.apply_update"
 ENQUEUED, WAITING = "enqueued", "waiting"
 
 
-@task(takes_context=True, backend=conf.task_backend(), queue_name=conf.queue_name())  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _import_queue() -> str:
+    """The queue the task is declared with: ``SAFEUPDATES_QUEUE`` if the backend serves it, else one it
+    serves (each delivery names its queue; a wrong ``SAFEUPDATES_QUEUE`` is check E023, not an error at
+    import)."""
+    allowed = getattr(task_backends[conf.task_backend()], "queues", None) or set()
+    name = conf.queue_name()
+    return name if not allowed or name in allowed else sorted(allowed)[0]
+
+
+@task(takes_context=True, backend=conf.task_backend(), queue_name=_import_queue())  # type: ignore[untyped-decorator,misc,unused-ignore]
 def apply_update(context: Any, request_id: str, record: str = "", attempt: int = 0) -> str:
     """Django task: apply pending request ``request_id`` and every other pending request of its record
     (``record`` is ``content_type_id:object_id``, for coalescing and the logs; ``attempt`` counts the

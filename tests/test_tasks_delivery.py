@@ -248,6 +248,17 @@ def test_w020_backend_without_deferred_runs_and_w021_tools_that_need_rq():
     assert check_tools_need_rq() == [W021]
 
 
+@override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db", SAFEUPDATES_QUEUE="elsewhere")
+def test_e023_queue_not_served_by_the_backend():
+    assert checks.check_delivery() == [
+        Error(
+            "SAFEUPDATES_QUEUE is 'elsewhere', which is not in the QUEUES of TASKS['db'].",
+            hint="Add 'elsewhere' to its QUEUES or set SAFEUPDATES_QUEUE to one of: default, fast, slow.",
+            id="safeupdates.E023",
+        )
+    ]
+
+
 @DATABASE
 def test_only_w021_with_the_database_backend_and_no_rq_checks():
     assert checks.check_delivery() == []
