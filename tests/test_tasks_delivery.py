@@ -377,6 +377,9 @@ def test_status_does_not_ask_redis_with_tasks_delivery(db):
 
 
 @pytest.mark.workers
+# The tenant test database too: rqworker runs the system checks, which on Django 6.1 connect to every
+# database of DATABASES (db_workers are started with --skip-checks).
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
 @override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="rq")
 def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicates(audited, workers):
     """django-tasks-rq (no coalescing: a task per request) with real rqworkers: 300 toggles, a worker
