@@ -44,8 +44,9 @@ test: lint types pytest test-sqlite
 tox: install
 	PATH="$(TOX_PATH)" $(VENV)/bin/tox $(TOXARGS)
 
+# DELIVERY=tasks make demo: the same demo on Django tasks (django-tasks-db, db_worker), without Redis.
 demo: install
-	@$(PY) -m demo_project.check_redis
+	@if [ "$(DELIVERY)" != "tasks" ]; then $(PY) -m demo_project.check_redis; fi
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py race_demo
 

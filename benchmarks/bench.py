@@ -50,12 +50,14 @@ from django.contrib.contenttypes.models import ContentType  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import override_settings  # noqa: E402
+from django_tasks_db.models import DBTaskResult  # noqa: E402  (SAFEUPDATES_DELIVERY = "tasks")
 from rq import Queue  # noqa: E402
 from rq.job import Job  # noqa: E402
 from rq.results import Result  # noqa: E402
 
-from benchmarks.jobs import gate, naive_toggle  # noqa: E402
+from benchmarks.jobs import GATE_LOCK, gate, naive_toggle, task_gate  # noqa: E402
 from benchmarks.saveapp.models import ConcurrencyRow, LockVersionRow, PlainRow  # noqa: E402
+from demo_project.processes import TaskWorkers  # noqa: E402
 from safeupdates import conf, queues, statements  # noqa: E402
 from safeupdates.exceptions import StaleObjectError  # noqa: E402
 from safeupdates.jobs import enqueue_update  # noqa: E402
@@ -70,6 +72,8 @@ from safeupdates.versions import SEQUENCE_NAME  # noqa: E402
 from tests.testapp.models import Profile  # noqa: E402
 
 TOGGLE_FIELDS = ("active", "newsletter", "dark_mode")
+#: SAFEUPDATES_DELIVERY = "tasks" on django-tasks-db's database backend: the third contender of sections 2 and 3.
+TASKS_DELIVERY = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
 
 
 # --- results ---------------------------------------------------------------------------------------
@@ -194,7 +198,8 @@ def prepare_database() -> None:
 
 
 def empty_tables() -> None:
-    tables = [model._meta.db_table for model in (Profile, ProcessedRequest, PlainRow, ConcurrencyRow, LockVersionRow)]
+    models = [Profile, ProcessedRequest, PlainRow, ConcurrencyRow, LockVersionRow, DBTaskResult]
+    tables = [model._meta.db_table for model in models]
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(connection.ops.quote_name(t) for t in tables)}")
 
@@ -395,12 +400,31 @@ def workers(queue: Queue, count: int) -> Iterator[Workers]:
     pool.remove_log()  # only after a clean run: a failure reports the log's path
 
 
-def wait_for(predicate: Callable[[], bool], what: str, pool: Workers, timeout: float = 120, poll: float = 0.01) -> None:
+@contextmanager
+def task_workers(count: int) -> Iterator[TaskWorkers]:
+    """``count`` db_worker processes (django-tasks-db) on the benchmark's queue, for SAFEUPDATES_DELIVERY
+    = "tasks"; their output in a log file whose path a failure reports."""
+    log_dir = Path(tempfile.mkdtemp(prefix="safeupdates-bench-db-workers-"))
+    pool = TaskWorkers(log_dir, backend="db", name="bench")
+    pool.start(count, (conf.queue_name(),), verbosity=0)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def wait_for(
+    predicate: Callable[[], bool], what: str, pool: Workers | TaskWorkers, timeout: float = 120, poll: float = 0.01
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            sys.exit(f"Timed out after {timeout}s waiting for {what}; worker log: {pool.log.name}.")
-        pool.check_alive()
+            log = pool.log.name if isinstance(pool, Workers) else pool.log_dir
+            sys.exit(f"Timed out after {timeout}s waiting for {what}; worker log: {log}.")
+        if isinstance(pool, Workers):
+            pool.check_alive()
+        elif pool.alive() < len(pool.procs):
+            sys.exit(f"A db_worker process exited; see {pool.log_dir}.")
         time.sleep(poll)
 
 
@@ -441,8 +465,12 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
     naive_enqueue = report.row("2", f"  (enqueue the burst: {toggle_count} naive queue.enqueue())", "s")
     safe_enqueue = report.row("2", f"  (enqueue the burst: {toggle_count} enqueue_update())", "s")
     jobs_row = report.row("2", "  (apply_update jobs run for the burst)", "jobs")
+    tasks_row = report.row("2", f"drain {toggle_count} toggles/{records} records: Django tasks (db_worker)", "s")
+    tasks_enqueue = report.row("2", f"  (enqueue the burst: {toggle_count} enqueue_update(), tasks)", "s")
+    tasks_jobs = report.row("2", "  (apply_update tasks run for the burst, django-tasks-db)", "tasks")
     naive_wrong: list[int] = []
     safe_wrong: list[int] = []
+    tasks_wrong: list[int] = []
     held: list[bool] = []
 
     # A drain's time grows with the burst: 120 s at least, a generous 100 ms per toggle beyond.
@@ -451,6 +479,9 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
     with workers(queue, worker_count) as pool:
 
         def run(kind: str, round_: int) -> None:
+            if kind == "tasks":
+                run_tasks(round_)
+                return
             plan, wanted = toggles(pks, toggle_count, seed=round_)
             Profile.objects.filter(pk__in=pks).update(**dict.fromkeys(TOGGLE_FIELDS, False))
             empty_queue(queue)
@@ -491,8 +522,42 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
             )
             queue.connection.delete(started, release)
 
+        def run_tasks(round_: int) -> None:
+            """The burst through SAFEUPDATES_DELIVERY = "tasks": db_workers (started for this run only: idle,
+            they poll the database) held by a gate task each (an advisory lock of ours), the burst enqueued
+            behind them, the clock from the release."""
+            with task_workers(worker_count) as task_pool:
+                drain_tasks(round_, task_pool)
+
+        def drain_tasks(round_: int, task_pool: TaskWorkers) -> None:
+            plan, wanted = toggles(pks, toggle_count, seed=round_)
+            Profile.objects.filter(pk__in=pks).update(**dict.fromkeys(TOGGLE_FIELDS, False))
+            DBTaskResult.objects.all().delete()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(%s)", [GATE_LOCK])
+            try:
+                for _ in range(worker_count):
+                    task_gate.enqueue()
+                running = DBTaskResult.objects.filter(status="RUNNING")
+                wait_for(lambda: running.count() >= worker_count, "the db_workers to start", task_pool)
+                first_request = ProcessedRequest.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+                with TASKS_DELIVERY:
+                    burst = [(pk, one_change(name, value)) for pk, name, value in plan]
+                    tasks_enqueue.figures.append(timed(lambda: [enqueue_update(Profile, pk, **c) for pk, c in burst]))
+                tasks_jobs.figures.append(DBTaskResult.objects.filter(status="READY").count())
+                start = time.perf_counter()
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [GATE_LOCK])
+            pending = ProcessedRequest.objects.filter(pk__gt=first_request, status=RequestStatus.PENDING)
+            wait_for(lambda: not pending.exists(), "the Django tasks drain", task_pool)
+            tasks_row.figures.append(time.perf_counter() - start)
+            tasks_wrong.append(wrong_fields(wanted))
+            busy = DBTaskResult.objects.filter(status__in=["READY", "RUNNING"])
+            wait_for(lambda: not busy.exists(), "idle db_workers", task_pool)
+
         for round_ in range(rounds):
-            for kind in _rotate(["naive", "safe"], round_):
+            for kind in _rotate(["naive", "safe", "tasks"], round_):
                 run(kind, round_)
             _progress(f"  2. drain: round {round_ + 1}/{rounds} done")
     report.ratio(
@@ -514,10 +579,20 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
             lambda x: x >= 1.0,
         )
     report.check("drain: the gates held every burst until it was queued (no job ran before)", all(held), f"{held}")
+    report.ratio(
+        "2",
+        "drain: Django tasks (db_worker) time / RQ time",
+        [t / s for t, s in zip(tasks_row.figures, safe_row.figures, strict=True)],
+    )
     report.check(
         "drain: enqueue_update+apply_update final state = newest request per field",
         not any(safe_wrong),
         f"wrong fields per round: {safe_wrong}",
+    )
+    report.check(
+        "drain: Django tasks final state = newest request per field",
+        not any(tasks_wrong),
+        f"wrong fields per round: {tasks_wrong}",
     )
     report.check(
         "drain: naive final state (informational: no ordering guarantee)",
@@ -543,6 +618,9 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
     django_rq_row = report.row("3", "  (django_rq.get_queue(name).enqueue(...), per call)", "us/call")
     safe_row = report.row("3", "enqueue_update(Profile, pk, active=), autocommit, new job", "us/call")
     burst_row = report.row("3", "  (enqueue_update while the record's job is queued)", "us/call")
+    tasks_row = report.row("3", "enqueue_update, Django tasks (django-tasks-db), new task", "us/call")
+    tasks_burst_row = report.row("3", "  (enqueue_update, tasks, while the record's task waits)", "us/call")
+    tasks_pks = make_profiles(per_slice * slices)
 
     def chunk(index: int) -> list[int]:
         return pks[index * per_slice : (index + 1) * per_slice]
@@ -565,30 +643,49 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
         records = chunk(index)
         return timed(lambda: [enqueue_update(Profile, pk, active=False) for pk in records])
 
-    contenders: list[tuple[str, Slice]] = [("naive", naive), ("django_rq", naive_django_rq), ("safe", safe)]
-    rows = {"naive": naive_row, "django_rq": django_rq_row, "safe": safe_row}
+    def tasks(index: int, value: bool = True) -> float:
+        records = tasks_pks[index * per_slice : (index + 1) * per_slice]
+        with TASKS_DELIVERY:
+            return timed(lambda: [enqueue_update(Profile, pk, active=value) for pk in records])
+
+    contenders: list[tuple[str, Slice]] = [
+        ("naive", naive),
+        ("django_rq", naive_django_rq),
+        ("safe", safe),
+        ("tasks", tasks),
+    ]
+    rows = {"naive": naive_row, "django_rq": django_rq_row, "safe": safe_row, "tasks": tasks_row}
     interleaved(contenders, 1, 0)  # warm-up
     per_round = []
     for round_ in range(rounds):
         # As after a worker applied everything: no job queued and no request pending, for any record.
         empty_queue(queue)
         ProcessedRequest.objects.filter(status=RequestStatus.PENDING).delete()
+        DBTaskResult.objects.all().delete()
         seconds = interleaved(contenders, slices, round_)
         # Every record now has a queued apply job: the same records again take the burst path.
         seconds["burst"] = sum(burst(index) for index in range(slices))
         rows["burst"] = burst_row
+        seconds["tasks_burst"] = sum(tasks(index, False) for index in range(slices))
+        rows["tasks_burst"] = tasks_burst_row
         for name, total in seconds.items():
             rows[name].figures.append(total / (per_slice * slices) * 1e6)
         per_round.append(seconds)
         _progress(f"  3. enqueue cost: round {round_ + 1}/{rounds} done")
     empty_queue(queue)
     ProcessedRequest.objects.filter(status=RequestStatus.PENDING).delete()
+    DBTaskResult.objects.all().delete()
     report.ratio(
         "3",
         "enqueue cost: enqueue_update / naive queue.enqueue()",
         [s["safe"] / s["naive"] for s in per_round],
         "<= 1.5x",
         lambda x: x <= 1.5,
+    )
+    report.ratio(
+        "3",
+        "enqueue cost: enqueue_update on Django tasks / on RQ",
+        [s["tasks"] / s["safe"] for s in per_round],
     )
 
 

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from django.db import connection
 from rq import get_current_job
 
 from tests.testapp.models import Profile
+
+try:  # Django 6.0+
+    from django.tasks import task  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import task  # type: ignore[import-not-found,no-redef,unused-ignore]
+
+#: The PostgreSQL advisory lock that holds the benchmark's db_workers (:func:`task_gate`).
+GATE_LOCK = 424242
 
 
 def naive_toggle(pk: int, field: str, value: bool) -> None:
@@ -22,3 +31,11 @@ def gate(started_key: str, release_key: str, timeout: int = 120) -> None:
     assert job is not None
     job.connection.incr(started_key)
     job.connection.blpop([release_key], timeout=timeout)
+
+
+@task(backend="db", queue_name="safeupdates-bench")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def task_gate() -> None:
+    """The Django-task :func:`gate` of a db_worker: wait for the benchmark's advisory lock :data:`GATE_LOCK`
+    (held by the benchmark while the backlog piles up) and let it go at once."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock_shared(%s), pg_advisory_unlock_shared(%s)", [GATE_LOCK, GATE_LOCK])

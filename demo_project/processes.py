@@ -248,6 +248,64 @@ class Workers:
         return "\n".join(path.read_text(errors="replace") for path in sorted(self._log_dir.glob("*.log")))
 
 
+class TaskWorkers(Workers):
+    """A pool of real ``manage.py db_worker`` processes (django-tasks-db's worker of Django tasks, for
+    ``SAFEUPDATES_DELIVERY = "tasks"``) on the ``TASKS`` backend ``backend``. A db_worker runs its task
+    in its own process (no work horse): :meth:`kill` is a SIGKILL of that process."""
+
+    def __init__(self, log_dir: Path | None = None, *, backend: str = "default", **kwargs: Any) -> None:
+        super().__init__(log_dir, **kwargs)
+        self.backend = backend
+
+    def worker_id(self, index: int) -> str:
+        """The ``--worker-id`` of worker ``index``: what django-tasks-db records on the tasks it claims."""
+        return f"{self.name or 'tasks'}-{os.getpid()}-{index}"
+
+    def start(
+        self,
+        count: int = 1,
+        queues: tuple[str, ...] = ("default",),
+        *,
+        scheduler: bool = True,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        verbosity: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start ``count`` db_workers polling ``queues`` every 50 ms (``scheduler`` is RQ's: ignored;
+        ``burst`` workers exit once no task is ready)."""
+        for _ in range(count):
+            index = len(self.procs)
+            args = ["db_worker", "--backend", self.backend, "--queue-name", ",".join(queues), "--interval", "0.05"]
+            # --skip-checks: like rqworker, a worker does not run the system checks (which may connect to
+            # every database of DATABASES on Django 6.1).
+            args += ["--no-startup-delay", "--no-reload", "--skip-checks", "--worker-id", self.worker_id(index)]
+            args += ["-v", str(1 if verbosity is None else verbosity)]
+            if burst:
+                args.append("--batch")
+            if max_jobs is not None:
+                args += ["--max-tasks", str(max_jobs)]
+            env = {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": self.backend, **(env or {})}
+            if self.output == "log":
+                with open(self.log_dir / f"worker-{index}.log", "wb") as log:
+                    proc = manage_py(*args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            else:
+                proc = manage_py(*args, stdout=self.output, stderr=self.output, env=env)
+            self.procs.append(proc)
+
+    def busy(self, index: int) -> bool:
+        """True while worker ``index`` runs a task (it has claimed one that is still RUNNING)."""
+        from django_tasks_db.models import DBTaskResult
+
+        if self.procs[index].poll() is not None:
+            return False
+        claimed = DBTaskResult.objects.filter(status="RUNNING").values_list("worker_ids", flat=True)
+        return any(ids and ids[-1] == self.worker_id(index) for ids in claimed)  # JSON containment: not on SQLite
+
+    def rq_states(self) -> list[str]:
+        raise NotImplementedError("db_workers are not RQ workers")
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout

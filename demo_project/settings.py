@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -40,6 +41,14 @@ INSTALLED_APPS = [
     "safeupdates.contrib.prometheus",  # /metrics/ (docs/observability.md)
     "demo_project.toggles",
 ]
+
+# `DELIVERY=tasks make demo`: apply jobs as Django tasks on django-tasks-db's database backend, run by
+# `manage.py db_worker`; no Redis (docs/delivery.md). The job tools that need RQ stay installed for the
+# other pages of the demo: their warning (W021) is silenced.
+SAFEUPDATES_DELIVERY = env("DELIVERY", default="rq")
+INSTALLED_APPS += ["django_tasks_db"] + (["django_tasks"] if django.VERSION < (6, 0) else [])
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "race_demo"]}}
+SILENCED_SYSTEM_CHECKS = ["safeupdates.W021"] if SAFEUPDATES_DELIVERY == "tasks" else []
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

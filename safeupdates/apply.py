@@ -16,7 +16,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from safeupdates import db, queues, signals, tracing
+from safeupdates import db, delivery, queues, signals, tracing
 from safeupdates.exceptions import InvalidUpdate, RequestNotFound
 from safeupdates.guard import write_if_newer
 from safeupdates.lifecycle import MISSING_TARGET, Result, Target, listened, newest_per_field, target_of
@@ -247,7 +247,7 @@ def _write(
 
 def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
-    final = not queues.will_retry()
+    final = not delivery.will_retry(rid)
     connection = connections[using]
     if db.is_lock_unavailable(exc):
         signals.lock_unavailable.send_robust(sender=None, surface="job", using=using)

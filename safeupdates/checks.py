@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -18,9 +19,12 @@ from safeupdates import conf
 
 @register(Tags.compatibility)
 def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``."""
+    """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``.
+    Neither with ``SAFEUPDATES_DELIVERY = "tasks"`` (see :func:`check_delivery`)."""
     from safeupdates.queues import queue_problem
 
+    if conf.uses_tasks():
+        return []
     problem = queue_problem()
     if problem is None:
         return []
@@ -397,6 +401,8 @@ def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
     """
     queues = getattr(settings, "RQ_QUEUES", {}) or {}
     messages: list[CheckMessage] = []
+    if conf.uses_tasks():
+        return messages  # W021 says what needs RQ
     for name in sorted(dir(settings)):
         if not (name.startswith("SAFEUPDATES_") and name.endswith("_QUEUE")) or name == "SAFEUPDATES_QUEUE":
             continue
@@ -418,4 +424,78 @@ def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
                     id="safeupdates.W002",
                 )
             )
+    return messages
+
+
+def tasks_available() -> bool:
+    """True if Django's Tasks framework can be imported: ``django.tasks`` (Django 6.0+) or the
+    ``django-tasks`` backport (``django_tasks``)."""
+    return any(importlib.util.find_spec(name) is not None for name in ("django.tasks", "django_tasks"))
+
+
+@register(Tags.compatibility)
+def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """E020: ``SAFEUPDATES_DELIVERY`` is not ``"rq"`` or ``"tasks"``. With ``"tasks"``: E021, Django's Tasks
+    framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E023,
+    ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``; W020, the
+    backend has no deferred runs (retries come from the relay). (W021, job tools that need RQ: in
+    :mod:`safeupdates.contrib`.)"""
+    value = conf.delivery()
+    if value not in conf.DELIVERIES:
+        return [
+            Error(
+                f"SAFEUPDATES_DELIVERY = {value!r} is not valid. It sets how apply jobs are delivered.",
+                hint='Set it to "rq" (the default: RQ through django-rq) or "tasks" (Django\'s Tasks framework, '
+                "on the TASKS backend named by SAFEUPDATES_TASK_BACKEND).",
+                id="safeupdates.E020",
+            )
+        ]
+    if value != conf.DELIVERY_TASKS:
+        return []
+    if not tasks_available():
+        return [
+            Error(
+                'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
+                hint="Use Django 6.0 or later (django.tasks), or install the django-tasks backport on Django 5.2 "
+                "(pip install django-safeupdates[tasks]).",
+                id="safeupdates.E021",
+            )
+        ]
+    alias = conf.task_backend()
+    configured = getattr(settings, "TASKS", None)
+    aliases = set(configured) if configured is not None else {"default"}  # the framework's default backend
+    if alias not in aliases:
+        return [
+            Error(
+                f"SAFEUPDATES_TASK_BACKEND is {alias!r}, which is not a backend in TASKS.",
+                hint=f"Add {alias!r} to TASKS or set SAFEUPDATES_TASK_BACKEND to one of: "
+                f"{', '.join(sorted(aliases)) or '(none configured)'}.",
+                id="safeupdates.E022",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    from safeupdates import taskqueue
+
+    backend = taskqueue.backend()
+    served = sorted(getattr(backend, "queues", None) or ())
+    queue = conf.queue_name()
+    if served and queue not in served:
+        messages.append(
+            Error(
+                f"SAFEUPDATES_QUEUE is {queue!r}, which is not in the QUEUES of TASKS[{alias!r}].",
+                hint=f"Add {queue!r} to its QUEUES or set SAFEUPDATES_QUEUE to one of: {', '.join(served)}.",
+                id="safeupdates.E023",
+            )
+        )
+    if not getattr(backend, "supports_defer", False):
+        messages.append(
+            Warning(
+                f"The task backend {alias!r} ({type(backend).__name__}) cannot defer a task (run_after): an apply "
+                "task that fails on a transient database error is not retried with back-off.",
+                hint="The relay (safeupdates_relay) delivers the request again, up to SAFEUPDATES_RETRY['max'] "
+                "failed attempts (counted in the request's attempts); run it, or use a backend with deferred runs "
+                "(django-tasks-db, django-tasks-rq).",
+                id="safeupdates.W020",
+            )
+        )
     return messages

@@ -19,6 +19,10 @@ DEFAULT_RELAY_AFTER = 30
 DEFAULT_RETENTION = 30
 DEFAULT_REDUCE_ATTEMPTS = 5
 DEFAULT_METRICS_CACHE = 10
+#: The values of ``SAFEUPDATES_DELIVERY``: RQ through django-rq (the default), or Django's Tasks framework.
+DELIVERY_RQ = "rq"
+DELIVERY_TASKS = "tasks"
+DELIVERIES = (DELIVERY_RQ, DELIVERY_TASKS)
 
 
 def _get(name: str, default: Any) -> Any:
@@ -28,6 +32,23 @@ def _get(name: str, default: Any) -> Any:
 def queue_name() -> str:
     """Name of the django-rq queue (a key of ``RQ_QUEUES``) that apply jobs go to."""
     return str(_get("QUEUE", DEFAULT_QUEUE))
+
+
+def delivery() -> str:
+    """How apply jobs are delivered (``SAFEUPDATES_DELIVERY``): ``"rq"`` (the default, through django-rq)
+    or ``"tasks"`` (Django's Tasks framework, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``)."""
+    return str(_get("DELIVERY", DELIVERY_RQ))
+
+
+def uses_tasks() -> bool:
+    """True if apply jobs go through Django's Tasks framework (``SAFEUPDATES_DELIVERY = "tasks"``)."""
+    return delivery() == DELIVERY_TASKS
+
+
+def task_backend() -> str:
+    """The ``TASKS`` alias that apply tasks go to with ``SAFEUPDATES_DELIVERY = "tasks"`` (default
+    ``"default"``)."""
+    return str(_get("TASK_BACKEND", "default"))
 
 
 def max_clock_skew() -> timedelta:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, router, transaction
 
-from safeupdates import conf, queues, tracing
+from safeupdates import conf, delivery, queues, tracing
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.models import ProcessedRequest
 from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_request_id
@@ -86,7 +86,7 @@ def enqueue_update(
 
     # If Redis is down at commit, the request stays pending and the relay delivers it.
     def deliver_on_commit() -> None:
-        queues.deliver_or_leave_for_relay(
+        delivery.deliver_or_leave_for_relay(
             rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, meta=meta, using=using
         )
 
@@ -100,7 +100,11 @@ async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> P
 
 
 def _queue_name(queue: str | None) -> str:
-    """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``."""
+    """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``
+    (with tasks delivery, one of the task backend's ``QUEUES``)."""
+    task_queue = delivery.queue_name(queue)
+    if task_queue is not None:
+        return task_queue
     configured = getattr(settings, "RQ_QUEUES", None) or {}
     name = queue or conf.queue_name()
     if name in configured:

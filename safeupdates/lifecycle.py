@@ -34,7 +34,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates import queues, signals, statements
+from safeupdates import attempts, signals, statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import statement_cursor
 from safeupdates.versions import next_version
@@ -474,7 +474,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         updates = [r for r in results if r.request.kind == RequestKind.UPDATE]
         if not updates:
             return
-        using, job_id = self.db, queues.current_job_id()
+        using, job_id = self.db, attempts.current_job_id()
         latencies: dict[int, float] = {}
         if not duplicate and latency is None and target is not None and listened(target.model):
             # The database's clock, as the row holds it: processed_at was set by this transaction.

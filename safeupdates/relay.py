@@ -119,7 +119,11 @@ def relay(
             targets.setdefault((content_type_id, object_id), (request_id, wanted or conf.queue_name()))
     report.due += len(targets)
     used: set[str] = set()
-    if not dry_run:
+    if not dry_run and conf.uses_tasks():
+        from safeupdates import taskqueue
+
+        taskqueue.redeliver(targets, report, using)
+    elif not dry_run:
         by_queue: dict[str, list[tuple[str, int, str]]] = {}
         for (content_type_id, object_id), (request_id, wanted) in targets.items():
             queue_name = relay_queue(wanted, f"record {content_type_id}:{object_id}", report)

@@ -21,7 +21,7 @@ from django.db import router
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
-from safeupdates import db, queues
+from safeupdates import conf, db, queues
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
 from safeupdates.models import ProcessedRequest
@@ -159,7 +159,8 @@ def backlog(using: str | None = None) -> list[Backlog]:
 
 def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = True) -> Status:
     """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, RQ's view of
-    every queue of ``RQ_QUEUES``. An unreachable Redis is reported in ``redis_error``, not raised."""
+    every queue of ``RQ_QUEUES`` (not with ``SAFEUPDATES_DELIVERY = "tasks"``: apply jobs need no Redis then).
+    An unreachable Redis is reported in ``redis_error``, not raised."""
     using = using or router.db_for_write(ProcessedRequest)
     log = ProcessedRequest.objects.using(using)
     # Terminal statuses only, as the safeupdates_outcomes index is (status <> 'pending').
@@ -189,7 +190,7 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         failed_requests=failed_requests,
         batches=_batches(using),
     )
-    if ask_rq:
+    if ask_rq and not conf.uses_tasks():
         try:
             status.queues = queues.queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
         except BackendUnavailable as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import django
 import environ
 
 env = environ.Env()
@@ -29,7 +30,11 @@ INSTALLED_APPS = [
     "tests.testapp",
     "tests.django_contract",
     "demo_project.toggles",
+    # SAFEUPDATES_DELIVERY = "tasks" (tests/test_tasks_delivery.py): django-tasks-db's task table.
+    "django_tasks_db",
 ]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")  # the backport of django.tasks
 
 DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -51,6 +56,21 @@ RQ_QUEUES = {
     "slow": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 600},
 }
 SAFEUPDATES_RETRY = {"max": 2, "interval": [0, 1]}
+
+# Django's Tasks framework, for SAFEUPDATES_DELIVERY = "tasks" (the suite runs on "rq"; tests and their
+# db_worker processes switch through the environment or override_settings).
+_TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS = {
+    "default": {"BACKEND": f"{_TASKS_PACKAGE}.backends.immediate.ImmediateBackend", "QUEUES": []},
+    "db": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "fast", "slow"]},
+    # Without QUEUES: those of RQ_QUEUES (settings based on these, the benchmark's, have other queues).
+    "rq": {"BACKEND": "django_tasks_rq.RQBackend"},
+}
+SAFEUPDATES_DELIVERY = env("SAFEUPDATES_DELIVERY", default="rq")
+SAFEUPDATES_TASK_BACKEND = env("SAFEUPDATES_TASK_BACKEND", default="db")
+if SAFEUPDATES_DELIVERY == "tasks" and SAFEUPDATES_TASK_BACKEND == "rq":
+    # rqworkers of django-tasks-rq's backend run its jobs with its job class (it calls the task).
+    RQ = {"JOB_CLASS": "django_tasks_rq.Job"}
 SAFEUPDATES_RELAY_AFTER = 0
 
 MIDDLEWARE = [

@@ -32,11 +32,13 @@ def demo_env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def manage(database_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def manage(
+    database_url: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
-        env=demo_env(database_url),
+        env=demo_env(database_url, **(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -107,6 +109,25 @@ def test_race_demo_shows_the_race_and_safeupdates_fixing_it(demo_database: str, 
     # The demo cleaned up after itself: its queue is empty and no worker of it is left registered.
     assert redis.llen("rq:queue:race_demo") == 0
     assert not [key for key in redis.smembers("rq:workers") if b"race-demo" in key]
+
+
+@pytest.mark.workers
+def test_race_demo_on_django_tasks_runs_without_redis(tmp_path: Path) -> None:
+    """``DELIVERY=tasks make demo``: django-tasks-db and db_worker processes; Redis unreachable."""
+    url = f"sqlite:///{tmp_path / 'demo.sqlite3'}"
+    no_redis = {"DELIVERY": "tasks", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    migrate = manage(url, "migrate", "--no-input", "-v", "0", env=no_redis)
+    assert migrate.returncode == 0, migrate.stderr
+    plan = ("--toggles", "40", "--records", "3", "--workers", "2", "--seed", "3")
+    run = manage(url, "race_demo", *plan, timeout=240, env=no_redis)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.rstrip().splitlines()
+    assert lines[0].endswith("TASKS backend 'default', task queue 'race_demo', no Redis"), lines[0]
+    assert "    result: active=True  WRONG: the last click said False" in lines
+    assert "    result: active=False  right" in lines
+    match = SUMMARY.match(lines[-1])
+    assert match, lines[-1]
+    assert match.group(3, 4) == ("0", "9")
 
 
 def test_race_demo_needs_two_workers(tmp_path: Path) -> None:

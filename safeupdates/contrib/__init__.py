@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.apps import AppConfig, apps
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+
+from safeupdates import conf
 
 __all__ = ["JOB_TOOL_APPS", "guard_app", "require_app"]
 
@@ -65,3 +67,26 @@ def guard_app(app: str) -> None:
         ]
 
     register(check_installed, Tags.compatibility)
+
+
+#: The job tools that deliver their jobs through RQ whatever ``SAFEUPDATES_DELIVERY`` says (W021).
+RQ_ONLY_TOOLS = {
+    "safeupdates.contrib.controls": "enqueue() with unique/serial/throttle",
+    "safeupdates.contrib.batches": "fan_out()",
+}
+
+
+@register(Tags.compatibility)
+def check_tools_need_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W021: ``SAFEUPDATES_DELIVERY = "tasks"``, and job tools that deliver through RQ only are installed."""
+    tools = [tool for app, tool in RQ_ONLY_TOOLS.items() if apps.is_installed(app)]
+    if not conf.uses_tasks() or not tools:
+        return []
+    return [
+        Warning(
+            f'SAFEUPDATES_DELIVERY is "tasks", but {" and ".join(tools)} deliver their jobs through RQ only.',
+            hint="Keep django_rq, RQ_QUEUES and rqworker processes for them, or remove their apps from "
+            "INSTALLED_APPS. @idempotent works on Django task functions.",
+            id="safeupdates.W021",
+        )
+    ]

@@ -14,6 +14,7 @@ client sends can collide with or squat a task's key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import uuid
@@ -86,6 +87,10 @@ def idempotent(
     outside the database happen at most once per successful run, but may repeat if the process dies after
     the effect and before the commit. Call it outside of ``transaction.atomic`` blocks, or the outcome is
     recorded only when (and if) the caller commits.
+
+    It works on a task of Django's Tasks framework too, below ``@task`` or above it (it then returns the
+    same task, running the guarded function): a task delivered twice, or retried, completes once per key.
+    Its :data:`SKIPPED` is the string ``"duplicate"`` in the task's result.
     """
     if not callable(key) and not isinstance(key, str):
         raise InvalidControl(f"key must be a callable or a format string such as 'refund:{{order_id}}', not {key!r}.")
@@ -95,6 +100,9 @@ def idempotent(
         raise InvalidControl(f"timeout must be a positive number of seconds (int), not {timeout!r}.")
 
     def decorate(func: Callable[P, R]) -> Callable[P, R | Outcome]:
+        if _is_django_task(func):
+            # @idempotent above @task: the same task, running the guarded function.
+            return dataclasses.replace(func, func=decorate(func.func))  # type: ignore[attr-defined,type-var,no-any-return]
         require_app("safeupdates.contrib.idempotent")
         signature = inspect.signature(func)
 
@@ -127,6 +135,16 @@ def idempotent(
         return wrapper
 
     return decorate
+
+
+def _is_django_task(obj: Any) -> bool:
+    """True for a task of Django's Tasks framework (``django.tasks`` or the ``django_tasks`` backport): a
+    dataclass with the function in ``func`` and an ``enqueue()``."""
+    return (
+        dataclasses.is_dataclass(obj)
+        and callable(getattr(obj, "enqueue", None))
+        and callable(getattr(obj, "func", None))
+    )
 
 
 def _run_once(

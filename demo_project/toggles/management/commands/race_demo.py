@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from demo_project.toggles.plan import make_plan, summary_line
 from demo_project.toggles.race import RACE_QUEUE, RaceDemo, redis_url
+from safeupdates import conf
 
 
 def _positive(value: str) -> int:
@@ -44,6 +45,9 @@ class Command(BaseCommand):
         if options["workers"] < 2:
             raise CommandError("--workers must be at least 2: the stress round kills one of them.")
         self._check_migrated()
+        if conf.uses_tasks():
+            self._tasks_demo(options)
+            return
         demo = RaceDemo(
             workers=options["workers"],
             write=self._write,
@@ -70,6 +74,27 @@ class Command(BaseCommand):
         self._write("")
         self._write(f"    done in {time.monotonic() - started:.0f} s")
         self._write(summary_line(naive, safe))
+
+    def _tasks_demo(self, options: dict[str, Any]) -> None:
+        """``DELIVERY=tasks``: the same demo on Django tasks, with db_worker processes and no Redis."""
+        from demo_project.toggles.race_tasks import RACE_QUEUE as TASK_QUEUE
+        from demo_project.toggles.race_tasks import TasksRaceDemo
+
+        verbose = options["verbosity"] >= 2
+        demo = TasksRaceDemo(workers=options["workers"], write=self._write, show_worker_output=verbose)
+        started = time.monotonic()
+        plan = make_plan(options["toggles"], options["records"], options["seed"])
+        vendor = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+        self._write(
+            f"safeupdates race demo on Django tasks: {vendor} database {connection.settings_dict['NAME']}, "
+            f"TASKS backend {conf.task_backend()!r}, task queue {TASK_QUEUE!r}, no Redis"
+        )
+        self._write("")
+        demo.story()
+        naive, safe = demo.stress(plan)
+        self._write("")
+        self._write(f"    done in {time.monotonic() - started:.0f} s")
+        self._write(f"naive: {naive}/{plan.fields} fields wrong; safeupdates: {safe}/{plan.fields} fields wrong")
 
     def _write(self, line: str) -> None:
         self.stdout.write(line)
