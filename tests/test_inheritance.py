@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.jobs import apply_update
@@ -105,3 +107,31 @@ def test_bulk_update_on_a_child(restaurant):
     assert row(other.pk).serves_pizza is True
     result = Restaurant.objects.bulk_update_if_newer([(restaurant.pk, version - 1, {"seats": 4})])
     assert (result.applied, result.stale) == (0, 1)
+
+
+def test_timestamp_mode_on_a_child_locks_decides_and_sets_the_timestamp(restaurant):
+    """The child's rows are locked, decided and written per table, the timestamp too (mutation survivors:
+    timestamp mode on a child was not tested, so dropping its guard or its write went unnoticed)."""
+    synced = timezone.now()
+    assert row(restaurant.pk).last_synced_at is None
+    assert Restaurant.objects.update_if_newer(restaurant.pk, synced_at=synced, seats=5, name="Mario's").applied
+    current = row(restaurant.pk)
+    assert (current.seats, current.name, current.last_synced_at) == (5, "Mario's", synced)
+    for older_or_same in (synced - timedelta(seconds=1), synced):
+        result = Restaurant.objects.update_if_newer(restaurant.pk, synced_at=older_or_same, seats=6, open=True)
+        assert result.outcome == "stale"
+    current = row(restaurant.pk)
+    assert (current.seats, current.open, current.last_synced_at) == (5, False, synced)
+    newer = synced + timedelta(seconds=1)
+    assert Restaurant.objects.update_if_newer(restaurant.pk, synced_at=newer, open=True).applied
+    assert (row(restaurant.pk).open, row(restaurant.pk).last_synced_at) == (True, newer)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+def test_update_if_newer_on_a_child_in_another_database():
+    """The rows are locked and written on the manager's database, not on ``default``."""
+    restaurant = Restaurant.objects.using("tenant").create(name="Luigi's", seats=10)
+    version = next_version("tenant")
+    assert Restaurant.objects.using("tenant").update_if_newer(restaurant.pk, version=version, seats=3).applied
+    assert Restaurant.objects.using("tenant").get(pk=restaurant.pk).seats == 3
+    assert not Restaurant.objects.using("default").filter(pk=restaurant.pk).exists()
