@@ -6,6 +6,8 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from safeupdates.exceptions import StaleObjectError
@@ -135,3 +137,13 @@ def test_update_if_newer_on_a_child_in_another_database():
     assert Restaurant.objects.using("tenant").update_if_newer(restaurant.pk, version=version, seats=3).applied
     assert Restaurant.objects.using("tenant").get(pk=restaurant.pk).seats == 3
     assert not Restaurant.objects.using("default").filter(pk=restaurant.pk).exists()
+
+
+def test_a_write_to_a_child_takes_its_version_in_the_update(restaurant, postgres_only):
+    """Lock, then one UPDATE per table; on PostgreSQL the fresh ``lock_version`` is taken in the UPDATE, not by
+    a statement of its own (a mutation survivor: one more round trip per write went unnoticed)."""
+    version = next_version()  # handed out by this process: checking it costs no query
+    with CaptureQueriesContext(connection) as queries:
+        assert Restaurant.objects.update_if_newer(restaurant.pk, version=version, seats=3, name="x").applied
+    verbs = [q["sql"].split()[0] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert verbs == ["SELECT", "UPDATE", "UPDATE"]
