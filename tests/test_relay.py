@@ -288,3 +288,16 @@ def test_revive_makes_only_failed_update_requests_pending_as_new():
     task.refresh_from_db()
     assert (update.status, update.processed_at) == ("pending", None)
     assert task.status == "failed" and task.processed_at is not None
+
+
+def test_a_relay_warning_is_logged_under_the_relays_name(caplog):
+    """The report keeps the warning; the log line says which tool wrote it (a mutation survivor: a line
+    without its prefix went unnoticed)."""
+    from safeupdates.relay import RelayReport, relay_queue
+
+    report = RelayReport(older_than=0)
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        assert relay_queue("gone", "request 1:2", report) == "default"
+    [warning] = report.warnings
+    assert "queue 'gone', which is not in RQ_QUEUES: delivered on 'default'" in warning
+    assert [record.getMessage() for record in caplog.records] == [f"safeupdates relay: {warning}"]
