@@ -45,7 +45,7 @@ def rows(root: Path = Path("mutants")) -> list[tuple[str, Counter[str], list[str
 
 def table(found: list[tuple[str, Counter[str], list[str]]]) -> str:
     lines = [
-        "| module | mutants | checked | killed | survived | no test | kill rate | checked |",
+        "| module | mutants | checked | killed | survived | no test | kill rate | extent |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     totals: Counter[str] = Counter()
