@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import nullcontext
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from safeupdates.exceptions import StaleObjectError
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
-from tests.testapp.models import Place, Restaurant
+from tests.testapp.models import Place, Profile, Restaurant
 
 pytestmark = pytest.mark.django_db
 
@@ -147,3 +148,21 @@ def test_a_write_to_a_child_takes_its_version_in_the_update(restaurant, postgres
         assert Restaurant.objects.update_if_newer(restaurant.pk, version=version, seats=3, name="x").applied
     verbs = [q["sql"].split()[0] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
     assert verbs == ["SELECT", "UPDATE", "UPDATE"]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "atomic"])
+def test_a_stale_delete_in_another_database_is_refused(in_transaction):
+    """The delete's check and lock run on the instance's database, not on ``default`` (mutation
+    survivors: checking there found no row, took the delete as a no-op's and deleted unchecked)."""
+    from django.db import transaction
+
+    for model in (Profile, Restaurant):  # a delete that nothing cascades from, and a parent's and child's
+        stale = model.objects.using("tenant").create(name="a")
+        moved = model.objects.using("tenant").get(pk=stale.pk)
+        moved.name = "b"
+        moved.save()
+        inside = transaction.atomic(using="tenant") if in_transaction else nullcontext()
+        with pytest.raises(StaleObjectError), inside:
+            stale.delete()
+        assert model.objects.using("tenant").filter(pk=stale.pk).exists()
