@@ -166,3 +166,20 @@ def test_a_stale_delete_in_another_database_is_refused(in_transaction):
         with pytest.raises(StaleObjectError), inside:
             stale.delete()
         assert model.objects.using("tenant").filter(pk=stale.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+@pytest.mark.parametrize("alias", ["default", "tenant"])
+def test_bulk_update_on_children_past_a_missing_one_and_in_another_database(alias):
+    """A missing row does not end the batch, and the versions are read on the manager's database
+    (mutation survivors: ``break`` for ``continue``, and reading ``default``, went unnoticed)."""
+    restaurants = Restaurant.objects.using(alias)
+    first, gone, second = (restaurants.create(name=name) for name in "abc")
+    missing = gone.pk  # between the two others, in the order the rows are written
+    gone.delete()
+    version = next_version(alias)
+    result = restaurants.bulk_update_if_newer(
+        [(first.pk, version, {"seats": 1}), (missing, version, {"seats": 2}), (second.pk, version, {"seats": 3})]
+    )
+    assert (result.applied, result.stale, result.missing) == (2, 0, 1)
+    assert sorted(restaurants.values_list("seats", flat=True)) == [1, 3]
