@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import nullcontext
+from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
-from tests.testapp.models import Place, Restaurant
+from tests.testapp.models import Place, Profile, Restaurant
 
 pytestmark = pytest.mark.django_db
 
@@ -105,3 +110,76 @@ def test_bulk_update_on_a_child(restaurant):
     assert row(other.pk).serves_pizza is True
     result = Restaurant.objects.bulk_update_if_newer([(restaurant.pk, version - 1, {"seats": 4})])
     assert (result.applied, result.stale) == (0, 1)
+
+
+def test_timestamp_mode_on_a_child_locks_decides_and_sets_the_timestamp(restaurant):
+    """The child's rows are locked, decided and written per table, the timestamp too (mutation survivors:
+    timestamp mode on a child was not tested, so dropping its guard or its write went unnoticed)."""
+    synced = timezone.now()
+    assert row(restaurant.pk).last_synced_at is None
+    assert Restaurant.objects.update_if_newer(restaurant.pk, synced_at=synced, seats=5, name="Mario's").applied
+    current = row(restaurant.pk)
+    assert (current.seats, current.name, current.last_synced_at) == (5, "Mario's", synced)
+    for older_or_same in (synced - timedelta(seconds=1), synced):
+        result = Restaurant.objects.update_if_newer(restaurant.pk, synced_at=older_or_same, seats=6, open=True)
+        assert result.outcome == "stale"
+    current = row(restaurant.pk)
+    assert (current.seats, current.open, current.last_synced_at) == (5, False, synced)
+    newer = synced + timedelta(seconds=1)
+    assert Restaurant.objects.update_if_newer(restaurant.pk, synced_at=newer, open=True).applied
+    assert (row(restaurant.pk).open, row(restaurant.pk).last_synced_at) == (True, newer)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+def test_update_if_newer_on_a_child_in_another_database():
+    """The rows are locked and written on the manager's database, not on ``default``."""
+    restaurant = Restaurant.objects.using("tenant").create(name="Luigi's", seats=10)
+    version = next_version("tenant")
+    assert Restaurant.objects.using("tenant").update_if_newer(restaurant.pk, version=version, seats=3).applied
+    assert Restaurant.objects.using("tenant").get(pk=restaurant.pk).seats == 3
+    assert not Restaurant.objects.using("default").filter(pk=restaurant.pk).exists()
+
+
+def test_a_write_to_a_child_takes_its_version_in_the_update(restaurant, postgres_only):
+    """Lock, then one UPDATE per table; on PostgreSQL the fresh ``lock_version`` is taken in the UPDATE, not by
+    a statement of its own (a mutation survivor: one more round trip per write went unnoticed)."""
+    version = next_version()  # handed out by this process: checking it costs no query
+    with CaptureQueriesContext(connection) as queries:
+        assert Restaurant.objects.update_if_newer(restaurant.pk, version=version, seats=3, name="x").applied
+    verbs = [q["sql"].split()[0] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert verbs == ["SELECT", "UPDATE", "UPDATE"]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "atomic"])
+def test_a_stale_delete_in_another_database_is_refused(in_transaction):
+    """The delete's check and lock run on the instance's database, not on ``default`` (mutation
+    survivors: checking there found no row, took the delete as a no-op's and deleted unchecked)."""
+    from django.db import transaction
+
+    for model in (Profile, Restaurant):  # a delete that nothing cascades from, and a parent's and child's
+        stale = model.objects.using("tenant").create(name="a")
+        moved = model.objects.using("tenant").get(pk=stale.pk)
+        moved.name = "b"
+        moved.save()
+        inside = transaction.atomic(using="tenant") if in_transaction else nullcontext()
+        with pytest.raises(StaleObjectError), inside:
+            stale.delete()
+        assert model.objects.using("tenant").filter(pk=stale.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+@pytest.mark.parametrize("alias", ["default", "tenant"])
+def test_bulk_update_on_children_past_a_missing_one_and_in_another_database(alias):
+    """A missing row does not end the batch, and the versions are read on the manager's database
+    (mutation survivors: ``break`` for ``continue``, and reading ``default``, went unnoticed)."""
+    restaurants = Restaurant.objects.using(alias)
+    first, gone, second = (restaurants.create(name=name) for name in "abc")
+    missing = gone.pk  # between the two others, in the order the rows are written
+    gone.delete()
+    version = next_version(alias)
+    result = restaurants.bulk_update_if_newer(
+        [(first.pk, version, {"seats": 1}), (missing, version, {"seats": 2}), (second.pk, version, {"seats": 3})]
+    )
+    assert (result.applied, result.stale, result.missing) == (2, 0, 1)
+    assert sorted(restaurants.values_list("seats", flat=True)) == [1, 3]

@@ -490,6 +490,21 @@ def test_writes_and_locks_go_to_the_routers_database_for_writes():
         assert locked.active and locked.newsletter
 
 
+@pytest.mark.django_db
+def test_the_apply_job_asks_the_database_it_writes_which_versions_held_a_request_back():
+    """A stale request: the job reads the row's versions where it wrote, not on the router's database
+    for reads (a mutation survivor: reading them there went unnoticed)."""
+    from safeupdates import enqueue_update
+    from safeupdates.jobs import apply_update
+
+    profile = ProfileFactory()
+    pending = enqueue_update(profile, active=True)  # not committed: never sent to a queue
+    assert Profile.objects.update_if_newer(profile.pk, version=next_version(), active=False).applied
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.ReadsFromAReplica"]):
+        apply_update(str(pending.request_id))
+    assert ProcessedRequest.objects.get(pk=pending.pk).status == RequestStatus.STALE
+
+
 def waiting_on_locks(count: int) -> bool:
     """True once ``count`` other backends wait for a lock (the statements a test lined up)."""
     with connections["default"].cursor() as cursor:

@@ -278,3 +278,36 @@ def test_retry_failed_delivers_requests_whose_retries_ran_out(redis):
     assert Profile.objects.get(pk=profile.pk).active is True
     assert ProcessedRequest.objects.get(pk=other.pk).status == "rejected"  # only failed ones
     assert "0 failed request(s)" in relay_output("--retry-failed", "--dry-run")
+
+
+@pytest.mark.django_db
+def test_revive_makes_only_failed_update_requests_pending_as_new():
+    """``revive()`` (``--retry-failed``): a failed update request is pending again with no processed_at,
+    as one never processed; a failed task or batch item is not an update request and stays failed
+    (mutation survivors: dropping either went unnoticed)."""
+    from django.db.models.functions import Now
+
+    from safeupdates.lifecycle import RequestKind
+
+    update = enqueue_update(ProfileFactory(), active=True)  # not committed: never sent to a queue
+    task = enqueue_update(ProfileFactory(), active=True)
+    ProcessedRequest.objects.filter(pk__in=[update.pk, task.pk]).update(status="failed", processed_at=Now())
+    ProcessedRequest.objects.filter(pk=task.pk).update(kind=RequestKind.TASK)
+    assert ProcessedRequest.objects.all().revive() == [update.pk]
+    update.refresh_from_db()
+    task.refresh_from_db()
+    assert (update.status, update.processed_at) == ("pending", None)
+    assert task.status == "failed" and task.processed_at is not None
+
+
+def test_a_relay_warning_is_logged_under_the_relays_name(caplog):
+    """The report keeps the warning; the log line says which tool wrote it (a mutation survivor: a line
+    without its prefix went unnoticed)."""
+    from safeupdates.relay import RelayReport, relay_queue
+
+    report = RelayReport(older_than=0)
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        assert relay_queue("gone", "request 1:2", report) == "default"
+    [warning] = report.warnings
+    assert "queue 'gone', which is not in RQ_QUEUES: delivered on 'default'" in warning
+    assert [record.getMessage() for record in caplog.records] == [f"safeupdates relay: {warning}"]

@@ -105,6 +105,22 @@ def test_expressions_take_the_orms_path_with_the_same_check() -> None:
     assert Specimen.objects.get(pk=ours.pk).big == 42
 
 
+def test_a_whole_save_with_an_expression_writes_every_field_at_its_version() -> None:
+    """The ORM's path of a save of the whole row leaves ``{"*": version}``, as CheckedSave does: a
+    field's older entry of its own must not stay below the save's version (a mutation survivor: merging
+    the entries into the map instead went unnoticed), or an older request wins the field after it."""
+    profile = Profile.objects.create(name="p", score=1)
+    assert Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True).applied
+    between = next_version()  # newer than the field's own entry, older than the save
+    profile.refresh_from_db()
+    profile.score = F("score") + 1
+    profile.save()
+    row = Profile.objects.get(pk=profile.pk)
+    assert (row.score, row.field_versions) == (2, {"*": row.lock_version})
+    assert Profile.objects.update_if_newer(profile.pk, version=between, active=False).outcome == "stale"
+    assert Profile.objects.get(pk=profile.pk).active is True
+
+
 def test_a_row_the_base_manager_hides_is_not_written() -> None:
     """Django's save() matches only rows its base manager returns; so does the checked save."""
     book = Shelved.objects.create(title="a")
