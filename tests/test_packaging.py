@@ -14,9 +14,21 @@ import pytest
 
 from tests.workers import ROOT
 
-# What a build must not read or write in the checkout: environments, caches, earlier builds.
+# What a build must not read or write in the checkout: environments, caches, earlier builds, and what a
+# test run beside it writes and deletes meanwhile (coverage data files, SQLite databases and journals).
 NOT_COPIED = shutil.ignore_patterns(
-    ".git", ".venv*", ".tox", "build", "dist", "*.egg-info", "__pycache__", "mutants", "_build", "*.sqlite3"
+    ".git",
+    ".venv*",
+    ".tox",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    "mutants",
+    "_build",
+    "*.sqlite3*",
+    ".coverage*",
+    ".pytest_cache",
 )
 
 
