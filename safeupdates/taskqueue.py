@@ -34,7 +34,7 @@ from safeupdates.attempts import Attempt, current_attempt, running
 try:  # Django 6.0+
     from django.tasks import task, task_backends  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # Django 5.2, with the django-tasks backport
-    from django_tasks import task, task_backends  # type: ignore[import-not-found,no-redef,unused-ignore]
+    from django_tasks import task, task_backends  # type: ignore[import-not-found,no-redef,assignment,unused-ignore]
 
 if TYPE_CHECKING:
     from safeupdates.relay import RelayReport
