@@ -854,6 +854,10 @@ def test_stress_kills_flush_duplicates_shuffle(workers, redis):
             # Hold the workers (RQ's own suspension) so that the jobs of this burst are surely still
             # queued when Redis loses everything; FLUSHDB also drops the suspension flag.
             suspend(q.connection)
+            # A worker that found the queue empty waits in its blocking dequeue and sees the suspension
+            # only when a job comes: one harmless job per worker wakes each one that waits.
+            for _ in range(workers.alive()):
+                q.enqueue("time.sleep", 0, result_ttl=0)
             assert wait_until(lambda: workers.rq_states() == ["suspended"] * workers.alive(), 60), workers.logs()
             for profile in frozen:
                 toggle(profile)
