@@ -271,11 +271,13 @@ def deliver_many(
     queue = get_queue(queue_name)
     ids = [job_id(content_type_id, object_id, using) for _request_id, content_type_id, object_id in deliveries]
     with queue.connection.pipeline(transaction=False) as asked:
+        # The queue back in RQ's set of queues, should Redis have lost its data: once per pass.
+        asked.sadd(queue.redis_queues_keys, queue.key)
         for record_job in ids:
             asked.hget(Job.key_for(record_job), "status")
             asked.hget(Job.key_for(f"{record_job}-next"), "status")
             asked.lpos(queue.key, record_job)
-        answers = asked.execute()
+        answers = asked.execute()[1:]
     lost, waiting, rest = [], 0, []
     for index in range(len(deliveries)):
         status, next_status, position = answers[3 * index : 3 * index + 3]

@@ -498,6 +498,24 @@ class TestApplyInProcess:
         relay_pending(0)
         assert registered()
 
+    def test_a_relay_pass_that_finds_only_waiting_jobs_registers_the_queue(self, redis, monkeypatch):
+        """Redis lost its data, then a web process gave the record its job again, without putting the
+        queue back into RQ's set of queues (it did so once, before): the relay finds the job waiting and
+        enqueues nothing, and puts the queue back all the same (in the pipeline it asks with)."""
+
+        def registered() -> bool:
+            return "default" in [q.name for q in Queue.all(connection=redis)]
+
+        monkeypatch.setattr(queues, "_registered", set())
+        profile = ProfileFactory()
+        enqueue_update(profile, active=True)
+        redis.flushdb()
+        enqueue_update(profile, active=False)  # the record's job again, the queue not registered again
+        assert queue().count == 1 and not registered()
+        report = relay(0)
+        assert (report.due, report.enqueued, report.waiting) == (1, 0, 1)
+        assert registered()
+
     def test_a_relay_pass_settles_lost_and_waiting_jobs_in_two_pipelines(self, redis):
         """Records whose jobs Redis lost get them back in one pipeline (RQ's ``enqueue_many``), not in a
         unique-enqueue script each; a record whose job still waits keeps it, found in the same pipeline
