@@ -219,13 +219,9 @@ def deliver_with_outcome(
     force: bool = False,
     likely_queued: bool = False,
     meta: dict[str, Any] | None = None,
-    register: bool | None = None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> tuple[Job | None, str]:
     """:func:`deliver`, and what it found or did (``ENQUEUED`` ...).
-
-    ``register``: put the queue's name back into RQ's set of queues with this job (default: when
-    ``force``, as the relay after Redis lost its data; a relay pass asks for it once per queue).
 
     A record has two job ids, tried in turn: its job, and its follow-up job. While the record's job runs
     (a slow or cut-off worker), the requests committed meanwhile share the follow-up job instead of
@@ -240,7 +236,7 @@ def deliver_with_outcome(
         if status is None:
             job = queue.create_job(APPLY_UPDATE, args=args, kwargs=kwargs, job_id=candidate, meta=meta, **options)
             try:
-                return _enqueue_unique(queue, job, register=force if register is None else register), ENQUEUED
+                return _enqueue_unique(queue, job), ENQUEUED
             except DuplicateJobError:
                 status = _job_status(queue, candidate)
         if status in _WILL_RUN:
@@ -358,14 +354,14 @@ def job_options(content_type_id: int, object_id: str) -> dict[str, Any]:
 _registered: set[tuple[int, str]] = set()
 
 
-def _enqueue_unique(queue: Queue, job: Job, *, register: bool) -> Job:
+def _enqueue_unique(queue: Queue, job: Job) -> Job:
     """Enqueue ``job`` with RQ's ``unique=True``; raise DuplicateJobError if its id exists.
 
     RQ runs its unique enqueue as one Lua script (check the id, save the job, push it) at once, but first
     adds the queue's name to its set of queues in a separate round trip, on every enqueue. That name
     only needs adding once: here it goes onto a pipeline that runs the first time this process delivers
-    on the queue, and when ``register`` asks (once per queue in a relay pass, which puts it back after
-    Redis lost its data).
+    on the queue; a relay pass puts it back once per queue after Redis lost its data (the first pipeline
+    of :func:`deliver_many`).
     An ``enqueue_update()`` then costs one Redis round trip, a plain ``queue.enqueue()`` two.
     """
     key = (id(queue.connection), queue.key)
@@ -376,7 +372,7 @@ def _enqueue_unique(queue: Queue, job: Job, *, register: bool) -> Job:
             # RQ 3.0 runs the script outside the pipeline and leaves only that SADD on it. Should a
             # release queue anything else there, the pipeline runs: slower, never a job left unsent.
             queued = [args[0] for args, _options in registration.command_stack]
-            if register or key not in _registered or queued != ["SADD"]:
+            if key not in _registered or queued != ["SADD"]:
                 registration.execute()
                 _registered.add(key)
 

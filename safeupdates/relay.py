@@ -139,7 +139,7 @@ def relay(
             for index in rest:
                 with queues.unreachable_redis(queue_name):
                     _job, outcome = queues.deliver_with_outcome(
-                        *deliveries[index], queue_name, force=True, likely_queued=True, register=False, using=using
+                        *deliveries[index], queue_name, force=True, likely_queued=True, using=using
                     )
                 if outcome == queues.WAITING:
                     report.waiting += 1
