@@ -26,6 +26,8 @@ from django.test import override_settings
 from rq import SimpleWorker
 
 from safeupdates import enqueue_update
+from safeupdates.contrib.batches.jobs import fan_out
+from safeupdates.contrib.batches.models import Batch
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, relay
 from safeupdates.managers import SafeUpdateQuerySet
@@ -33,6 +35,7 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.queues import job_id
 from safeupdates.validation import clean_changes
 from safeupdates.versions import last_issued, next_version
+from tests.testapp.batch_jobs import add_score, record_reduce
 from tests.testapp.models import Document, Profile, Specimen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
@@ -284,3 +287,22 @@ def test_a_foreign_key_is_checked_on_the_database_given():
     other = Document.objects.using(TENANT).create(title="away too")
     result = queryset.bulk_update_if_newer([(specimen.pk, next_version(TENANT), {"document": other.pk})])
     assert result.applied == 1
+
+
+def test_a_tenants_batch_runs_its_items_and_reduce_on_its_database(redis):
+    batch = fan_out(add_score, [{"pk": 0, "points": 1}] * 2, then=record_reduce, using=TENANT)
+    assert not Batch.objects.using("default").exists()
+    run_jobs()  # outside the tenant's context: the jobs carry the database
+    batch = Batch.objects.using(TENANT).get(batch_id=batch.batch_id)
+    assert (batch.succeeded, batch.failed, batch.reduced_at is not None) == (2, 0, True)
+    assert set(log(TENANT).values_list("status", flat=True)) == {RequestStatus.APPLIED}
+
+
+def test_the_relay_delivers_a_tenants_batch_on_its_database(redis):
+    batch = fan_out(add_score, [{"pk": 0, "points": 1}] * 2, then=record_reduce, using=TENANT)
+    django_rq.get_queue("default").empty()  # the item jobs were lost
+    assert relay(0, using=TENANT).enqueued == 2
+    run_jobs()
+    batch = Batch.objects.using(TENANT).get(batch_id=batch.batch_id)
+    assert batch.succeeded == 2
+    assert batch.reduced_at is not None

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, router, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, router, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from rq import Retry, get_current_job
@@ -30,7 +30,7 @@ from safeupdates.contrib.batches.models import Batch, BatchItem, BatchStatus
 from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.queues import dotted_path, get_queue, resolve, unreachable_redis
+from safeupdates.queues import dotted_path, get_queue, job_kwargs, resolve, unreachable_redis
 
 __all__ = ["deliver_item", "deliver_reduce", "fan_out", "relay_batches", "run_batch_item", "run_batch_reduce"]
 
@@ -46,12 +46,16 @@ def fan_out(
     then: Callable[..., Any] | str | None = None,
     queue: str | None = None,
     retries: int = 0,
+    using: str | None = None,
 ) -> Batch:
     """Enqueue ``item_func(item)`` for every item and ``then(batch_id)`` once they have all finished.
 
     An item has finished when it succeeded, or failed after ``retries`` retries. The batch, its items
     and their jobs are written in the caller's transaction and enqueued when it commits. Items must be
     JSON-serialisable. Returns the :class:`~safeupdates.contrib.batches.models.Batch` (``batch.batch_id``).
+
+    The batch is written to database ``using`` (by default the router's database for writes of
+    batches), and its jobs carry that database, as an apply job does.
     """
     require_app("safeupdates.contrib.batches")
     item_path = dotted_path(item_func)
@@ -66,7 +70,7 @@ def fan_out(
         encoded = [json.loads(json.dumps(value)) for value in values]
     except (TypeError, ValueError) as exc:
         raise InvalidControl(f"items must be JSON-serialisable: {exc}") from exc
-    using = router.db_for_write(Batch)
+    using = using or router.db_for_write(Batch)
     with transaction.atomic(using=using):
         batch = Batch.objects.using(using).create(
             item_func=item_path, then=then_path, queue=queue_name, retries=retries, total=len(values)
@@ -90,39 +94,52 @@ def fan_out(
 
         def deliver_on_commit() -> None:
             if ids:
-                deliver_item(ids, queue_name, retries)
+                deliver_item(ids, queue_name, retries, using)
             elif then_path:
-                deliver_reduce(batch.batch_id, queue_name)
+                deliver_reduce(batch.batch_id, queue_name, using)
 
         transaction.on_commit(deliver_on_commit, using=using, robust=True)
     batch.refresh_from_db()
     return batch
 
 
-def deliver_item(request_ids: list[str], queue_name: str, retries: int) -> None:
-    """Enqueue one item job per request id, in one Redis round trip."""
+def deliver_item(request_ids: list[str], queue_name: str, retries: int, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Enqueue one item job per request id (of database ``using``), in one Redis round trip."""
     queue = get_queue(queue_name)
     retry = Retry(max=retries, interval=[1, 5, 15][: max(retries, 1)]) if retries else None
     jobs = [
-        queue.prepare_data(run_batch_item, args=(rid,), timeout=conf.job_timeout(), result_ttl=0, retry=retry)
+        queue.prepare_data(
+            run_batch_item,
+            args=(rid,),
+            kwargs=job_kwargs(using),
+            timeout=conf.job_timeout(),
+            result_ttl=0,
+            retry=retry,
+        )
         for rid in request_ids
     ]
     queue.enqueue_many(jobs)
 
 
-def deliver_reduce(batch_id: uuid.UUID | str, queue_name: str) -> Job:
-    """Enqueue the reduce job of ``batch_id``."""
+def deliver_reduce(batch_id: uuid.UUID | str, queue_name: str, using: str = DEFAULT_DB_ALIAS) -> Job:
+    """Enqueue the reduce job of ``batch_id`` (of database ``using``)."""
     queue = get_queue(queue_name)
-    return queue.enqueue_call(run_batch_reduce, args=(str(batch_id),), timeout=conf.job_timeout(), result_ttl=0)
+    return queue.enqueue_call(
+        run_batch_reduce,
+        args=(str(batch_id),),
+        kwargs=job_kwargs(using),
+        timeout=conf.job_timeout(),
+        result_ttl=0,
+    )
 
 
-def run_batch_item(request_id: str) -> str:
+def run_batch_item(request_id: str, using: str | None = None) -> str:
     """RQ job: run one batch item at most once to success, count it once, finish the batch if last.
 
     Returns "succeeded", "failed", "duplicate" (the item has finished) or "already running" (another job
     runs it now).
     """
-    using = router.db_for_write(ProcessedRequest)
+    using = using or router.db_for_write(ProcessedRequest)
     with transaction.atomic(using=using):
         try:
             # NOWAIT: a locked item is being run by another job (the relay delivered it again while it
@@ -171,13 +188,13 @@ def run_batch_item(request_id: str) -> str:
                 queue_name = batch.queue
 
                 def reduce_on_commit() -> None:
-                    deliver_reduce(batch_id, queue_name)
+                    deliver_reduce(batch_id, queue_name, using)
 
                 transaction.on_commit(reduce_on_commit, using=using, robust=True)
     return "succeeded" if succeeded else "failed"
 
 
-def run_batch_reduce(batch_id: str) -> str:
+def run_batch_reduce(batch_id: str, using: str | None = None) -> str:
     """RQ job: run the batch's ``then(batch_id)`` once; later deliveries do nothing.
 
     If ``then`` raises, what it wrote in the database is rolled back, the failure is counted in
@@ -186,7 +203,7 @@ def run_batch_reduce(batch_id: str) -> str:
     "too soon"), until ``SAFEUPDATES_REDUCE_ATTEMPTS`` attempts have failed, and the batch becomes
     ``reduce_failed``. Side effects outside the database repeat with each attempt.
     """
-    using = router.db_for_write(Batch)
+    using = using or router.db_for_write(Batch)
     failure: Exception | None = None
     with transaction.atomic(using=using):
         batch = Batch.objects.using(using).select_for_update().get(batch_id=batch_id)
@@ -245,7 +262,7 @@ def relay_batches(
         ids = [str(rid) for rid in items.filter(request_id__in=of_batch).values_list("request_id", flat=True)]
         if ids and (queue_name := _relay_to(batch, len(ids), report, dry_run)):
             with unreachable_redis(queue_name):
-                deliver_item(ids, queue_name, batch.retries)
+                deliver_item(ids, queue_name, batch.retries, using)
             count += _enqueued(len(ids), report)
     due = (
         Batch.objects.using(using)
@@ -256,7 +273,7 @@ def relay_batches(
     for batch in due:
         if queue_name := _relay_to(batch, 1, report, dry_run):
             with unreachable_redis(queue_name):
-                deliver_reduce(batch.batch_id, queue_name)
+                deliver_reduce(batch.batch_id, queue_name, using)
             count += _enqueued(1, report)
     return report.due if dry_run else count
 
