@@ -9,6 +9,7 @@ transaction through :mod:`safeupdates.lifecycle`, so that running the job again 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from safeupdates import db, delivery, queues, signals, tracing
+from safeupdates import conf, db, delivery, queues, signals, tracing
 from safeupdates.exceptions import InvalidUpdate, RequestNotFound
 from safeupdates.guard import write_if_newer
 from safeupdates.lifecycle import MISSING_TARGET, Result, Target, listened, newest_per_field, target_of
@@ -30,6 +31,8 @@ logger = logging.getLogger("safeupdates")
 
 #: How many pending requests of one record a job locks and merges at a time.
 BATCH_SIZE = 500
+#: How many records a sweep reads from the request log at a time.
+SWEEP_PAGE = 100
 
 
 def apply_update(request_id: str, using: str | None = None) -> str:
@@ -57,21 +60,87 @@ def apply_update(request_id: str, using: str | None = None) -> str:
     using = using or router.db_for_write(ProcessedRequest)
     with tracing.job_context(str(rid), queues.current_job_meta(tracing.TRACE_META_KEY)):
         try:
-            counts: dict[str, int] = {}
-            first = True
-            while True:
-                with transaction.atomic(using=using):
-                    done = _apply_batch(rid, using, first=first)
-                first = False
-                for status, count in done.items():
-                    counts[status] = counts.get(status, 0) + count
-                if sum(done.values()) < BATCH_SIZE:
-                    break
+            counts = _apply_record(rid, using, first=True)
         except DatabaseError as exc:
             # Transient (a lost connection, a lock timeout): RQ retries it; the last try marks it failed.
             _record_failed_attempt(rid, using, exc)
             raise
-    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "nothing pending"
+    summary = _summary(counts) or "nothing pending"
+    records, swept = _sweep(using)
+    return f"{summary}; swept {records} other record(s): {_summary(swept) or 'nothing pending'}" if records else summary
+
+
+def _summary(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+
+
+def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
+    """Apply every pending request of request ``rid``'s record, :data:`BATCH_SIZE` at a time, each
+    batch in a transaction of its own; the count per status."""
+    counts: dict[str, int] = {}
+    while True:
+        with transaction.atomic(using=using):
+            done = _apply_batch(rid, using, first=first)
+        first = False
+        for status, count in done.items():
+            counts[status] = counts.get(status, 0) + count
+        if sum(done.values()) < BATCH_SIZE:
+            return counts
+
+
+def _sweep(using: str) -> tuple[int, dict[str, int]]:
+    """Having applied its own record, an RQ job applies other records of its queue and database whose
+    jobs are still waiting there, taking those jobs off the queue (:func:`queues.take_waiting`): a burst
+    over many records then costs a few jobs (each a fork and a connection), not one per record.
+
+    At most ``SAFEUPDATES_SWEEP_RECORDS`` records, and for at most a quarter of the job's timeout. A
+    record whose job a worker has already taken is left to that job. Should its write fail (the database
+    went away), the record gets its job back and the sweep ends; were the worker killed mid-sweep, the
+    requests of the record it held stay pending, and the relay delivers them. Returns how many records
+    were swept, and the count per status of their requests.
+    """
+    limit = conf.sweep_records()
+    queue_name = queues.current_queue_name()
+    counts: dict[str, int] = {}
+    if limit <= 0 or queue_name is None or conf.uses_tasks():
+        return 0, counts
+    log = ProcessedRequest.objects.using(using)
+    deadline = time.monotonic() + conf.job_timeout() / 4
+    swept = 0
+    after: tuple[int, str] | None = None
+    while swept < limit and time.monotonic() < deadline:
+        page = log.waiting_records(queue_name, after, SWEEP_PAGE)
+        for content_type_id, object_id, request_id in page:
+            after = (content_type_id, object_id)
+            if swept >= limit or time.monotonic() >= deadline:
+                break
+            if not queues.take_waiting(content_type_id, object_id, using):
+                continue
+            swept += 1
+            try:
+                with tracing.job_context(str(request_id), None):
+                    done = _apply_record(request_id, using, first=False)
+            except DatabaseError:
+                logger.warning(
+                    "safeupdates: sweeping record %s:%s failed; its job is enqueued again",
+                    content_type_id,
+                    object_id,
+                    exc_info=True,
+                )
+                delivery.deliver_or_leave_for_relay(
+                    request_id,
+                    content_type_id,
+                    object_id,
+                    queue_name,
+                    what=f"record {content_type_id}:{object_id}",
+                    using=using,
+                )
+                return swept, counts
+            for status, count in done.items():
+                counts[status] = counts.get(status, 0) + count
+        if len(page) < SWEEP_PAGE:
+            break
+    return swept, counts
 
 
 def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:

@@ -365,6 +365,12 @@ _SETTINGS = {
         f"a whole number, 1 or more (the first run counts); the default is {conf.DEFAULT_REDUCE_ATTEMPTS}",
         _whole(1),
     ),
+    "SAFEUPDATES_SWEEP_RECORDS": _Setting(
+        "how many other records an apply job may apply after its own, taking their waiting jobs off the queue",
+        f"a whole number, 0 or more (0: a job applies its own record only); the default is "
+        f"{conf.DEFAULT_SWEEP_RECORDS}",
+        _whole(0),
+    ),
     "SAFEUPDATES_PREPARED_STATEMENTS": _Setting(
         "whether guarded writes and checked saves run as prepared statements on PostgreSQL",
         "True or False; the default is True",

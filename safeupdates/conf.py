@@ -14,6 +14,7 @@ from django.conf import settings
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_CLOCK_SKEW = 300
 DEFAULT_JOB_TIMEOUT = 60
+DEFAULT_SWEEP_RECORDS = 200
 DEFAULT_RETRY: dict[str, Any] = {"max": 3, "interval": [1, 5, 15]}
 DEFAULT_RELAY_AFTER = 30
 DEFAULT_RETENTION = 30
@@ -60,6 +61,12 @@ def max_clock_skew() -> timedelta:
 def job_timeout() -> int:
     """RQ's native ``job_timeout`` of an apply job, in seconds."""
     return int(_get("JOB_TIMEOUT", DEFAULT_JOB_TIMEOUT))
+
+
+def sweep_records() -> int:
+    """How many other records an RQ apply job may apply after its own, taking their waiting jobs off the
+    queue (``SAFEUPDATES_SWEEP_RECORDS``; 0: a job applies its own record only)."""
+    return int(_get("SWEEP_RECORDS", DEFAULT_SWEEP_RECORDS))
 
 
 def retry() -> dict[str, Any]:

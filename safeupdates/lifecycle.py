@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, F, Value, When
-from django.db.models.functions import Now
+from django.db.models.functions import Cast, Now
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates import attempts, signals, statements
@@ -255,6 +255,30 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             .select_for_update(skip_locked=True)
             .order_by("version")[:limit]
         )
+
+    def waiting_records(
+        self, queue: str, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str, uuid.UUID]]:
+        """Up to ``limit`` records with pending update requests on ``queue``, in key order after ``after``
+        (a ``(content_type_id, object_id)``): ``(content_type_id, object_id, request_id)`` of each, with
+        one of its pending requests (for a job sweeping other records, :mod:`safeupdates.apply`)."""
+        pending = self.filter(
+            status=RequestStatus.PENDING, kind=RequestKind.UPDATE, queue=queue, content_type__isnull=False
+        )
+        if after is not None:
+            content_type_id, object_id = after
+            pending = pending.filter(
+                models.Q(content_type_id__gt=content_type_id)
+                | models.Q(content_type_id=content_type_id, object_id__gt=object_id)
+            )
+        # One row per record (GROUP BY, in the order of the pending index), with one of its request ids:
+        # any one serves to claim them all. As text: PostgreSQL has no min() of uuid.
+        records = (
+            pending.values("content_type_id", "object_id")
+            .order_by("content_type_id", "object_id")
+            .annotate(request_id=models.Min(Cast("request_id", output_field=models.CharField())))
+        )
+        return [(row["content_type_id"], row["object_id"], uuid.UUID(row["request_id"])) for row in records[:limit]]
 
     def claim_orphan(self, request_id: uuid.UUID) -> ProcessedRequest | None:
         """Lock pending update request ``request_id`` if it names no model (it matches no record)."""

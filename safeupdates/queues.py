@@ -39,6 +39,7 @@ __all__ = [
     "QueueState",
     "current_job_id",
     "current_job_meta",
+    "current_queue_name",
     "deliver",
     "deliver_or_leave_for_relay",
     "deliver_with_outcome",
@@ -52,6 +53,7 @@ __all__ = [
     "queue_states",
     "resolve",
     "scheduler_state",
+    "take_waiting",
     "unreachable_redis",
     "will_retry",
 ]
@@ -498,6 +500,50 @@ def current_job_id() -> str | None:
     """The id of the RQ job this code runs in, or None outside a job."""
     job = get_current_job()
     return None if job is None else str(job.id)
+
+
+def current_queue_name() -> str | None:
+    """The queue of the RQ job this code runs in, or None outside a job."""
+    job = get_current_job()
+    return None if job is None else str(job.origin)
+
+
+# Takes a record's waiting apply jobs (ARGV: its job and its follow-up job) off the queue (KEYS[1]) at
+# once, against a worker's dequeue: a job id still in the queue's list is removed and its hash
+# (KEYS[2], KEYS[3]) deleted, so that the record's next request enqueues a job anew; a job a worker has
+# already taken is left alone. Returns how many were taken.
+_TAKE_WAITING = """
+local taken = 0
+for i, job_id in ipairs(ARGV) do
+    if redis.call("LREM", KEYS[1], 1, job_id) == 1 then
+        redis.call("DEL", KEYS[i + 1])
+        taken = taken + 1
+    end
+end
+return taken
+"""
+_take_waiting_scripts: dict[int, Any] = {}
+
+
+def take_waiting(content_type_id: int, object_id: str, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Take the waiting apply jobs of a record off the running job's queue; True if one was taken.
+
+    The running job then owes that record its work: every request whose delivery found the taken job
+    waiting was committed before this call returns, so a claim that starts afterwards sees it, and a
+    delivery that comes later finds no job and enqueues one (:func:`deliver_with_outcome`). False outside
+    an RQ job, or if no job of the record was waiting (a worker runs it, or it is lost: the relay's).
+    """
+    job = get_current_job()
+    if job is None:
+        return False
+    connection = job.connection
+    script = _take_waiting_scripts.get(id(connection))
+    if script is None:
+        script = _take_waiting_scripts[id(connection)] = connection.register_script(_TAKE_WAITING)
+    record_job = job_id(content_type_id, object_id, using)
+    ids = [record_job, f"{record_job}-next"]
+    keys = [Queue(str(job.origin), connection=connection).key, *(type(job).key_for(one) for one in ids)]
+    return bool(script(keys=keys, args=ids))
 
 
 def current_job_meta(key: str) -> Any:

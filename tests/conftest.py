@@ -55,3 +55,35 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     where the skip reasons are not shown)."""
     for line in skipped_groups(terminalreporter.stats.get("skipped", [])):
         terminalreporter.write_line(f"safeupdates: {line}", yellow=True)
+
+
+@pytest.fixture
+def refusing_trigger(postgres_only):
+    """A trigger on the Profile table that refuses ``name = 'forbidden'`` with a given SQLSTATE."""
+    from tests.testapp.models import Profile
+
+    table = Profile._meta.db_table
+    created: list[str] = []
+
+    def create(sqlstate: str = "P0001") -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                CREATE OR REPLACE FUNCTION safeupdates_test_refuse() RETURNS trigger AS $$
+                BEGIN
+                    IF NEW.name = 'forbidden' THEN
+                        RAISE EXCEPTION 'the name % is forbidden', NEW.name USING ERRCODE = '{sqlstate}';
+                    END IF;
+                    RETURN NEW;
+                END $$ LANGUAGE plpgsql;
+                CREATE TRIGGER safeupdates_test_refuse BEFORE UPDATE ON {table}
+                    FOR EACH ROW EXECUTE FUNCTION safeupdates_test_refuse();
+                """
+            )
+        created.append(sqlstate)
+
+    yield create
+    if created:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_refuse ON {table}")
+            cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_refuse()")

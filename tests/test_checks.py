@@ -141,6 +141,12 @@ E005 = {
         "the batch reduce_failed.",
         "Set it to a whole number, 1 or more (the first run counts); the default is 5.",
     ),
+    "SAFEUPDATES_SWEEP_RECORDS": (
+        "all",
+        "SAFEUPDATES_SWEEP_RECORDS = 'all' is not valid. It sets how many other records an apply job may "
+        "apply after its own, taking their waiting jobs off the queue.",
+        "Set it to a whole number, 0 or more (0: a job applies its own record only); the default is 200.",
+    ),
     "SAFEUPDATES_PREPARED_STATEMENTS": (
         "False",
         "SAFEUPDATES_PREPARED_STATEMENTS = 'False' is not valid. It sets whether guarded writes and checked "
@@ -169,6 +175,7 @@ def test_e005_says_what_the_setting_means_and_what_a_valid_value_looks_like(name
         ("SAFEUPDATES_TASK_RETENTION", [-1, float("nan"), "90"]),
         ("SAFEUPDATES_REDUCE_ATTEMPTS", [None, -1, 2.0]),
         ("SAFEUPDATES_PREPARED_STATEMENTS", [None, 0, 1, "True"]),
+        ("SAFEUPDATES_SWEEP_RECORDS", [-1, 2.5, "200", None, True]),
     ],
 )
 def test_e005_refuses_what_the_setting_cannot_use(name, values):
@@ -189,6 +196,7 @@ def test_e005_refuses_what_the_setting_cannot_use(name, values):
         ("SAFEUPDATES_TASK_RETENTION", [None, 0, 365]),
         ("SAFEUPDATES_REDUCE_ATTEMPTS", [1, 10]),
         ("SAFEUPDATES_PREPARED_STATEMENTS", [True, False]),
+        ("SAFEUPDATES_SWEEP_RECORDS", [0, 1, 5000]),
     ],
 )
 def test_e005_accepts_valid_values(name, values):

@@ -180,36 +180,6 @@ class TestEnqueueValidation:
         assert ProcessedRequest.objects.count() == 1
 
 
-@pytest.fixture
-def refusing_trigger(postgres_only):
-    """A trigger on the Profile table that refuses ``name = 'forbidden'`` with a given SQLSTATE."""
-    table = Profile._meta.db_table
-    created: list[str] = []
-
-    def create(sqlstate: str = "P0001") -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                CREATE OR REPLACE FUNCTION safeupdates_test_refuse() RETURNS trigger AS $$
-                BEGIN
-                    IF NEW.name = 'forbidden' THEN
-                        RAISE EXCEPTION 'the name % is forbidden', NEW.name USING ERRCODE = '{sqlstate}';
-                    END IF;
-                    RETURN NEW;
-                END $$ LANGUAGE plpgsql;
-                CREATE TRIGGER safeupdates_test_refuse BEFORE UPDATE ON {table}
-                    FOR EACH ROW EXECUTE FUNCTION safeupdates_test_refuse();
-                """
-            )
-        created.append(sqlstate)
-
-    yield create
-    if created:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_refuse ON {table}")
-            cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_refuse()")
-
-
 @pytest.mark.django_db(transaction=True)
 class TestValuesTheDatabaseRefuses:
     """A value refused by the database for what it is (a trigger, a constraint) is the culprit's fault

@@ -1,0 +1,164 @@
+"""A job's sweep: having applied its own record, an RQ apply job applies the other records whose jobs
+still wait in its queue, taking those jobs off the queue (safeupdates.apply._sweep).
+
+Single jobs run in an in-process ``SimpleWorker`` (a real RQ worker, without the fork); what runs
+concurrently runs in real ``rqworker`` processes.
+"""
+
+from __future__ import annotations
+
+import django_rq
+import pytest
+from django.db import connection
+from django.test import override_settings
+from rq import SimpleWorker
+
+from safeupdates import enqueue_update, queues
+from safeupdates.jobs import relay_pending
+from safeupdates.models import ProcessedRequest, RequestStatus
+from tests.factories import ProfileFactory
+from tests.test_jobs import _alive, _waiting_backends, _waiting_on_lock, all_done
+from tests.testapp.models import Profile
+from tests.workers import RowLock, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def queue(name: str = "default"):
+    return django_rq.get_queue(name)
+
+
+def run_one_job(name: str = "default") -> str:
+    """Run the first job of queue ``name`` in this process; its result (the job's summary)."""
+    job_id = queue(name).job_ids[0]
+    SimpleWorker([queue(name)], connection=queue(name).connection).work(burst=True, max_jobs=1)
+    job = queue(name).fetch_job(job_id)
+    # Apply jobs keep no result (result_ttl=0): the job's hash is gone once it finished.
+    return "finished" if job is None else str(job.get_status())
+
+
+def statuses(requests) -> list[str]:
+    return [ProcessedRequest.objects.get(pk=request.pk).status for request in requests]
+
+
+def toggle_each(profiles, times: int = 3):
+    """``times`` toggles of ``active`` on every profile, the last one True; the requests."""
+    requests = []
+    for profile in profiles:
+        for turn in range(times):
+            requests.append(enqueue_update(profile, active=turn % 2 == 0))
+    return requests
+
+
+def test_one_job_applies_every_record_whose_job_waits(redis):
+    profiles = ProfileFactory.create_batch(5, active=False)
+    requests = toggle_each(profiles)
+    assert queue().count == 5  # one job per record: the burst of each coalesced
+    assert run_one_job() == "finished"
+    assert queue().count == 0  # the other four jobs were taken off the queue by the first
+    assert set(statuses(requests)) <= {"applied", "stale"}
+    assert not ProcessedRequest.objects.filter(status=RequestStatus.PENDING).exists()
+    assert set(Profile.objects.filter(pk__in=[p.pk for p in profiles]).values_list("active", flat=True)) == {True}
+    # Each request was applied once: one attempt each.
+    assert set(ProcessedRequest.objects.values_list("attempts", flat=True)) == {1}
+
+
+@pytest.mark.parametrize(("limit", "left"), [(0, 4), (2, 2)])
+def test_a_job_sweeps_at_most_sweep_records_others(redis, limit, left):
+    profiles = ProfileFactory.create_batch(5, active=False)
+    toggle_each(profiles)
+    with override_settings(SAFEUPDATES_SWEEP_RECORDS=limit):
+        run_one_job()
+    assert queue().count == left
+    waiting = ProcessedRequest.objects.filter(status=RequestStatus.PENDING)
+    assert waiting.values("object_id").distinct().count() == left
+    while queue().count:
+        run_one_job()
+    assert not waiting.exists()
+
+
+def test_a_request_after_its_records_job_was_swept_gets_a_job_of_its_own(redis):
+    first, second = ProfileFactory.create_batch(2, active=False)
+    enqueue_update(first, active=True)
+    enqueue_update(second, active=True)
+    run_one_job()
+    assert queue().count == 0
+    # The swept job's id is free again: the next request of that record enqueues it anew.
+    late = enqueue_update(second, newsletter=True)
+    assert queue().count == 1
+    run_one_job()
+    assert statuses([late]) == ["applied"]
+    assert Profile.objects.get(pk=second.pk).newsletter is True
+
+
+def test_records_of_another_queue_are_left_to_their_jobs(redis):
+    here, there = ProfileFactory.create_batch(2, active=False)
+    enqueue_update(here, active=True)
+    elsewhere = enqueue_update(there, active=True, queue="slow")
+    run_one_job()
+    assert statuses([elsewhere]) == ["pending"]
+    assert queue("slow").count == 1
+    run_one_job("slow")
+    assert statuses([elsewhere]) == ["applied"]
+
+
+def test_a_sweep_whose_write_fails_gives_the_record_its_job_back(redis, refusing_trigger, caplog):
+    refusing_trigger("55P03")  # lock_not_available: transient, the job would be retried
+    good, refused = ProfileFactory.create_batch(2, active=False)
+    applied = enqueue_update(good, active=True)
+    held = enqueue_update(refused, name="forbidden")
+    assert run_one_job() == "finished"  # its own record was applied: the job did not fail
+    assert f"sweeping record {held.content_type_id}:{held.object_id} failed" in caplog.text
+    assert statuses([applied, held]) == ["applied", "pending"]
+    # The swept record's job, back on the queue under its own id.
+    assert queue().job_ids == [queues.job_id(held.content_type_id, held.object_id)]
+    assert ProcessedRequest.objects.get(pk=held.pk).attempts == 0
+
+
+@pytest.mark.workers
+def test_a_job_a_worker_already_runs_is_not_swept(workers, postgres_only, caplog):
+    """Record B's job runs in a worker (held on B's row); A's job, run here, must leave B alone."""
+    a, b = ProfileFactory.create_batch(2, active=False)
+    workers.start(1)
+    row = RowLock(Profile, b.pk).start()
+    try:
+        on_b = enqueue_update(b, active=True)
+        assert wait_until(_waiting_on_lock, 20)  # the worker's job holds B's request, waits for the row
+        on_a = enqueue_update(a, active=True)
+        # Were B's running job taken for a sweep, this job would wait for B's row: let it fail fast.
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        run_one_job()
+        assert "sweeping record" not in caplog.text
+        assert statuses([on_a, on_b]) == ["applied", "pending"]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+        row.release()
+    assert all_done(30)
+    assert ProcessedRequest.objects.get(pk=on_b.pk).attempts == 1
+
+
+@pytest.mark.workers
+def test_a_worker_killed_mid_sweep_leaves_the_record_to_the_relay(workers, postgres_only):
+    """SIGKILL while a job sweeps record B (held on B's row): B's job was taken off the queue and its
+    transaction dies with the worker; B's request stays pending and the relay delivers it."""
+    a, b = ProfileFactory.create_batch(2, active=False)
+    row = RowLock(Profile, b.pk).start()
+    on_a = enqueue_update(a, active=True)  # A's job first in the queue: it runs, then sweeps B
+    on_b = enqueue_update(b, active=True)
+    workers.start(1)
+    assert wait_until(_waiting_on_lock, 20)
+    assert wait_until(lambda: statuses([on_a]) == ["applied"], 20)
+    assert queue().count == 0  # B's job was taken by the sweep ...
+    assert queue().started_job_registry.get_job_ids() == [queues.job_id(on_a.content_type_id, on_a.object_id)]
+    backends = _waiting_backends()
+    workers.kill(0)
+    row.release()
+    assert wait_until(lambda: not _alive(backends), 20)
+    assert statuses([on_b]) == ["pending"]
+    workers.start(1)
+    relay_pending(0)
+    assert all_done(30)
+    assert ProcessedRequest.objects.get(pk=on_b.pk).attempts == 1
+    assert Profile.objects.get(pk=b.pk).active is True
