@@ -17,7 +17,6 @@ from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
-from tests.test_jobs import refusing_trigger  # noqa: F401  (a fixture)
 from tests.testapp.models import Profile
 from tests.testapp.signals import RECORDED_KEY
 from tests.workers import wait_until
@@ -143,7 +142,7 @@ class TestInProcess:
         [(name, _sender, kwargs, _atomic)] = received
         assert (name, kwargs["request_id"], kwargs["fields"]) == ("rejected", request.request_id, ())
 
-    def test_failed_once_the_retries_are_spent(self, redis, received, refusing_trigger):  # noqa: F811
+    def test_failed_once_the_retries_are_spent(self, redis, received, refusing_trigger):
         refusing_trigger("40P01")  # a deadlock: transient
         profile = ProfileFactory()
         request = enqueue_update(profile, name="forbidden")
@@ -179,7 +178,7 @@ class TestInProcess:
 
 
 @pytest.mark.workers
-def test_with_workers(workers, redis, refusing_trigger):  # noqa: F811
+def test_with_workers(workers, redis, refusing_trigger):
     """Two real workers whose receivers push what they get to Redis (tests/testapp/signals.py), one of
     which raises before the others: a record of 300 requests in one job, records of two requests, a value
     the database refuses, and a record whose deadlocks outlast its retries."""
