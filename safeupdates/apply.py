@@ -31,8 +31,8 @@ logger = logging.getLogger("safeupdates")
 
 #: How many pending requests of one record a job locks and merges at a time.
 BATCH_SIZE = 500
-#: How many records a sweep reads from the request log at a time.
-SWEEP_PAGE = 100
+#: How many records a sweep takes and applies at a time (one transaction).
+SWEEP_PAGE = 50
 
 
 def apply_update(request_id: str, using: str | None = None) -> str:
@@ -91,13 +91,14 @@ def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
 def _sweep(using: str) -> tuple[int, dict[str, int]]:
     """Having applied its own record, an RQ job applies other records of its queue and database whose
     jobs are still waiting there, taking those jobs off the queue (:func:`queues.take_waiting`): a burst
-    over many records then costs a few jobs (each a fork and a connection), not one per record.
+    over many records then costs a few jobs (each a fork and a connection), not one per record, and a
+    page of records costs one claim and one update of the log, not one of each per record.
 
     At most ``SAFEUPDATES_SWEEP_RECORDS`` records, and for at most a quarter of the job's timeout. A
-    record whose job a worker has already taken is left to that job. Should its write fail (the database
-    went away), the record gets its job back and the sweep ends; were the worker killed mid-sweep, the
-    requests of the record it held stay pending, and the relay delivers them. Returns how many records
-    were swept, and the count per status of their requests.
+    record whose job a worker has already taken is left to that job. Should a page's write fail (the
+    database went away), its records get their jobs back and the sweep ends; were the worker killed
+    mid-sweep, the requests of the records it held stay pending, and the relay delivers them. Returns
+    how many records were swept, and the count per status of their requests.
     """
     limit = conf.sweep_records()
     queue_name = queues.current_queue_name()
@@ -109,18 +110,18 @@ def _sweep(using: str) -> tuple[int, dict[str, int]]:
     swept = 0
     after: tuple[int, str] | None = None
     while swept < limit and time.monotonic() < deadline:
-        page = log.waiting_records(queue_name, after, SWEEP_PAGE)
-        for content_type_id, object_id, request_id in page:
-            after = (content_type_id, object_id)
-            if swept >= limit or time.monotonic() >= deadline:
-                break
-            if not queues.take_waiting(content_type_id, object_id, using):
-                continue
-            swept += 1
-            try:
-                with tracing.job_context(str(request_id), None):
-                    done = _apply_record(request_id, using, first=False)
-            except DatabaseError:
+        size = min(SWEEP_PAGE, limit - swept)
+        page = log.waiting_records(queue_name, after, size)
+        if not page:
+            break
+        after = page[-1][:2]
+        taken = queues.take_waiting([(content_type_id, object_id) for content_type_id, object_id, _ in page], using)
+        records = [record for record, took in zip(page, taken, strict=True) if took]
+        swept += len(records)
+        try:
+            done = _apply_records(records, using)
+        except DatabaseError:
+            for content_type_id, object_id, request_id in records:
                 logger.warning(
                     "safeupdates: sweeping record %s:%s failed; its job is enqueued again",
                     content_type_id,
@@ -135,12 +136,66 @@ def _sweep(using: str) -> tuple[int, dict[str, int]]:
                     what=f"record {content_type_id}:{object_id}",
                     using=using,
                 )
-                return swept, counts
-            for status, count in done.items():
-                counts[status] = counts.get(status, 0) + count
-        if len(page) < SWEEP_PAGE:
+            return swept, counts
+        for status, count in done.items():
+            counts[status] = counts.get(status, 0) + count
+        if len(page) < size:
             break
     return swept, counts
+
+
+def _apply_records(records: list[tuple[int, str, uuid.UUID]], using: str) -> dict[str, int]:
+    """Apply the pending requests of several records (``(content_type_id, object_id, request_id)``
+    each) in one transaction: one claim, a guarded write per record, one update of the log.
+
+    The page never waits for a lock while it holds others (it could deadlock with a transaction that
+    locks several rows in another order): the rows it writes are locked first with ``SKIP LOCKED``. A
+    record whose row another transaction holds, of a model with parents (its write spans tables), or
+    with more than :data:`BATCH_SIZE` pending is applied after the page, as its own job would.
+    """
+    if not records:
+        return {}
+    log = ProcessedRequest.objects.using(using)
+    by_record: dict[tuple[int, str], list[ProcessedRequest]] = {}
+    with transaction.atomic(using=using):
+        for request in log.claim_records([(ct, object_id) for ct, object_id, _ in records], BATCH_SIZE):
+            by_record.setdefault((request.content_type_id, request.object_id), []).append(request)  # type: ignore[arg-type]
+        held = _lock_rows(list(by_record), using)
+        counts = log.finish_many([_decide(batch, using) for key, batch in by_record.items() if key in held])
+    for content_type_id, object_id, request_id in records:
+        key = (content_type_id, object_id)
+        if key not in held or len(by_record.get(key, ())) >= BATCH_SIZE:
+            for status, count in _apply_record(request_id, using, first=False).items():
+                counts[status] = counts.get(status, 0) + count
+    return counts
+
+
+def _lock_rows(records: list[tuple[int, str]], using: str) -> set[tuple[int, str]]:
+    """Lock the rows of ``records`` that no other transaction holds (``FOR UPDATE SKIP LOCKED``, one
+    statement per model); the records a page may write without waiting. A record whose model or key
+    is gone needs no lock (its requests are rejected); one of a model with parents is left out."""
+    held: set[tuple[int, str]] = set()
+    by_model: dict[type[models.Model], dict[Any, tuple[int, str]]] = {}
+    for content_type_id, object_id in records:
+        try:
+            model = ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
+        except ContentType.DoesNotExist:
+            model = None
+        if model is None:
+            held.add((content_type_id, object_id))
+            continue
+        if model._meta.parents:
+            continue
+        try:
+            pk = clean_pk(model, object_id)
+        except InvalidUpdate:
+            held.add((content_type_id, object_id))
+            continue
+        by_model.setdefault(model, {})[pk] = (content_type_id, object_id)
+    for model, keys in by_model.items():
+        rows = model._base_manager.db_manager(using).filter(pk__in=list(keys)).select_for_update(skip_locked=True)
+        held.update(keys[pk] for pk in rows.values_list("pk", flat=True))
+    return held
 
 
 def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
@@ -164,6 +219,12 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
             if target is not None:
                 log.report_duplicate(target.model, target.pk, record)
         return {}
+    return log.finish(*_decide(batch, using))
+
+
+def _decide(batch: list[ProcessedRequest], using: str) -> tuple[list[Result], Target | None]:
+    """Write the claimed requests ``batch`` of one record, newest version per field, in a savepoint;
+    the outcome of each, and the record they target (None: a content type that is gone)."""
     try:
         content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
     except ContentType.DoesNotExist:
@@ -172,12 +233,12 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
     model = None if content_type is None else content_type.model_class()
     if model is None:
         missing = f"content type {batch[0].content_type_id}" if content_type is None else f"model {content_type}"
-        return log.finish([_rejected(r, f"{missing} no longer exists") for r in batch], None)
+        return [_rejected(r, f"{missing} no longer exists") for r in batch], None
 
     try:
         pk = clean_pk(model, batch[0].object_id)
     except InvalidUpdate as exc:
-        return log.finish([_rejected(r, str(exc)) for r in batch], Target(model, batch[0].object_id, using))
+        return [_rejected(r, str(exc)) for r in batch], Target(model, batch[0].object_id, using)
     target = Target(model, pk, using)
     rejected: list[Result] = []
     valid: list[tuple[ProcessedRequest, dict[str, Any]]] = []
@@ -196,7 +257,7 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
             continue
         valid.append((request, cleaned))
     if not valid:
-        return log.finish(rejected, target)
+        return rejected, target
 
     winners = newest_per_field((request.version or 0, request.pk, cleaned) for request, cleaned in valid)
     try:
@@ -206,13 +267,13 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
     except DatabaseError as exc:
         if is_transient(exc):
             raise  # RQ retries the job; nothing here is the requests' fault
-        return log.finish([*rejected, *_one_by_one(model, pk, valid, using)], target)
+        return [*rejected, *_one_by_one(model, pk, valid, using)], target
     stored = None
     if written is None or (len(written) < len(winners) and listened(model)):
         # Nothing written: is there a row? Something held back: by which versions (for the signals)?
         stored = _stored_versions(model, pk, using)
         if stored is None:
-            return log.finish([*rejected, *(_rejected(r, MISSING_TARGET) for r, _ in valid)], target)
+            return [*rejected, *(_rejected(r, MISSING_TARGET) for r, _ in valid)], target
     written = written or {}
     results = []
     for request, cleaned in valid:
@@ -225,7 +286,7 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
                 held[name] = stored_version(stored, name)  # the row held it
         status = RequestStatus.APPLIED if fields else RequestStatus.STALE
         results.append(Result(request, status, fields, held))
-    return log.finish([*rejected, *results], target)
+    return [*rejected, *results], target
 
 
 def _one_by_one(

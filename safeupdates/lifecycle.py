@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, F, Value, When
-from django.db.models.functions import Cast, Now
+from django.db.models.functions import Cast, Now, RowNumber
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates import attempts, signals, statements
@@ -280,6 +280,31 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         )
         return [(row["content_type_id"], row["object_id"], uuid.UUID(row["request_id"])) for row in records[:limit]]
 
+    def claim_records(self, records: Sequence[tuple[int, str]], limit: int) -> list[ProcessedRequest]:
+        """:meth:`claim` for several records (``(content_type_id, object_id)`` each) at once: up to
+        ``limit`` pending update requests of each, oldest version first, in key order."""
+        if not records:
+            return []
+        of_records = models.Q()
+        for content_type_id, object_id in records:
+            of_records |= models.Q(content_type_id=content_type_id, object_id=object_id)
+        ranked = (
+            self.filter(of_records, status=RequestStatus.PENDING, kind=RequestKind.UPDATE)
+            .annotate(
+                rank=models.Window(
+                    RowNumber(),
+                    partition_by=[F("content_type_id"), F("object_id")],
+                    order_by=F("version").asc(),
+                )
+            )
+            .filter(rank__lte=limit)
+        )
+        return list(
+            self.filter(pk__in=ranked.values("pk"))
+            .select_for_update(skip_locked=True)
+            .order_by("content_type_id", "object_id", "version")
+        )
+
     def claim_orphan(self, request_id: uuid.UUID) -> ProcessedRequest | None:
         """Lock pending update request ``request_id`` if it names no model (it matches no record)."""
         return (
@@ -296,6 +321,12 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         Once it commits, every update request's outcome is logged and signalled (``target`` names its
         record; None: a request that names no model, logged only). Returns the count per status.
         """
+        return self.finish_many([(results, target)])
+
+    def finish_many(self, outcomes: Sequence[tuple[Sequence[Result], Target | None]]) -> dict[str, int]:
+        """:meth:`finish` for the requests of several records at once: ``(results, target)`` per record,
+        recorded by the same statements."""
+        results = [result for of_record, _target in outcomes for result in of_record]
         # One UPDATE per (error, version, synced_at): a job's applied and stale requests share one.
         groups: dict[tuple[str, int | None, datetime | None], list[Result]] = {}
         for result in results:
@@ -321,7 +352,11 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             if version is not None:
                 update.update(version=version, synced_at=synced_at)
             self.filter(pk__in=[result.request.pk for result in members]).update(**update)
-        self._announce(results, target)
+        latencies = self._latencies(
+            [r for of_record, target in outcomes if target is not None and listened(target.model) for r in of_record]
+        )
+        for of_record, target in outcomes:
+            self._announce(of_record, target, latencies=latencies)
         counts: dict[str, int] = {}
         for result in results:
             counts[result.status] = counts.get(result.status, 0) + 1
@@ -493,20 +528,17 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         *,
         duplicate: bool = False,
         latency: float | None = None,
+        latencies: Mapping[int, float] | None = None,
     ) -> None:
-        """After commit: one log line per update request's outcome, and its outcome signal."""
+        """After commit: one log line per update request's outcome, and its outcome signal (with its
+        ``latency``, else its entry in ``latencies``, else read now if the signals have receivers)."""
         updates = [r for r in results if r.request.kind == RequestKind.UPDATE]
         if not updates:
             return
         using, job_id = self.db, attempts.current_job_id()
-        latencies: dict[int, float] = {}
-        if not duplicate and latency is None and target is not None and listened(target.model):
-            # The database's clock, as the row holds it: processed_at was set by this transaction.
-            for pk, created_at, processed_at in self.filter(pk__in=[r.request.pk for r in updates]).values_list(
-                "pk", "created_at", "processed_at"
-            ):
-                if created_at is not None and processed_at is not None:
-                    latencies[pk] = max(0.0, (processed_at - created_at).total_seconds())
+        if latencies is None:
+            listening = not duplicate and latency is None and target is not None and listened(target.model)
+            latencies = self._latencies(updates if listening else [])
 
         def announce() -> None:
             label = "unknown model" if target is None else target.model._meta.label
@@ -552,6 +584,19 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                 )
 
         transaction.on_commit(announce, using=using)
+
+    def _latencies(self, results: Sequence[Result]) -> dict[int, float]:
+        """Seconds from created to processed of the update requests of ``results`` (one read; none if
+        there are none), by the database's clock, as the rows hold it: processed_at was set by this
+        transaction."""
+        pks = [r.request.pk for r in results if r.request.kind == RequestKind.UPDATE]
+        latencies: dict[int, float] = {}
+        if not pks:
+            return latencies
+        for pk, created_at, processed_at in self.filter(pk__in=pks).values_list("pk", "created_at", "processed_at"):
+            if created_at is not None and processed_at is not None:
+                latencies[pk] = max(0.0, (processed_at - created_at).total_seconds())
+        return latencies
 
 
 def listened(model: type[models.Model]) -> bool:

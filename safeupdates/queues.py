@@ -508,16 +508,16 @@ def current_queue_name() -> str | None:
     return None if job is None else str(job.origin)
 
 
-# Takes a record's waiting apply jobs (ARGV: its job and its follow-up job) off the queue (KEYS[1]) at
-# once, against a worker's dequeue: a job id still in the queue's list is removed and its hash
-# (KEYS[2], KEYS[3]) deleted, so that the record's next request enqueues a job anew; a job a worker has
-# already taken is left alone. Returns how many were taken.
+# Takes waiting apply jobs (ARGV: job ids) off the queue (KEYS[1]) at once, against a worker's dequeue:
+# a job id still in the queue's list is removed and its hash (KEYS[i + 1]) deleted, so that the record's
+# next request enqueues a job anew; a job a worker has already taken is left alone. Returns 1 for each
+# id taken, else 0.
 _TAKE_WAITING = """
-local taken = 0
+local taken = {}
 for i, job_id in ipairs(ARGV) do
-    if redis.call("LREM", KEYS[1], 1, job_id) == 1 then
+    taken[i] = redis.call("LREM", KEYS[1], 1, job_id)
+    if taken[i] == 1 then
         redis.call("DEL", KEYS[i + 1])
-        taken = taken + 1
     end
 end
 return taken
@@ -525,25 +525,29 @@ return taken
 _take_waiting_scripts: dict[int, Any] = {}
 
 
-def take_waiting(content_type_id: int, object_id: str, using: str = DEFAULT_DB_ALIAS) -> bool:
-    """Take the waiting apply jobs of a record off the running job's queue; True if one was taken.
+def take_waiting(records: Sequence[tuple[int, str]], using: str = DEFAULT_DB_ALIAS) -> list[bool]:
+    """Take the waiting apply jobs of ``records`` (``(content_type_id, object_id)`` each, in database
+    ``using``) off the running job's queue, in one round trip; for each record, whether a job was taken.
 
-    The running job then owes that record its work: every request whose delivery found the taken job
-    waiting was committed before this call returns, so a claim that starts afterwards sees it, and a
-    delivery that comes later finds no job and enqueues one (:func:`deliver_with_outcome`). False outside
-    an RQ job, or if no job of the record was waiting (a worker runs it, or it is lost: the relay's).
+    The running job then owes a taken record its work: every request whose delivery found the taken
+    job waiting was committed before this call returns, so a claim that starts afterwards sees it, and
+    a delivery that comes later finds no job and enqueues one (:func:`deliver_with_outcome`). Nothing is
+    taken outside an RQ job, nor for a record whose job a worker runs or that has none (the relay's).
     """
     job = get_current_job()
-    if job is None:
-        return False
+    if job is None or not records:
+        return [False] * len(records)
     connection = job.connection
     script = _take_waiting_scripts.get(id(connection))
     if script is None:
         script = _take_waiting_scripts[id(connection)] = connection.register_script(_TAKE_WAITING)
-    record_job = job_id(content_type_id, object_id, using)
-    ids = [record_job, f"{record_job}-next"]
+    ids = []
+    for content_type_id, object_id in records:
+        record_job = job_id(content_type_id, object_id, using)
+        ids += [record_job, f"{record_job}-next"]  # the record's job and its follow-up job
     keys = [Queue(str(job.origin), connection=connection).key, *(type(job).key_for(one) for one in ids)]
-    return bool(script(keys=keys, args=ids))
+    taken = script(keys=keys, args=ids)
+    return [bool(taken[2 * i] or taken[2 * i + 1]) for i in range(len(records))]
 
 
 def current_job_meta(key: str) -> Any:

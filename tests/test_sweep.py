@@ -7,13 +7,15 @@ concurrently runs in real ``rqworker`` processes.
 
 from __future__ import annotations
 
+import threading
+
 import django_rq
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
 from rq import SimpleWorker
 
-from safeupdates import enqueue_update, queues
+from safeupdates import apply, enqueue_update, queues, signals
 from safeupdates.jobs import relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import ProfileFactory
@@ -162,3 +164,59 @@ def test_a_worker_killed_mid_sweep_leaves_the_record_to_the_relay(workers, postg
     assert all_done(30)
     assert ProcessedRequest.objects.get(pk=on_b.pk).attempts == 1
     assert Profile.objects.get(pk=b.pk).active is True
+
+
+def test_a_swept_record_with_more_than_a_batch_pending_is_applied_whole(redis, monkeypatch):
+    monkeypatch.setattr(apply, "BATCH_SIZE", 3)
+    first, second = ProfileFactory.create_batch(2, active=False)
+    enqueue_update(first, active=True)
+    burst = [enqueue_update(second, active=turn % 2 == 0) for turn in range(8)]  # ends on False
+    burst.append(enqueue_update(second, newsletter=True))
+    run_one_job()
+    assert queue().count == 0
+    assert set(statuses(burst)) == {"applied", "stale"}
+    second.refresh_from_db()
+    assert (second.active, second.newsletter) == (False, True)
+
+
+def test_each_swept_record_is_signalled_as_itself(redis):
+    profiles = ProfileFactory.create_batch(3, active=False)
+    seen = []
+
+    def receiver(sender, pk, fields, **kwargs):
+        seen.append((sender, pk, fields, kwargs["latency"] is not None))
+
+    signals.request_applied.connect(receiver, sender=Profile)
+    try:
+        for profile in profiles:
+            enqueue_update(profile, active=True)
+        run_one_job()
+    finally:
+        signals.request_applied.disconnect(receiver, sender=Profile)
+    assert sorted(seen, key=lambda one: one[1]) == [(Profile, p.pk, ("active",), True) for p in profiles]
+
+
+def test_a_page_never_waits_for_a_row_while_it_holds_others(redis, postgres_only):
+    """Record B's row is held by another transaction: the page applies C without waiting for B (a page
+    that waited while holding C's row could deadlock with a transaction that locks both), then B is
+    applied alone, as its own job would, once its row is free."""
+    own, *others = ProfileFactory.create_batch(3, active=False)
+    b, c = sorted(others, key=lambda p: str(p.pk))  # the page goes in key order: B first
+    requests = [enqueue_update(p, active=True) for p in (own, b, c)]
+    row = RowLock(Profile, b.pk).start()
+    seen: list[list[str]] = []
+
+    def release_once_the_job_waits() -> None:
+        try:
+            if wait_until(_waiting_on_lock, 20):
+                seen.append(statuses(requests))
+        finally:
+            row.release()
+            connections.close_all()
+
+    watcher = threading.Thread(target=release_once_the_job_waits)
+    watcher.start()
+    run_one_job()
+    watcher.join()
+    assert seen == [["applied", "pending", "applied"]]  # C was committed while B waited
+    assert statuses(requests) == ["applied"] * 3
