@@ -1,5 +1,6 @@
 """The request id from enqueue_update() into its job: every log record of the job carries it, and with
-OpenTelemetry the job's span continues the trace of the enqueue (its context rides in the job's meta)."""
+OpenTelemetry the job's span continues the trace of the enqueue (its context rides in the RQ job's meta, or
+in the apply task's ``trace`` argument with SAFEUPDATES_DELIVERY = "tasks")."""
 
 from __future__ import annotations
 
