@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
 
-from safeupdates import conf, queues
+from safeupdates import conf, queues, tracing
 from safeupdates.attempts import Attempt, current_attempt, current_job_id, running
 
 __all__ = [
@@ -41,11 +41,15 @@ def deliver_or_leave_for_relay(
     using: str = DEFAULT_DB_ALIAS,
 ) -> None:
     """Deliver committed request ``request_id`` of record ``content_type_id:object_id`` (in database
-    ``using``); if the queue or the task backend cannot be reached, leave it (pending) to the relay."""
+    ``using``); if the queue or the task backend cannot be reached, leave it (pending) to the relay.
+    ``meta`` goes into a new RQ job's meta; a task gets its trace context as its ``trace`` argument."""
     if conf.uses_tasks():
         from safeupdates import taskqueue
 
-        taskqueue.deliver_or_leave_for_relay(request_id, content_type_id, object_id, queue_name, what=what, using=using)
+        trace = (meta or {}).get(tracing.TRACE_META_KEY) or None
+        taskqueue.deliver_or_leave_for_relay(
+            request_id, content_type_id, object_id, queue_name, what=what, using=using, trace=trace
+        )
         return
     queues.deliver_or_leave_for_relay(
         request_id,

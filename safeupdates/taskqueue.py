@@ -4,16 +4,16 @@ Used with ``SAFEUPDATES_DELIVERY = "tasks"``, on the ``TASKS`` backend ``SAFEUPD
 ``django.tasks`` (Django 6.0+) is used where it exists, else the ``django-tasks`` backport
 (``django_tasks``, on Django 5.2): this module is imported only with tasks delivery, and by workers.
 
-The apply task (:func:`apply_update`) carries the request id, the record's identity and an attempt
-number, all JSON, never the changes; it runs :func:`safeupdates.apply.apply_update`, which applies every
-pending request of the record, so a duplicated or retried task changes nothing (its requests are
-reported as duplicates). Coalescing: on the database backend of ``django-tasks-db`` a request whose record
-already has a task waiting (``READY``, not yet claimed by a worker) gets no task of its own, as on RQ;
-other backends cannot be asked, so every request gets a task and the apply path's duplicate safety does
-the rest. Retries: no backend of the framework retries a failed task; a transient database error is
-retried here with a deferred task (``run_after``, the back-off of ``SAFEUPDATES_RETRY``) where the
-backend supports deferred runs, else the request stays pending for the relay until its ``attempts`` are
-spent (system check ``safeupdates.W020``).
+The apply task (:func:`apply_update`) carries the request id, the record's identity and an attempt number,
+all JSON, never the changes (with OpenTelemetry, also the trace context of the enqueue); it runs
+:func:`safeupdates.apply.apply_update`, which applies every pending request of the record, so a duplicated
+or retried task changes nothing (its requests are reported as duplicates). Coalescing: on the database
+backend of ``django-tasks-db`` a request whose record already has a task waiting (``READY``, not yet claimed
+by a worker) gets no task of its own, as on RQ; other backends cannot be asked, so every request gets a task
+and the apply path's duplicate safety does the rest. Retries: no backend of the framework retries a failed
+task; a transient database error is retried here with a deferred task (``run_after``, the back-off of
+``SAFEUPDATES_RETRY``) where the backend supports deferred runs, else the request stays pending for the
+relay until its ``attempts`` are spent (system check ``safeupdates.W020``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, router
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from safeupdates import conf, queues
+from safeupdates import conf, queues, tracing
 from safeupdates.attempts import Attempt, current_attempt, running
 
 try:  # Django 6.0+
@@ -71,16 +71,25 @@ def _import_queue() -> str:
 
 @task(takes_context=True, backend=conf.task_backend(), queue_name=_import_queue())  # type: ignore[untyped-decorator,misc,unused-ignore]
 def apply_update(
-    context: Any, request_id: str, record: str = "", attempt: int = 0, using: str = DEFAULT_DB_ALIAS
+    context: Any,
+    request_id: str,
+    record: str = "",
+    attempt: int = 0,
+    using: str = DEFAULT_DB_ALIAS,
+    trace: dict[str, str] | None = None,
 ) -> str:
     """Django task: apply pending request ``request_id`` and every other pending request of its record
     (``record`` is ``content_type_id:object_id``, for coalescing and the logs; ``attempt`` counts the
-    retries of transient database errors; ``using`` is the database the request is in). See
+    retries of transient database errors; ``using`` is the database the request is in; ``trace``, the
+    trace context of the ``enqueue_update()`` that queued it, if any). See
     :func:`safeupdates.apply.apply_update`."""
     # By dotted path, as RQ jobs name it: the job path imports this module, not the other way round.
     apply = import_string(queues.APPLY_UPDATE)
     result = context.task_result
-    with running(Attempt(request_id, record, attempt, str(result.id), str(result.task.queue_name), using)):
+    with (
+        running(Attempt(request_id, record, attempt, str(result.id), str(result.task.queue_name), using)),
+        tracing.continue_trace(trace),
+    ):
         return str(apply(request_id, using=using))
 
 
@@ -158,17 +167,22 @@ def deliver(
     attempt: int = 0,
     delay: float | None = None,
     using: str = DEFAULT_DB_ALIAS,
+    trace: dict[str, str] | None = None,
 ) -> tuple[Any, str]:
     """Make sure a task will apply ``request_id`` (a request in database ``using``): ``(task result,
     ENQUEUED)``, or ``(None, WAITING)`` if the record's task is waiting already (only known on the
-    database backend). ``delay`` defers the task (a retry's back-off)."""
+    database backend). ``delay`` defers the task (a retry's back-off); ``trace`` is a trace context
+    for the task to continue (only ids and it travel, never the changes)."""
     key = record_key(content_type_id, object_id)
     if delay is None and _waiting(key, using):
         return None, WAITING
     options: dict[str, Any] = {"backend": conf.task_backend(), "queue_name": queue}
     if delay is not None:
         options["run_after"] = timezone.now() + timedelta(seconds=delay)
-    result = apply_update.using(**options).enqueue(str(request_id), record=key, attempt=attempt, using=using)
+    kwargs: dict[str, Any] = {"record": key, "attempt": attempt, "using": using}
+    if trace:
+        kwargs["trace"] = trace
+    result = apply_update.using(**options).enqueue(str(request_id), **kwargs)
     return result, ENQUEUED
 
 
@@ -180,11 +194,12 @@ def deliver_or_leave_for_relay(
     *,
     what: str,
     using: str = DEFAULT_DB_ALIAS,
+    trace: dict[str, str] | None = None,
 ) -> Any:
     """:func:`deliver`, after the request's commit; if the backend fails (its database or its Redis is
     unreachable), log one warning and leave the request, saved and pending, to the relay."""
     try:
-        return deliver(request_id, content_type_id, object_id, queue, using=using)[0]
+        return deliver(request_id, content_type_id, object_id, queue, using=using, trace=trace)[0]
     except Exception as exc:  # whatever the backend raises: the relay delivers it
         logger.warning(
             "safeupdates: request %s (%s) is saved, but task backend %r could not take its task (%s: %s): the "

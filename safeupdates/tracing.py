@@ -4,7 +4,9 @@ The apply job runs inside :func:`job_context`: every log record emitted meanwhil
 your receivers, can carry the job's request id (:class:`RequestIdFilter`). Where OpenTelemetry is
 installed (the ``[otel]`` extra, ``opentelemetry-api``), ``enqueue_update()`` opens a span
 (:func:`enqueue_span`) whose context travels in the job's meta (never the changes), and the job continues
-that trace. Without OpenTelemetry this module imports nothing of it and costs nothing.
+that trace. With ``SAFEUPDATES_DELIVERY = "tasks"`` the Tasks API has no job meta: the context travels in
+the apply task's ``trace`` argument, beside the ids, and the task continues it (:func:`continue_trace`).
+Without OpenTelemetry this module imports nothing of it and costs nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["TRACE_META_KEY", "RequestIdFilter", "current_request_id", "enqueue_span", "job_context"]
+__all__ = [
+    "TRACE_META_KEY",
+    "RequestIdFilter",
+    "continue_trace",
+    "current_request_id",
+    "enqueue_span",
+    "job_context",
+]
 
 #: The key of an apply job's meta that carries the trace context of the ``enqueue_update()`` that queued it.
 TRACE_META_KEY = "safeupdates_trace"
@@ -63,6 +72,24 @@ def enqueue_span(model: str, pk: Any, request_id: str) -> Iterator[dict[str, str
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
         yield carrier
+
+
+@contextmanager
+def continue_trace(carrier: Mapping[str, str] | None) -> Iterator[None]:
+    """Make the trace context of ``carrier`` (an apply task's ``trace`` argument) the current one inside
+    the block, so that the apply span opened there (:func:`job_context`) continues the enqueue's trace.
+    Nothing without OpenTelemetry or without a carrier."""
+    otel = _opentelemetry() if carrier else None
+    if otel is None:
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(otel[1].extract(dict(carrier or {})))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 @contextmanager

@@ -7,6 +7,9 @@ processes: the convergence of a burst through kills, duplicates and lost enqueue
 
 from __future__ import annotations
 
+import ast
+import re
+import shlex
 import uuid
 from datetime import timedelta
 
@@ -14,6 +17,7 @@ import psycopg
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.core.checks import Error, Warning
+from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -29,7 +33,7 @@ from tests.factories import ProfileFactory
 from tests.faults.harness import AUDIT_SQL, Burst, verify
 from tests.testapp import tasks as test_tasks
 from tests.testapp.models import Profile
-from tests.workers import RowLock, wait_until, worker_db_url
+from tests.workers import ROOT, RowLock, wait_until, worker_db_url
 
 IMMEDIATE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="default")
 DATABASE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
@@ -57,6 +61,8 @@ def test_the_task_carries_ids_never_the_changes(db, django_capture_on_commit_cal
         request = enqueue_update(profile, name="secret value")
     [task] = apply_tasks()
     content_type = ContentType.objects.get_for_model(Profile)
+    # With a tracer provider set (tests/test_tracing.py sets one for the session), also the trace context.
+    task.args_kwargs["kwargs"].pop("trace", None)
     assert task.args_kwargs == {
         "args": [str(request.request_id)],
         "kwargs": {"record": f"{content_type.pk}:{profile.pk}", "attempt": 0, "using": "default"},
@@ -436,3 +442,42 @@ def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicat
     outcome = verify(burst)
     assert outcome.violations() == {}, (outcome, workers.logs())
     assert outcome.requests == 301 and hit == [True]
+
+
+# -- docs/delivery.md ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prune_example_of_the_docs_runs_as_written():
+    """The docs' ``prune_db_task_results`` line, on the docs' TASKS: finished rows past their age go, on
+    every queue; newer ones, failed ones younger than 30 days and rows left RUNNING stay."""
+    docs = (ROOT / "docs" / "delivery.md").read_text()
+    tasks = re.search(r"^TASKS = (\{.*\})$", docs, re.M)
+    prune = re.search(r"```console\n(python manage.py prune_db_task_results .*)\n```", docs)
+    assert tasks and prune
+    command = shlex.split(prune[1])
+    docs_settings = {"TASKS": ast.literal_eval(tasks[1]), "SAFEUPDATES_DELIVERY": "tasks"}
+    with override_settings(**docs_settings, SAFEUPDATES_TASK_BACKEND="default"):
+        now = timezone.now()
+        rows = {
+            "done 8 days ago": ("SUCCESSFUL", 8),
+            "done yesterday": ("SUCCESSFUL", 1),
+            "failed 10 days ago": ("FAILED", 10),
+            "failed 31 days ago": ("FAILED", 31),
+            "left running": ("RUNNING", 60),
+        }
+        for name, (status, days) in rows.items():
+            result = taskqueue.apply_update.using(backend="default").enqueue(name)
+            DBTaskResult.objects.filter(pk=result.id).update(
+                status=status,
+                started_at=now - timedelta(days=days),
+                finished_at=None if status == "RUNNING" else now - timedelta(days=days),
+            )
+        on_another_queue = taskqueue.apply_update.using(backend="default").enqueue("another queue")
+        DBTaskResult.objects.filter(pk=on_another_queue.id).update(
+            status="SUCCESSFUL", queue_name="elsewhere", finished_at=now - timedelta(days=8)
+        )
+        assert command[:3] == ["python", "manage.py", "prune_db_task_results"]
+        call_command(*command[2:])
+    left = set(DBTaskResult.objects.values_list("args_kwargs__args__0", flat=True))
+    assert left == {"done yesterday", "failed 10 days ago", "left running"}

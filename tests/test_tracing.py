@@ -1,5 +1,6 @@
 """The request id from enqueue_update() into its job: every log record of the job carries it, and with
-OpenTelemetry the job's span continues the trace of the enqueue (its context rides in the job's meta)."""
+OpenTelemetry the job's span continues the trace of the enqueue (its context rides in the RQ job's meta, or
+in the apply task's ``trace`` argument with SAFEUPDATES_DELIVERY = "tasks")."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import logging
 
 import django_rq
 import pytest
+from django.test import override_settings
+from django_tasks_db.management.commands.db_worker import Worker as DBWorker
+from django_tasks_db.models import DBTaskResult
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rq import SimpleWorker
 
-from safeupdates import enqueue_update, signals, tracing
+from safeupdates import enqueue_update, signals, taskqueue, tracing
 from tests.factories import ProfileFactory
 
 _EXPORTER = InMemorySpanExporter()
@@ -67,6 +71,75 @@ def test_the_job_continues_the_trace_of_its_enqueue(redis, spans):
     assert enqueue.attributes["safeupdates.request_id"] == str(request.request_id)
     assert enqueue.attributes["safeupdates.model"] == "testapp.Profile"
     assert apply.attributes["safeupdates.request_id"] == str(request.request_id)
+
+
+def run_db_tasks() -> None:
+    """Run the ready tasks of the "db" backend with django-tasks-db's db_worker, in this process."""
+    worker = DBWorker(
+        queue_names=["default"],
+        interval=0,
+        batch=True,
+        backend_name="db",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="tracing-test",
+        excluded_queue_names=[],
+    )
+    worker.run()
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
+def test_the_task_continues_the_trace_of_its_enqueue(spans):
+    """With tasks delivery the trace context rides in the task's arguments, beside the ids (the Tasks
+    API has no job meta): the task's span continues the trace of the enqueue, as an RQ job's does."""
+    profile = ProfileFactory()
+    request = enqueue_update(profile, name="secret value")
+    [task] = DBTaskResult.objects.filter(task_path=taskqueue.APPLY_TASK)
+    kwargs = task.args_kwargs["kwargs"]
+    assert set(kwargs) == {"record", "attempt", "using", "trace"}
+    assert set(kwargs["trace"]) == {"traceparent"}  # the context, never the changes
+    assert "secret value" not in str(task.args_kwargs)
+    run_db_tasks()
+    request.refresh_from_db()
+    assert request.status == "applied"
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    enqueue, apply = by_name["safeupdates.enqueue_update"], by_name["safeupdates.apply_update"]
+    assert apply.context.trace_id == enqueue.context.trace_id
+    assert apply.parent is not None and apply.parent.span_id == enqueue.context.span_id
+    assert apply.attributes["safeupdates.request_id"] == str(request.request_id)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="default")
+def test_the_immediate_task_continues_the_trace_of_its_enqueue(spans):
+    """On the immediate backend the task runs at commit, after the enqueue's span has ended: it is
+    still that span's child, through the carrier."""
+    profile = ProfileFactory()
+    request = enqueue_update(profile, active=True)  # autocommit: the task ran
+    request.refresh_from_db()
+    assert request.status == "applied"
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    enqueue, apply = by_name["safeupdates.enqueue_update"], by_name["safeupdates.apply_update"]
+    assert apply.parent is not None and apply.parent.span_id == enqueue.context.span_id
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
+def test_a_task_without_a_trace_starts_its_own(spans):
+    """A task enqueued without a carrier (by the relay, or by a web process of an earlier release) runs
+    and opens a root span."""
+    profile = ProfileFactory()
+    request = enqueue_update(profile, active=True)
+    DBTaskResult.objects.all().delete()
+    taskqueue.deliver(request.request_id, request.content_type_id, request.object_id, "default")
+    [task] = DBTaskResult.objects.filter(task_path=taskqueue.APPLY_TASK)
+    assert "trace" not in task.args_kwargs["kwargs"]
+    run_db_tasks()
+    request.refresh_from_db()
+    assert request.status == "applied"
+    [apply] = [span for span in spans.get_finished_spans() if span.name == "safeupdates.apply_update"]
+    assert apply.parent is None
 
 
 @pytest.mark.django_db(transaction=True)

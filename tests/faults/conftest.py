@@ -21,8 +21,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def make_site(tmp_path: Path, django_db_blocker: Any) -> Iterator[Callable[..., Site]]:
-    """Build a :class:`~tests.faults.harness.Site` (``sentinel=True``: Redis behind Sentinels); it is
-    torn down after the test, also when the test or the set-up fails."""
+    """Build a :class:`~tests.faults.harness.Site` (``sentinel=True``: Redis behind Sentinels;
+    ``delivery``: a key of :data:`~tests.faults.harness.DELIVERIES`); it is torn down after the test,
+    also when the test or the set-up fails."""
     if connections["default"].vendor != "postgresql":
         # The test process is the site's web process: its default database connection must be PostgreSQL.
         pytest.skip("the fault scenarios run in the PostgreSQL pass (DATABASE_URL is not PostgreSQL)")
@@ -31,8 +32,8 @@ def make_site(tmp_path: Path, django_db_blocker: Any) -> Iterator[Callable[..., 
         pytest.skip(missing)
     sites: list[Site] = []
 
-    def make(*, sentinel: bool = False) -> Site:
-        site = Site(tmp_path / f"site{len(sites)}", sentinel=sentinel)
+    def make(*, sentinel: bool = False, delivery: str = "rq") -> Site:
+        site = Site(tmp_path / f"site{len(sites)}", sentinel=sentinel, delivery=delivery)
         sites.append(site)
         return site.start(django_db_blocker)
 

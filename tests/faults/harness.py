@@ -25,6 +25,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, transaction
 from django.test import override_settings
 
+from demo_project.processes import TaskWorkers
 from safeupdates import enqueue_update
 from safeupdates.jobs import is_transient
 from safeupdates.models import ProcessedRequest, RequestKind
@@ -117,6 +118,36 @@ class SupervisedWorkers(Workers):
         self._thread.join(5)
         super().stop()
 
+    def kill(self, index: int = 0) -> bool:
+        with self._lock:  # not while the supervisor moves a restarted worker into place
+            return super().kill(index)
+
+    def registered(self) -> int:
+        """How many live workers have registered with RQ: they listen to their queues."""
+        return len(self.rq_states())
+
+
+class SupervisedTaskWorkers(SupervisedWorkers, TaskWorkers):
+    """Real ``db_worker`` processes (django-tasks-db) under the same supervisor. A db_worker exits on the
+    first database error it does not expect (``OperationalError`` when PostgreSQL restarts, also while it
+    marks a task's result): like an rqworker after a Redis restart, only its supervisor brings it back."""
+
+    def __init__(self, log_dir: Path, *, backend: str) -> None:
+        self._serial = 0
+        super().__init__(log_dir)
+        self.backend = backend
+
+    def _start_one(self, queues: tuple[str, ...], scheduler: bool, env: dict[str, str] | None) -> None:
+        self._serial += 1  # a restarted worker gets a --worker-id of its own
+        super()._start_one(queues, scheduler, env)
+
+    def worker_id(self, index: int) -> str:
+        return f"chaos-{self._serial}"
+
+    def registered(self) -> int:
+        """db_workers register nowhere: the live ones."""
+        return self.alive()
+
 
 def database_url(postgres: OwnPostgres, port: int | None = None, application_name: str = "") -> str:
     """The URL of ``postgres`` (through ``port``, a proxy, if given), naming the client in
@@ -125,13 +156,26 @@ def database_url(postgres: OwnPostgres, port: int | None = None, application_nam
     return f"{url}?application_name={application_name}" if application_name else url
 
 
+#: The deliveries a site can run on, by name: the settings of the web process, workers and relay.
+DELIVERIES: dict[str, dict[str, str]] = {
+    "rq": {"SAFEUPDATES_DELIVERY": "rq"},
+    # Django tasks on django-tasks-db's database backend, with db_worker processes.
+    "tasks-db": {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": "db"},
+    # Django tasks on django-tasks-rq's backend, with rqworkers (tests.settings sets its job class).
+    "tasks-rq": {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": "rq"},
+}
+
+
 class Site:
     """One scenario's world: its own PostgreSQL cluster (migrated, with an audit trigger), its own Redis
     (one server, or a primary, a replica and Sentinels), the test process pointed at them as the web
-    process, workers and a relay as subprocesses. :meth:`close` tears everything down."""
+    process, workers and a relay as subprocesses. :meth:`close` tears everything down. ``delivery`` (a
+    key of :data:`DELIVERIES`) is how apply jobs travel: RQ, or Django tasks on either task backend."""
 
-    def __init__(self, tmp_path: Path, *, sentinel: bool = False) -> None:
+    def __init__(self, tmp_path: Path, *, sentinel: bool = False, delivery: str = "rq") -> None:
         self.tmp_path = tmp_path
+        self.delivery = delivery
+        self.delivery_env = DELIVERIES[delivery]
         self.cleanup = contextlib.ExitStack()
         self.postgres = OwnPostgres()
         self.cleanup.callback(self.postgres.destroy)
@@ -149,7 +193,10 @@ class Site:
             self.cleanup.callback(self.redis.destroy)
             self.redis_env = {"REDIS_URL": self.redis.url}
         (tmp_path / "workers").mkdir(parents=True)
-        self.workers = SupervisedWorkers(tmp_path / "workers")
+        if delivery == "tasks-db":
+            self.workers: SupervisedWorkers = SupervisedTaskWorkers(tmp_path / "workers", backend="db")
+        else:
+            self.workers = SupervisedWorkers(tmp_path / "workers")
         self.cleanup.callback(self.workers.stop)
         self.relay_proc: subprocess.Popen[bytes] | None = None
 
@@ -178,7 +225,7 @@ class Site:
             # Without Sentinels a URL; with them, REDIS_SENTINELS (the URL then reaches no server).
             "REDIS_URL": "redis://127.0.0.1:1/0",
         }
-        return subprocess_env(**{**base, **self.redis_env, **extra})
+        return subprocess_env(**{**base, **self.redis_env, **self.delivery_env, **extra})
 
     def manage(self, *args: str) -> None:
         subprocess.run([sys.executable, "manage.py", *args], env=self.env(), cwd=ROOT, check=True, timeout=120)
@@ -205,7 +252,10 @@ class Site:
             with (
                 django_db_blocker.unblock(),
                 override_settings(
-                    RQ_QUEUES=self.rq_queues(), SAFEUPDATES_RELAY_AFTER=RELAY_AFTER, SAFEUPDATES_RETRY=SAFEUPDATES_RETRY
+                    RQ_QUEUES=self.rq_queues(),
+                    SAFEUPDATES_RELAY_AFTER=RELAY_AFTER,
+                    SAFEUPDATES_RETRY=SAFEUPDATES_RETRY,
+                    **self.delivery_env,
                 ),
             ):
                 yield
@@ -214,10 +264,25 @@ class Site:
             connection.settings_dict = saved
             ContentType.objects.clear_cache()
 
-    def start_workers(self, count: int, *, name: str = "worker", **env: str) -> None:
-        """``count`` times ``rqworker default --with-scheduler``, as the README starts them."""
-        env.setdefault("DATABASE_URL", database_url(self.postgres, application_name=name))
-        self.workers.start(count, env=self.env(**env))
+    def start_workers(self, count: int, *, name: str = "worker", numbered: bool = False, **env: str) -> None:
+        """``count`` times ``rqworker default --with-scheduler``, as the README starts them (with the
+        ``tasks-db`` delivery, ``db_worker --queue-name default``). ``numbered``: worker ``i`` of the site
+        is ``{name}-{i}`` in ``pg_stat_activity`` (see :meth:`worker_waiting_for_a_lock`), else ``name``."""
+        for _ in range(count if numbered else 1):
+            application_name = f"{name}-{len(self.workers.procs)}" if numbered else name
+            url = env.get("DATABASE_URL") or database_url(self.postgres, application_name=application_name)
+            self.workers.start(1 if numbered else count, env=self.env(**{**env, "DATABASE_URL": url}))
+
+    def worker_waiting_for_a_lock(self, name: str = "worker") -> int | None:
+        """The index of a numbered worker (:meth:`start_workers`) whose job waits for a lock inside its
+        transaction, or None."""
+        with psycopg.connect(database_url(self.postgres), autocommit=True) as admin:
+            rows = admin.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s "
+                "AND wait_event_type = 'Lock' AND xact_start IS NOT NULL",
+                [f"{name}-%"],
+            ).fetchall()
+        return int(rows[0][0].rsplit("-", 1)[1]) if rows else None
 
     def start_relay(self) -> None:
         """``safeupdates_relay --interval 1``, as the docs tell operators to run it."""

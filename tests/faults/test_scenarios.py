@@ -6,12 +6,20 @@ one (see :func:`tests.faults.harness.verify`). Each prints how long convergence 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable
 
 import psycopg
 import pytest
+from django.db import connection
+from django.test import override_settings
+from django_tasks_db.models import DBTaskResult
 
+from safeupdates import queues, taskqueue
+from safeupdates.models import ProcessedRequest
 from tests.faults.harness import (
     Burst,
     Converged,
@@ -43,7 +51,7 @@ def prepare(site: Site, workers: int = 3) -> list[int]:
     if workers:
         site.start_workers(workers)
     site.start_relay()
-    assert wait_for(lambda: len(site.workers.rq_states()) == site.workers.alive(), 60), site.logs()
+    assert wait_for(lambda: site.workers.registered() == site.workers.alive(), 60), site.logs()
     return pks
 
 
@@ -67,7 +75,7 @@ def converge(
     # data, a worker that reconnected without restarting works on but is listed no more (RQ registers a
     # worker when it starts; its heartbeat does not register it again): there, only alive is asserted.
     workers_back = wait_for(
-        lambda: site.workers.alive() == 3 and (len(site.workers.rq_states()) == 3 or not registered_again), 30
+        lambda: site.workers.alive() == 3 and (site.workers.registered() == 3 or not registered_again), 30
     )
     outcome = verify(burst)
     print(
@@ -84,7 +92,7 @@ def converge(
     assert converged, f"{site.non_terminal()} requests still pending\n{site.logs()}"
     assert outcome.violations() == {}, f"{outcome}\n{site.logs()}"
     assert len(burst.committed) >= TOGGLES
-    assert workers_back, f"workers {site.workers.rq_states()}, {site.workers.alive()} alive\n{site.logs()}"
+    assert workers_back, f"workers {site.workers.registered()} registered, {site.workers.alive()} alive\n{site.logs()}"
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
@@ -106,6 +114,156 @@ def test_postgresql_restarts_mid_burst(make_site, mode):
     clock.burst_end = time.monotonic()
     converge(site, burst, clock, fault[0], f"PostgreSQL restart -m {mode}")
     assert burst.retries > 0, "the restart did not hit the burst"
+
+
+#: The chaos of issue 23, in toggles committed: deliveries after commit lost (only the frozen records get
+#: toggles meanwhile, and none after: only the relay can bring theirs), a worker SIGKILLed mid-job, the
+#: PostgreSQL restart at FAULT_AT, and duplicate deliveries of DUPLICATES requests, newest first.
+LOSE_AT, LOSE_UNTIL, KILL_AT, DUPLICATES_AT, DUPLICATES = 200, 300, 1100, 1500, 100
+
+
+def lose_deliveries(site: Site) -> Callable[[], None]:
+    """From now on, the web process's deliveries after commit fail: its Redis is unreachable (RQ,
+    django-tasks-rq), or its task table locked (django-tasks-db: the enqueue times out on the lock).
+    Returns the function that ends the outage."""
+    if site.delivery == "tasks-db":
+        locked, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            # At most 30 s: should the web process lose its connection (and its lock_timeout) meanwhile,
+            # its next enqueue waits for the lock instead of failing, and would wait for ever.
+            with psycopg.connect(database_url(site.postgres, application_name="locker")) as locker:
+                locker.execute(f"LOCK TABLE {DBTaskResult._meta.db_table} IN ACCESS EXCLUSIVE MODE")  # type: ignore[arg-type]
+                locked.set()
+                release.wait(30)
+
+        holder = run_in_thread(hold)
+        assert locked.wait(10), "could not lock the task table"
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '50ms'")
+
+        def end() -> None:
+            release.set()
+            join(holder)
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+
+        return end
+    unreachable = {name: {**queue, "URL": "redis://127.0.0.1:1/0"} for name, queue in site.rq_queues().items()}
+    outage = override_settings(RQ_QUEUES=unreachable)
+    outage.enable()
+    return outage.disable
+
+
+def deliver_again(site: Site, request: ProcessedRequest) -> None:
+    """A second delivery of ``request``, past the coalescing: a job or task of its own."""
+    record = f"{request.content_type_id}:{request.object_id}"
+    if site.delivery == "rq":
+        queue = queues.get_queue("default")
+        options = queues.job_options(request.content_type_id, request.object_id)
+        queue.enqueue_call(queues.APPLY_UPDATE, args=(str(request.request_id),), **options)
+    else:
+        task = taskqueue.apply_update.using(backend=site.delivery_env["SAFEUPDATES_TASK_BACKEND"])
+        task.enqueue(str(request.request_id), record=record, attempt=0)
+
+
+class Lost(logging.Handler):
+    """Counts the web process's deliveries after commit that failed (left to the relay)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += "the relay will deliver it" in record.getMessage()
+
+
+@pytest.mark.parametrize("delivery", ["rq", "tasks-db", "tasks-rq"])
+def test_convergence_chaos_on_every_delivery(make_site, delivery):
+    """Issue 23: the same chaos on RQ, on Django tasks with django-tasks-db's db_workers, and on Django
+    tasks with django-tasks-rq's rqworkers, all supervised: 2,000 toggles of 24 records, deliveries lost
+    after commit (the relay brings them), a worker SIGKILLed while its job waits for a row lock inside its
+    transaction, ``pg_ctl restart -m fast`` mid-burst (workers that die of it are restarted), and 100
+    requests delivered a second time, newest first. Nothing wrong, lost, or applied twice."""
+    site = make_site(delivery=delivery)
+    pks = site.profiles(RECORDS)
+    site.start_workers(3, numbered=True)
+    site.start_relay()
+    assert wait_for(lambda: site.workers.registered() == 3, 60), site.logs()
+    burst, clock = Burst(pks, seed=23), Converged()
+    lost, logger = Lost(), logging.getLogger("safeupdates")
+    logger.addHandler(lost)
+    site.cleanup.callback(logger.removeHandler, lost)
+    outage: list[Callable[[], None]] = []
+    lost_in_window: list[int] = []
+    killed: list[int] = []
+    fault: list[threading.Thread] = []
+
+    def lose() -> None:
+        burst.targets = pks[:FROZEN]
+        lost.count = 0
+        outage.append(lose_deliveries(site))
+
+    def found() -> None:
+        outage.pop()()
+        lost_in_window.append(lost.count)
+        burst.targets = pks[FROZEN:]
+
+    def restart() -> None:
+        clock.fault()
+        site.postgres.restart("fast", down_for=2)
+        clock.healed()
+
+    def kill_mid_job() -> None:
+        # The burst waits meanwhile: the job of this one request blocks on the row lock held here.
+        target = pks[-1]
+        with psycopg.connect(database_url(site.postgres, application_name="locker")) as locker:
+            locker.execute("SELECT 1 FROM testapp_profile WHERE id = %s FOR UPDATE", [target])
+            rid = uuid.uuid4()
+            burst._commit([(rid, target, "dark_mode", True)], time.monotonic() + 60)
+            burst.committed[rid] = (target, "dark_mode", True)
+            waiting: list[int | None] = [None]
+
+            def blocked() -> bool:
+                waiting[0] = site.worker_waiting_for_a_lock()
+                return waiting[0] is not None
+
+            assert wait_until(blocked, 30, interval=0.05), f"no job waited for the row lock\n{site.logs()}"
+            assert waiting[0] is not None
+            site.workers.kill(waiting[0])
+            killed.append(waiting[0])
+
+    def duplicates() -> None:
+        # Of the records that get toggles: a frozen record's lost requests are the relay's to deliver.
+        rids = sorted((rid for rid, (pk, _, _) in burst.committed.items() if pk in pks[FROZEN:]), key=str)
+        rids = rids[:DUPLICATES]
+        for request in ProcessedRequest.objects.filter(request_id__in=rids).order_by("-version"):
+            deliver_again(site, request)
+
+    hooks = {
+        LOSE_AT: lose,
+        LOSE_UNTIL: found,
+        FAULT_AT: lambda: fault.append(run_in_thread(restart)),
+        KILL_AT: kill_mid_job,
+        DUPLICATES_AT: duplicates,
+    }
+    started = time.monotonic()
+    burst.run(TOGGLES, hooks=hooks, pace=0.004)
+    clock.burst_end = time.monotonic()
+    converge(
+        site,
+        burst,
+        clock,
+        fault[0],
+        f"convergence chaos on {delivery}",
+        f"; {lost_in_window[0]} deliveries lost after commit, worker {killed} killed mid-job, {DUPLICATES} "
+        "duplicate deliveries",
+    )
+    print(f"  scenario wall time {time.monotonic() - started:.1f}s from the first toggle")
+    assert burst.retries > 0, "the restart did not hit the burst"
+    assert lost_in_window[0] > 0, "no delivery was lost"
+    assert site.relay_enqueued() > 0, f"the relay delivered nothing\n{site.logs()}"
+    assert len(killed) == 1
 
 
 def test_worker_connections_terminated_mid_transaction(make_site):
