@@ -559,11 +559,11 @@ def bench_drain(report: Report, queue: Queue, rounds: int, toggle_count: int, re
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_unlock(%s)", [GATE_LOCK])
             pending = ProcessedRequest.objects.filter(pk__gt=first_request, status=RequestStatus.PENDING)
-            wait_for(lambda: not pending.exists(), "the Django tasks drain", task_pool)
+            wait_for(lambda: not pending.exists(), "the Django tasks drain", task_pool, timeout)
             tasks_row.figures.append(time.perf_counter() - start)
             tasks_wrong.append(wrong_fields(wanted))
             busy = DBTaskResult.objects.filter(status__in=["READY", "RUNNING"])
-            wait_for(lambda: not busy.exists(), "idle db_workers", task_pool)
+            wait_for(lambda: not busy.exists(), "idle db_workers", task_pool, timeout)
 
         for round_ in range(rounds):
             for kind in _rotate(["naive", "safe", "tasks"], round_):

@@ -288,19 +288,20 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         of_records = models.Q()
         for content_type_id, object_id in records:
             of_records |= models.Q(content_type_id=content_type_id, object_id=object_id)
-        ranked = (
-            self.filter(of_records, status=RequestStatus.PENDING, kind=RequestKind.UPDATE)
-            .annotate(
-                rank=models.Window(
-                    RowNumber(),
-                    partition_by=[F("content_type_id"), F("object_id")],
-                    order_by=F("version").asc(),
-                )
+        pending = self.filter(of_records, status=RequestStatus.PENDING, kind=RequestKind.UPDATE)
+        ranked = pending.annotate(
+            rank=models.Window(
+                RowNumber(),
+                partition_by=[F("content_type_id"), F("object_id")],
+                order_by=F("version").asc(),
             )
-            .filter(rank__lte=limit)
-        )
+        ).filter(rank__lte=limit)
+        # The status is checked again by the locking statement itself: PostgreSQL re-reads a row that
+        # another job finished since the ranking read it, and only the outer WHERE decides whether
+        # that newer version is still ours to lock (as in claim()). Without it, a request another job
+        # had just applied was claimed again, and marked stale.
         return list(
-            self.filter(pk__in=ranked.values("pk"))
+            pending.filter(pk__in=ranked.values("pk"))
             .select_for_update(skip_locked=True)
             .order_by("content_type_id", "object_id", "version")
         )
