@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import nullcontext
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
@@ -161,7 +162,17 @@ def _apply_records(records: list[tuple[int, str, uuid.UUID]], using: str) -> dic
         for request in log.claim_records([(ct, object_id) for ct, object_id, _ in records], BATCH_SIZE):
             by_record.setdefault((request.content_type_id, request.object_id), []).append(request)  # type: ignore[arg-type]
         held = _lock_rows(list(by_record), using)
-        counts = log.finish_many([_decide(batch, using) for key, batch in by_record.items() if key in held])
+        batches = [batch for key, batch in by_record.items() if key in held]
+        try:
+            # One savepoint for the page's writes, not one per record.
+            with transaction.atomic(using=using):
+                outcomes = [_decide(batch, using, savepoint=False) for batch in batches]
+        except DatabaseError as exc:
+            if is_transient(exc):
+                raise
+            # A value the database refuses: again, each record in a savepoint of its own, to find it.
+            outcomes = [_decide(batch, using) for batch in batches]
+        counts = log.finish_many(outcomes)
     for content_type_id, object_id, request_id in records:
         key = (content_type_id, object_id)
         if key not in held or len(by_record.get(key, ())) >= BATCH_SIZE:
@@ -222,9 +233,10 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
     return log.finish(*_decide(batch, using))
 
 
-def _decide(batch: list[ProcessedRequest], using: str) -> tuple[list[Result], Target | None]:
+def _decide(batch: list[ProcessedRequest], using: str, *, savepoint: bool = True) -> tuple[list[Result], Target | None]:
     """Write the claimed requests ``batch`` of one record, newest version per field, in a savepoint;
-    the outcome of each, and the record they target (None: a content type that is gone)."""
+    the outcome of each, and the record they target (None: a content type that is gone). Without a
+    ``savepoint`` (the caller has one) any database error propagates."""
     try:
         content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
     except ContentType.DoesNotExist:
@@ -262,10 +274,10 @@ def _decide(batch: list[ProcessedRequest], using: str) -> tuple[list[Result], Ta
     winners = newest_per_field((request.version or 0, request.pk, cleaned) for request, cleaned in valid)
     try:
         # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
-        with transaction.atomic(using=using):
+        with transaction.atomic(using=using) if savepoint else nullcontext():
             written = _write(model, pk, winners, using)
     except DatabaseError as exc:
-        if is_transient(exc):
+        if is_transient(exc) or not savepoint:
             raise  # RQ retries the job; nothing here is the requests' fault
         return [*rejected, *_one_by_one(model, pk, valid, using)], target
     stored = None

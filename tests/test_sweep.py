@@ -220,3 +220,16 @@ def test_a_page_never_waits_for_a_row_while_it_holds_others(redis, postgres_only
     watcher.join()
     assert seen == [["applied", "pending", "applied"]]  # C was committed while B waited
     assert statuses(requests) == ["applied"] * 3
+
+
+def test_a_value_the_database_refuses_in_a_page_rejects_only_its_request(redis, refusing_trigger):
+    refusing_trigger("P0001")  # a trigger's RAISE EXCEPTION: the value's fault, not transient
+    own, b, c = ProfileFactory.create_batch(3, active=False)
+    enqueue_update(own, active=True)
+    on_b = enqueue_update(b, active=True)
+    culprit = enqueue_update(b, name="forbidden")
+    on_c = enqueue_update(c, active=True)
+    run_one_job()
+    assert statuses([on_b, culprit, on_c]) == ["applied", "rejected", "applied"]
+    assert queue().count == 0
+    assert Profile.objects.get(pk=b.pk).active and Profile.objects.get(pk=c.pk).active
