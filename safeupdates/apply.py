@@ -59,6 +59,7 @@ def apply_update(request_id: str, using: str | None = None) -> str:
         queues.fail_without_retry()
         raise
     using = using or router.db_for_write(ProcessedRequest)
+    started = time.monotonic()
     with tracing.job_context(str(rid), queues.current_job_meta(tracing.TRACE_META_KEY)):
         try:
             counts = _apply_record(rid, using, first=True)
@@ -67,7 +68,7 @@ def apply_update(request_id: str, using: str | None = None) -> str:
             _record_failed_attempt(rid, using, exc)
             raise
     summary = _summary(counts) or "nothing pending"
-    records, swept = _sweep(using)
+    records, swept = _sweep(using, started)
     return f"{summary}; swept {records} other record(s): {_summary(swept) or 'nothing pending'}" if records else summary
 
 
@@ -89,17 +90,19 @@ def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
             return counts
 
 
-def _sweep(using: str) -> tuple[int, dict[str, int]]:
+def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
     """Having applied its own record, an RQ job applies other records of its queue and database whose
     jobs are still waiting there, taking those jobs off the queue (:func:`queues.take_waiting`): a burst
     over many records then costs a few jobs (each a fork and a connection), not one per record, and a
     page of records costs one claim and one update of the log, not one of each per record.
 
-    At most ``SAFEUPDATES_SWEEP_RECORDS`` records, and for at most a quarter of the job's timeout. A
-    record whose job a worker has already taken is left to that job. Should a page's write fail (the
-    database went away), its records get their jobs back and the sweep ends; were the worker killed
-    mid-sweep, the requests of the records it held stay pending, and the relay delivers them. Returns
-    how many records were swept, and the count per status of their requests.
+    At most ``SAFEUPDATES_SWEEP_RECORDS`` records, and until a quarter of the job's timeout has passed
+    since it ``started``. Records of a model with parents (its write spans tables) are left to their
+    own jobs, and so is a record whose job a worker has already taken. The sweep never fails its job,
+    whose own record is applied: should anything go wrong (the database went away, the job's timeout
+    fired), the records it took and did not apply get their jobs back and the sweep ends. Were the
+    worker killed mid-sweep, the requests of the records it held stay pending, and the relay delivers
+    them. Returns how many records were swept, and the count per status of their requests.
     """
     limit = conf.sweep_records()
     queue_name = queues.current_queue_name()
@@ -107,55 +110,74 @@ def _sweep(using: str) -> tuple[int, dict[str, int]]:
     if limit <= 0 or queue_name is None or conf.uses_tasks():
         return 0, counts
     log = ProcessedRequest.objects.using(using)
-    deadline = time.monotonic() + conf.job_timeout() / 4
+    deadline = started + conf.job_timeout() / 4
     swept = 0
     after: tuple[int, str] | None = None
-    while swept < limit and time.monotonic() < deadline:
-        size = min(SWEEP_PAGE, limit - swept)
-        page = log.waiting_records(queue_name, after, size)
-        if not page:
-            break
-        after = page[-1][:2]
-        taken = queues.take_waiting([(content_type_id, object_id) for content_type_id, object_id, _ in page], using)
-        records = [record for record, took in zip(page, taken, strict=True) if took]
-        swept += len(records)
-        try:
-            done = _apply_records(records, using)
-        except DatabaseError:
-            for content_type_id, object_id, request_id in records:
-                logger.warning(
-                    "safeupdates: sweeping record %s:%s failed; its job is enqueued again",
-                    content_type_id,
-                    object_id,
-                    exc_info=True,
-                )
-                delivery.deliver_or_leave_for_relay(
-                    request_id,
-                    content_type_id,
-                    object_id,
-                    queue_name,
-                    what=f"record {content_type_id}:{object_id}",
-                    using=using,
-                )
-            return swept, counts
-        for status, count in done.items():
-            counts[status] = counts.get(status, 0) + count
-        if len(page) < size:
-            break
+    owed: list[tuple[int, str, uuid.UUID]] = []  # taken, not yet applied: their jobs, if we fail
+    try:
+        while swept < limit and time.monotonic() < deadline:
+            size = min(SWEEP_PAGE, limit - swept)
+            page = log.waiting_records(queue_name, after, size)
+            if not page:
+                break
+            after, last_page = page[-1][:2], len(page) < size
+            ours = [record for record in page if not _spans_tables(record[0], using)]
+            taken = queues.take_waiting([(content_type_id, object_id) for content_type_id, object_id, _ in ours], using)
+            owed = [record for record, took in zip(ours, taken, strict=True) if took]
+            swept += len(owed)
+            done, unheld = _apply_records(owed, using)
+            owed = unheld
+            _give_back(owed, queue_name, using)
+            owed = []
+            for status, count in done.items():
+                counts[status] = counts.get(status, 0) + count
+            if last_page:
+                break
+    except Exception:  # a database error, the job's timeout (RQ raises it in the job), a Redis error ...
+        logger.warning(
+            "safeupdates: a sweep stopped; the %d record(s) it owed get their jobs back", len(owed), exc_info=True
+        )
+        _give_back(owed, queue_name, using)
     return swept, counts
 
 
-def _apply_records(records: list[tuple[int, str, uuid.UUID]], using: str) -> dict[str, int]:
-    """Apply the pending requests of several records (``(content_type_id, object_id, request_id)``
-    each) in one transaction: one claim, a guarded write per record, one update of the log.
+def _spans_tables(content_type_id: int, using: str) -> bool:
+    """Whether the records of ``content_type_id`` are of a model with parents (multi-table inheritance)."""
+    try:
+        model = ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
+    except ContentType.DoesNotExist:
+        return False
+    return model is not None and bool(model._meta.parents)
 
-    The page never waits for a lock while it holds others (it could deadlock with a transaction that
-    locks several rows in another order): the rows it writes are locked first with ``SKIP LOCKED``. A
-    record whose row another transaction holds, of a model with parents (its write spans tables), or
-    with more than :data:`BATCH_SIZE` pending is applied after the page, as its own job would.
+
+def _give_back(records: list[tuple[int, str, uuid.UUID]], queue_name: str, using: str) -> None:
+    """Enqueue the jobs of records a sweep took and did not apply (if Redis is down: the relay's)."""
+    for content_type_id, object_id, request_id in records:
+        delivery.deliver_or_leave_for_relay(
+            request_id,
+            content_type_id,
+            object_id,
+            queue_name,
+            what=f"record {content_type_id}:{object_id}",
+            using=using,
+        )
+
+
+def _apply_records(
+    records: list[tuple[int, str, uuid.UUID]], using: str
+) -> tuple[dict[str, int], list[tuple[int, str, uuid.UUID]]]:
+    """Apply the pending requests of several records (``(content_type_id, object_id, request_id)``
+    each) in one transaction: one claim, a guarded write per record, one update of the log. Returns the
+    count per status, and the records left unapplied.
+
+    The page waits for no row while it holds others (it could deadlock with a transaction that locks
+    several rows in another order, and outlive its job's timeout): the rows it writes are locked first
+    with ``SKIP LOCKED``, and a record whose row another transaction holds is left unapplied, for its own
+    job to wait for. A record with more than :data:`BATCH_SIZE` pending gets the rest applied after the
+    page, as its own job would.
     """
     if not records:
-        return {}
+        return {}, []
     log = ProcessedRequest.objects.using(using)
     by_record: dict[tuple[int, str], list[ProcessedRequest]] = {}
     with transaction.atomic(using=using):
@@ -173,18 +195,18 @@ def _apply_records(records: list[tuple[int, str, uuid.UUID]], using: str) -> dic
             # A value the database refuses: again, each record in a savepoint of its own, to find it.
             outcomes = [_decide(batch, using) for batch in batches]
         counts = log.finish_many(outcomes)
+    unheld = [record for record in records if record[:2] in by_record and record[:2] not in held]
     for content_type_id, object_id, request_id in records:
-        key = (content_type_id, object_id)
-        if key not in held or len(by_record.get(key, ())) >= BATCH_SIZE:
+        if len(by_record.get((content_type_id, object_id), ())) >= BATCH_SIZE:
             for status, count in _apply_record(request_id, using, first=False).items():
                 counts[status] = counts.get(status, 0) + count
-    return counts
+    return counts, unheld
 
 
 def _lock_rows(records: list[tuple[int, str]], using: str) -> set[tuple[int, str]]:
     """Lock the rows of ``records`` that no other transaction holds (``FOR UPDATE SKIP LOCKED``, one
     statement per model); the records a page may write without waiting. A record whose model or key
-    is gone needs no lock (its requests are rejected); one of a model with parents is left out."""
+    is gone needs no lock (its requests are rejected)."""
     held: set[tuple[int, str]] = set()
     by_model: dict[type[models.Model], dict[Any, tuple[int, str]]] = {}
     for content_type_id, object_id in records:
@@ -195,8 +217,6 @@ def _lock_rows(records: list[tuple[int, str]], using: str) -> set[tuple[int, str
         if model is None:
             held.add((content_type_id, object_id))
             continue
-        if model._meta.parents:
-            continue
         try:
             pk = clean_pk(model, object_id)
         except InvalidUpdate:
@@ -205,7 +225,9 @@ def _lock_rows(records: list[tuple[int, str]], using: str) -> set[tuple[int, str
         by_model.setdefault(model, {})[pk] = (content_type_id, object_id)
     for model, keys in by_model.items():
         rows = model._base_manager.db_manager(using).filter(pk__in=list(keys)).select_for_update(skip_locked=True)
-        held.update(keys[pk] for pk in rows.values_list("pk", flat=True))
+        # A key the database gives back otherwise (a case-insensitive collation) matches none: its
+        # record is left unapplied, for its own job.
+        held.update(keys[pk] for pk in rows.values_list("pk", flat=True) if pk in keys)
     return held
 
 

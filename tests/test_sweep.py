@@ -7,11 +7,9 @@ concurrently runs in real ``rqworker`` processes.
 
 from __future__ import annotations
 
-import threading
-
 import django_rq
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test import override_settings
 from rq import SimpleWorker
 
@@ -19,7 +17,7 @@ from safeupdates import apply, enqueue_update, queues, signals
 from safeupdates.jobs import relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from tests.factories import ProfileFactory
-from tests.test_jobs import _alive, _waiting_backends, _waiting_on_lock, all_done
+from tests.test_jobs import _alive, _waiting_on_lock, all_done
 from tests.testapp.models import Profile
 from tests.workers import RowLock, wait_until
 
@@ -110,7 +108,7 @@ def test_a_sweep_whose_write_fails_gives_the_record_its_job_back(redis, refusing
     applied = enqueue_update(good, active=True)
     held = enqueue_update(refused, name="forbidden")
     assert run_one_job() == "finished"  # its own record was applied: the job did not fail
-    assert f"sweeping record {held.content_type_id}:{held.object_id} failed" in caplog.text
+    assert "a sweep stopped; the 1 record(s) it owed get their jobs back" in caplog.text
     assert statuses([applied, held]) == ["applied", "pending"]
     # The swept record's job, back on the queue under its own id.
     assert queue().job_ids == [queues.job_id(held.content_type_id, held.object_id)]
@@ -141,29 +139,58 @@ def test_a_job_a_worker_already_runs_is_not_swept(workers, postgres_only, caplog
     assert ProcessedRequest.objects.get(pk=on_b.pk).attempts == 1
 
 
+@pytest.fixture
+def slow_trigger(postgres_only):
+    """A trigger on the Profile table that sleeps 3 s in an UPDATE that sets ``name = 'slow'``."""
+    table = Profile._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            CREATE OR REPLACE FUNCTION safeupdates_test_slow() RETURNS trigger AS $$
+            BEGIN
+                IF NEW.name = 'slow' THEN PERFORM pg_sleep(3); END IF;
+                RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER safeupdates_test_slow BEFORE UPDATE ON {table}
+                FOR EACH ROW EXECUTE FUNCTION safeupdates_test_slow();
+            """
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_slow ON {table}")
+        cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_slow()")
+
+
+def _sleeping_backends() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep' "
+            "AND pid <> pg_backend_pid()"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
 @pytest.mark.workers
-def test_a_worker_killed_mid_sweep_leaves_the_record_to_the_relay(workers, postgres_only):
-    """SIGKILL while a job sweeps record B (held on B's row): B's job was taken off the queue and its
-    transaction dies with the worker; B's request stays pending and the relay delivers it."""
+def test_a_worker_killed_mid_sweep_leaves_the_record_to_the_relay(workers, slow_trigger):
+    """SIGKILL while a job's sweep writes record B (a slow trigger): B's job was taken off the queue and
+    the page's transaction dies with the worker; B's request stays pending and the relay delivers it."""
     a, b = ProfileFactory.create_batch(2, active=False)
-    row = RowLock(Profile, b.pk).start()
     on_a = enqueue_update(a, active=True)  # A's job first in the queue: it runs, then sweeps B
-    on_b = enqueue_update(b, active=True)
+    on_b = enqueue_update(b, name="slow")
     workers.start(1)
-    assert wait_until(_waiting_on_lock, 20)
-    assert wait_until(lambda: statuses([on_a]) == ["applied"], 20)
+    assert wait_until(lambda: bool(_sleeping_backends()), 20)  # the page is in B's UPDATE
+    assert statuses([on_a]) == ["applied"]
     assert queue().count == 0  # B's job was taken by the sweep ...
     assert queue().started_job_registry.get_job_ids() == [queues.job_id(on_a.content_type_id, on_a.object_id)]
-    backends = _waiting_backends()
+    backends = _sleeping_backends()
     workers.kill(0)
-    row.release()
     assert wait_until(lambda: not _alive(backends), 20)
     assert statuses([on_b]) == ["pending"]
     workers.start(1)
     relay_pending(0)
     assert all_done(30)
     assert ProcessedRequest.objects.get(pk=on_b.pk).attempts == 1
-    assert Profile.objects.get(pk=b.pk).active is True
+    assert Profile.objects.get(pk=b.pk).name == "slow"
 
 
 def test_a_swept_record_with_more_than_a_batch_pending_is_applied_whole(redis, monkeypatch):
@@ -196,30 +223,31 @@ def test_each_swept_record_is_signalled_as_itself(redis):
     assert sorted(seen, key=lambda one: one[1]) == [(Profile, p.pk, ("active",), True) for p in profiles]
 
 
-def test_a_page_never_waits_for_a_row_while_it_holds_others(redis, postgres_only):
-    """Record B's row is held by another transaction: the page applies C without waiting for B (a page
-    that waited while holding C's row could deadlock with a transaction that locks both), then B is
-    applied alone, as its own job would, once its row is free."""
+def test_a_record_whose_row_is_held_gets_its_job_back_and_no_sweep_waits(redis, postgres_only):
+    """Record B's row is held by another transaction. A sweep that waited for it would hold C's row
+    meanwhile (a deadlock with a transaction that locks both) and could outlive its job's timeout, failing
+    a job whose own record was applied (RQ would retry it: a false duplicate). The page applies C, gives
+    B its job back and ends; B's own job applies it once its row is free."""
     own, *others = ProfileFactory.create_batch(3, active=False)
     b, c = sorted(others, key=lambda p: str(p.pk))  # the page goes in key order: B first
     requests = [enqueue_update(p, active=True) for p in (own, b, c)]
-    row = RowLock(Profile, b.pk).start()
-    seen: list[list[str]] = []
+    duplicates: list[object] = []
 
-    def release_once_the_job_waits() -> None:
-        try:
-            if wait_until(_waiting_on_lock, 20):
-                seen.append(statuses(requests))
-        finally:
-            row.release()
-            connections.close_all()
+    def receiver(sender, request_id, **kwargs):
+        duplicates.append(request_id)
 
-    watcher = threading.Thread(target=release_once_the_job_waits)
-    watcher.start()
-    run_one_job()
-    watcher.join()
-    assert seen == [["applied", "pending", "applied"]]  # C was committed while B waited
+    signals.request_duplicate.connect(receiver, sender=Profile)
+    try:
+        with RowLock(Profile, b.pk), override_settings(SAFEUPDATES_JOB_TIMEOUT=2):
+            assert run_one_job() == "finished"
+            assert statuses(requests) == ["applied", "pending", "applied"], (own.pk, b.pk, c.pk)
+            assert queue().job_ids == [queues.job_id(requests[1].content_type_id, requests[1].object_id)]
+            assert queue().failed_job_registry.count == 0
+        run_one_job()
+    finally:
+        signals.request_duplicate.disconnect(receiver, sender=Profile)
     assert statuses(requests) == ["applied"] * 3
+    assert duplicates == []
 
 
 def test_a_value_the_database_refuses_in_a_page_rejects_only_its_request(redis, refusing_trigger):
