@@ -81,14 +81,43 @@ def test_key_from_a_template_or_a_callable():
     assert task_log_key("charge:A-1") == "charge:A-1"
 
 
+def test_keys_from_arguments_passed_by_keyword():
+    # Decorated here, not at import: what a mutation run traces per test.
+    @idempotent(key="mail:{user_id}:{kind}")
+    def send(user_id: int, kind: str = "welcome") -> None:
+        pass
+
+    @idempotent(key=lambda user_id, kind="welcome": f"notify:{user_id}:{kind}")
+    def notify(user_id: int, kind: str = "welcome") -> None:
+        pass
+
+    assert send.key_for(user_id=7, kind="reset") == "mail:7:reset"
+    assert send.key_for(7, kind="reset") == "mail:7:reset"
+    assert notify.key_for(user_id=7, kind="reset") == "notify:7:reset"
+    with pytest.raises(InvalidControl) as excinfo:
+        send.key_for(7, colour="red")
+    assert str(excinfo.value) == (
+        "test_keys_from_arguments_passed_by_keyword.<locals>.send(user_id: 'int', kind: 'str' = 'welcome') -> 'None': "
+        "got an unexpected keyword argument 'colour'"
+    )
+
+
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"key": 5}, {"key": ""}, {"key": "k", "timeout": 0}, {"key": "k", "timeout": True}, {"key": "k", "timeout": 1.5}],
-    ids=["key not str", "key empty", "timeout zero", "timeout bool", "timeout float"],
+    ("kwargs", "message"),
+    [
+        ({"key": 5}, "key must be a callable or a format string such as 'refund:{order_id}', not 5."),
+        ({"key": ""}, "key must not be empty; use a template such as 'refund:{order_id}'."),
+        ({"key": "  "}, "key must not be empty; use a template such as 'refund:{order_id}'."),
+        ({"key": "k", "timeout": 0}, "timeout must be a positive number of seconds (int), not 0."),
+        ({"key": "k", "timeout": True}, "timeout must be a positive number of seconds (int), not True."),
+        ({"key": "k", "timeout": 1.5}, "timeout must be a positive number of seconds (int), not 1.5."),
+    ],
+    ids=["key not str", "key empty", "key blank", "timeout zero", "timeout bool", "timeout float"],
 )
-def test_bad_decorator_arguments(kwargs):
-    with pytest.raises(InvalidControl):
+def test_bad_decorator_arguments(kwargs, message):
+    with pytest.raises(InvalidControl) as excinfo:
         idempotent(**kwargs)
+    assert str(excinfo.value) == message
 
 
 @pytest.mark.django_db
