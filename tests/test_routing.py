@@ -26,6 +26,7 @@ from django.test import override_settings
 from rq import SimpleWorker
 
 from safeupdates import enqueue_update
+from safeupdates.contrib.idempotent.decorators import SKIPPED, idempotent
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, relay
 from safeupdates.managers import SafeUpdateQuerySet
@@ -269,6 +270,27 @@ def test_the_relay_command_delivers_on_the_database_it_is_given(redis):
 def test_the_relay_command_refuses_an_unknown_database():
     with pytest.raises(CommandError, match="--database 'nowhere' is not in DATABASES"):
         call_command("safeupdates_relay", "--database", "nowhere", stdout=StringIO())
+
+
+class RequestLogRouter:
+    """The request log alone on the tenant's database: a router that looks at the model."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return TENANT if model is ProcessedRequest else None
+
+    db_for_read = db_for_write
+
+
+def test_idempotent_records_its_task_where_the_router_writes_the_request_log():
+    @idempotent(key="routed:{name}")
+    def routed(name: str) -> str:
+        return f"ran {name}"
+
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.RequestLogRouter"]):
+        assert routed("x") == "ran x"
+        assert routed("x") is SKIPPED
+    assert log(TENANT).get(key="routed:x").status == RequestStatus.APPLIED
+    assert not log("default").filter(key="routed:x").exists()
 
 
 def test_a_foreign_key_is_checked_on_the_database_given():
