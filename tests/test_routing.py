@@ -30,10 +30,10 @@ from safeupdates.contrib.idempotent.decorators import SKIPPED, idempotent
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, relay
 from safeupdates.managers import SafeUpdateQuerySet
-from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.models import ProcessedRequest, RequestStatus, VersionCounter
 from safeupdates.queues import job_id
 from safeupdates.validation import clean_changes
-from safeupdates.versions import last_issued, next_version
+from safeupdates.versions import _next_from_counter, last_issued, next_version
 from tests.testapp.models import Document, Profile, Specimen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
@@ -270,6 +270,14 @@ def test_the_relay_command_delivers_on_the_database_it_is_given(redis):
 def test_the_relay_command_refuses_an_unknown_database():
     with pytest.raises(CommandError, match="--database 'nowhere' is not in DATABASES"):
         call_command("safeupdates_relay", "--database", "nowhere", stdout=StringIO())
+
+
+def test_the_counter_fallback_counts_on_the_database_given():
+    VersionCounter.objects.using("default").update_or_create(pk=1, defaults={"value": 10**6})
+    VersionCounter.objects.using(TENANT).update_or_create(pk=1, defaults={"value": 5})
+    assert _next_from_counter(TENANT) == 6
+    assert _next_from_counter(TENANT) == 7
+    assert VersionCounter.objects.using("default").get(pk=1).value == 10**6
 
 
 class RequestLogRouter:
