@@ -280,6 +280,21 @@ def test_retry_failed_delivers_requests_whose_retries_ran_out(redis):
     assert "0 failed request(s)" in relay_output("--retry-failed", "--dry-run")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_relay_pending_relays_work_of_the_age_given_and_counts_it(redis):
+    """The scheduled job's entry point: work older than ``older_than`` (not ``SAFEUPDATES_RELAY_AFTER``,
+    when given); it returns the jobs enqueued, or with ``dry_run`` the work due, enqueuing nothing."""
+    enqueue_update(ProfileFactory(), active=True)
+    queue().empty()  # the job is lost
+    with override_settings(SAFEUPDATES_RELAY_AFTER=0):
+        assert relay_pending(3600) == 0  # too recent
+        assert queue().count == 0
+        assert relay_pending(0, dry_run=True) == 1
+        assert queue().count == 0
+        assert relay_pending(0) == 1
+        assert queue().count == 1
+
+
 @pytest.mark.django_db
 def test_revive_makes_only_failed_update_requests_pending_as_new():
     """``revive()`` (``--retry-failed``): a failed update request is pending again with no processed_at,

@@ -28,7 +28,7 @@ from rq import SimpleWorker
 from safeupdates import enqueue_update
 from safeupdates.contrib.idempotent.decorators import SKIPPED, idempotent
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.jobs import apply_update, relay
+from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.managers import SafeUpdateQuerySet
 from safeupdates.models import ProcessedRequest, RequestStatus, VersionCounter
 from safeupdates.queues import job_id
@@ -161,6 +161,7 @@ def test_the_relay_scans_the_database_it_is_given(redis):
             enqueue_update(Profile, pk, newsletter=True)
     assert relay(0, using=TENANT, dry_run=True).due == 2
     assert relay(0, using="default", dry_run=True).due == 1
+    assert relay_pending(0, using=TENANT, dry_run=True) == 2  # the scheduled job's entry point
 
 
 def test_the_relays_deliveries_apply_on_the_database_it_is_given(redis):
