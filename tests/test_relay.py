@@ -121,7 +121,10 @@ class TestWhatTheRelayEnqueues:
         with caplog.at_level(logging.WARNING, logger="safeupdates"):
             out = relay_output("--older-than", "0")
         assert "1 due (pending > 0s): enqueued 0 job(s), 1 already queued" in out
-        warning = "no RQ scheduler is running for queue 'default': 1 job(s) wait in its scheduled registry"
+        warning = (
+            "no RQ scheduler is running for queue 'default': 1 job(s) wait in its scheduled registry. Start "
+            "the workers with --with-scheduler, or RQ's retries wait for the relay."
+        )
         assert warning in out and warning in caplog.text
         assert queue().count == 0
         # A scheduler runs (another worker holds RQ's scheduler lock for the queue): no warning.
@@ -132,6 +135,10 @@ class TestWhatTheRelayEnqueues:
         queue().scheduled_job_registry.schedule(job, now() - timedelta(seconds=1))
         out = relay_output("--older-than", "0")
         assert "enqueued 1 job(s) (1 moved from RQ's scheduled or deferred registry), 0 already queued" in out
+        assert (
+            "no RQ scheduler is running for queue 'default': 0 job(s) wait in its scheduled registry, 1 overdue "
+            "ones were moved to the queue by this pass. Start the workers" in out
+        )
         assert queue().job_ids == [job.id] and queue().scheduled_job_registry.count == 0
         assert apply_update(str(request.request_id)) == "1 applied"
 
