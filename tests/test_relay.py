@@ -303,6 +303,16 @@ def test_relay_pending_relays_work_of_the_age_given_and_counts_it(redis):
 
 
 @pytest.mark.django_db
+def test_without_rq_queues_the_relay_warns_and_delivers_nothing(settings, caplog):
+    enqueue_update(ProfileFactory(), active=True)  # in the test's transaction: no job was enqueued
+    del settings.RQ_QUEUES
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        report = relay(0)
+    assert (report.due, report.enqueued) == (1, 0)
+    assert "which is not in RQ_QUEUES, and neither is SAFEUPDATES_QUEUE 'default': not delivered" in caplog.text
+
+
+@pytest.mark.django_db
 def test_revive_makes_only_failed_update_requests_pending_as_new():
     """``revive()`` (``--retry-failed``): a failed update request is pending again with no processed_at,
     as one never processed; a failed task or batch item is not an update request and stays failed
