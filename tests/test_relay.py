@@ -27,6 +27,7 @@ from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import ProcessedRequest
+from safeupdates.relay import RelayReport
 from tests.factories import ProfileFactory
 from tests.servers import OwnPostgres, OwnRedis, TcpProxy, missing_servers
 from tests.testapp.batch_jobs import add_score
@@ -300,6 +301,21 @@ def test_relay_pending_relays_work_of_the_age_given_and_counts_it(redis):
         assert queue().count == 0
         assert relay_pending(0) == 1
         assert queue().count == 1
+
+
+def test_the_relay_summary_says_what_was_done_or_would_be():
+    assert RelayReport(older_than=0, due=1, enqueued=1).summary() == (
+        "1 due (pending > 0s): enqueued 1 job(s), 0 already queued"
+    )
+    dry = RelayReport(older_than=2.5, dry_run=True, due=3)
+    assert dry.summary() == "would deliver 3 job(s) for work pending > 2.5s"
+    assert RelayReport(older_than=60, due=3, enqueued=2, moved=1, waiting=1, revived=1).summary() == (
+        "1 failed request(s) made pending again; 3 due (pending > 60s): enqueued 2 job(s) (1 moved from RQ's "
+        "scheduled or deferred registry), 1 already queued"
+    )
+    assert RelayReport(older_than=60, dry_run=True, revived=2).summary() == (
+        "2 failed request(s) would be made pending again; would deliver 0 job(s) for work pending > 60s"
+    )
 
 
 @pytest.mark.django_db
