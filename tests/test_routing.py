@@ -281,6 +281,17 @@ def test_the_counter_fallback_counts_on_the_database_given():
     assert VersionCounter.objects.using("default").get(pk=1).value == 10**6
 
 
+def test_idempotent_using_records_its_task_on_that_database():
+    @idempotent(key="tenant-task:{name}", using=TENANT)
+    def task(name: str) -> str:
+        return f"ran {name}"
+
+    assert task("x") == "ran x"
+    assert task("x") is SKIPPED
+    assert log(TENANT).get(key="tenant-task:x").status == RequestStatus.APPLIED
+    assert not log("default").filter(key="tenant-task:x").exists()
+
+
 class RequestLogRouter:
     """The request log alone on the tenant's database: a router that looks at the model."""
 
