@@ -12,11 +12,12 @@ from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
+import django_rq
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
-from rq import Worker
+from rq import SimpleWorker, Worker
 from rq.job import JobStatus
 
 from safeupdates import enqueue_update
@@ -81,14 +82,43 @@ def test_key_from_a_template_or_a_callable():
     assert task_log_key("charge:A-1") == "charge:A-1"
 
 
+def test_keys_from_arguments_passed_by_keyword():
+    # Decorated here, not at import: what a mutation run traces per test.
+    @idempotent(key="mail:{user_id}:{kind}")
+    def send(user_id: int, kind: str = "welcome") -> None:
+        pass
+
+    @idempotent(key=lambda user_id, kind="welcome": f"notify:{user_id}:{kind}")
+    def notify(user_id: int, kind: str = "welcome") -> None:
+        pass
+
+    assert send.key_for(user_id=7, kind="reset") == "mail:7:reset"
+    assert send.key_for(7, kind="reset") == "mail:7:reset"
+    assert notify.key_for(user_id=7, kind="reset") == "notify:7:reset"
+    with pytest.raises(InvalidControl) as excinfo:
+        send.key_for(7, colour="red")
+    assert str(excinfo.value) == (
+        "test_keys_from_arguments_passed_by_keyword.<locals>.send(user_id: 'int', kind: 'str' = 'welcome') -> 'None': "
+        "got an unexpected keyword argument 'colour'"
+    )
+
+
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"key": 5}, {"key": ""}, {"key": "k", "timeout": 0}, {"key": "k", "timeout": True}, {"key": "k", "timeout": 1.5}],
-    ids=["key not str", "key empty", "timeout zero", "timeout bool", "timeout float"],
+    ("kwargs", "message"),
+    [
+        ({"key": 5}, "key must be a callable or a format string such as 'refund:{order_id}', not 5."),
+        ({"key": ""}, "key must not be empty; use a template such as 'refund:{order_id}'."),
+        ({"key": "  "}, "key must not be empty; use a template such as 'refund:{order_id}'."),
+        ({"key": "k", "timeout": 0}, "timeout must be a positive number of seconds (int), not 0."),
+        ({"key": "k", "timeout": True}, "timeout must be a positive number of seconds (int), not True."),
+        ({"key": "k", "timeout": 1.5}, "timeout must be a positive number of seconds (int), not 1.5."),
+    ],
+    ids=["key not str", "key empty", "key blank", "timeout zero", "timeout bool", "timeout float"],
 )
-def test_bad_decorator_arguments(kwargs):
-    with pytest.raises(InvalidControl):
+def test_bad_decorator_arguments(kwargs, message):
+    with pytest.raises(InvalidControl) as excinfo:
         idempotent(**kwargs)
+    assert str(excinfo.value) == message
 
 
 @pytest.mark.django_db
@@ -171,6 +201,30 @@ def test_long_keys_are_stored_with_a_digest_never_truncated_into_a_collision():
     }
     assert len(task_log_key("k" * 300)) == 255
     assert task_log_key("k" * 255) == "k" * 255
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_guards_with_its_own_timeout_and_records_its_queue(postgres_only, redis):
+    """Run by a worker, the guard holds its lock at most the job's timeout (``idle_in_transaction_session_
+    timeout``, as ``SHOW`` reads it in the body), and the task's row names the job's queue. A job without
+    a timeout (-1), or a call outside a job, takes ``SAFEUPDATES_JOB_TIMEOUT``; an explicit timeout wins.
+    Inside the caller's transaction the guard leaves that transaction's idle timeout alone."""
+    queue = django_rq.get_queue("fast")
+    with override_settings(SAFEUPDATES_JOB_TIMEOUT=41):
+        queued = [
+            queue.enqueue(jobs.session_timeout, name, job_timeout=t) for name, t in [("a", 37), ("b", 1), ("c", -1)]
+        ]
+        SimpleWorker([queue], connection=queue.connection).work(burst=True)
+        assert [job.return_value() for job in queued] == ["37s", "1s", "41s"]
+        assert jobs.session_timeout("direct") == "41s"
+    assert ProcessedRequest.objects.get(key="session-timeout:a").queue == "fast"
+    assert ProcessedRequest.objects.get(key="session-timeout:direct").queue == ""
+    assert idempotent(key="explicit:{name}", timeout=43)(jobs.session_timeout.__wrapped__)("x") == "43s"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        own = cursor.fetchone()[0]
+    with transaction.atomic():
+        assert jobs.session_timeout("nested") == own
 
 
 # ---------------------------------------------------------------------------------------------------------

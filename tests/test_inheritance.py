@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from contextlib import nullcontext
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -183,3 +184,35 @@ def test_bulk_update_on_children_past_a_missing_one_and_in_another_database(alia
     )
     assert (result.applied, result.stale, result.missing) == (2, 0, 1)
     assert sorted(restaurants.values_list("seats", flat=True)) == [1, 3]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_to_a_child_leaves_its_rows_open_to_key_share_locks(postgres_only):
+    """The rows are locked ``FOR NO KEY UPDATE``, as an UPDATE that keeps the key locks them: an insert of
+    a row that references one (a foreign key check takes ``FOR KEY SHARE``) need not wait for the write's
+    transaction, as it would behind ``FOR UPDATE``."""
+    restaurant = Restaurant.objects.create(name="Luigi's", seats=10)
+    refused: list[str] = []
+
+    def key_share() -> None:
+        try:
+            for model in (Place, Restaurant):
+                table, key = model._meta.db_table, model._meta.pk.column
+                with connections["default"].cursor() as cursor:
+                    try:
+                        cursor.execute(
+                            f'SELECT 1 FROM "{table}" WHERE "{key}" = %s FOR KEY SHARE NOWAIT', [restaurant.pk]
+                        )
+                    except OperationalError as exc:
+                        refused.append(f"{table}: {exc}")
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        assert Restaurant.objects.update_if_newer(
+            restaurant.pk, version=next_version(), name="Mario's", seats=3
+        ).applied
+        thread = threading.Thread(target=key_share)
+        thread.start()
+        thread.join(30)
+    assert refused == []

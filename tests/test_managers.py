@@ -154,6 +154,28 @@ class TestTimestampMode:
         with pytest.raises(InvalidUpdate, match="SAFEUPDATES_MAX_CLOCK_SKEW"):
             Profile.objects.update_if_newer(profile.pk, synced_at=timezone.now() + timedelta(seconds=30), active=True)
 
+    def test_without_use_tz_a_naive_timestamp_is_a_time_in_time_zone(self):
+        """Under ``USE_TZ = False`` a naive ``synced_at`` is a time in ``TIME_ZONE`` (UTC here), compared
+        with the database's time there, not in the time zone activated for the request; an aware one is
+        refused."""
+        profile = ProfileFactory()
+        before = snapshot(profile)
+        with override_settings(USE_TZ=False), timezone.override("Pacific/Kiritimati"):  # UTC+14
+            now = datetime.now(dt_timezone(timedelta(0))).replace(tzinfo=None)
+            aware = datetime(2026, 1, 2, 3, 4, tzinfo=dt_timezone(timedelta(0)))
+            with pytest.raises(InvalidUpdate) as excinfo:
+                Profile.objects.update_if_newer(profile.pk, synced_at=aware, active=True)
+            assert str(excinfo.value) == (
+                "synced_at=2026-01-02T03:04:00+00:00 is aware while USE_TZ=False; pass a naive datetime."
+            )
+            with pytest.raises(InvalidUpdate, match="in the future"):
+                Profile.objects.update_if_newer(profile.pk, synced_at=now + timedelta(hours=10), active=True)
+            assert snapshot(profile) == before
+            earlier = now - timedelta(minutes=1)
+            assert Profile.objects.update_if_newer(profile.pk, synced_at=earlier, active=True).applied
+            profile.refresh_from_db()
+            assert (profile.active, profile.last_synced_at) == (True, earlier)
+
     def test_other_timezones_compare_as_instants(self):
         profile = ProfileFactory()
         tz = dt_timezone(timedelta(hours=5))

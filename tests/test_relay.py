@@ -27,6 +27,7 @@ from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import ProcessedRequest
+from safeupdates.relay import RelayReport
 from tests.factories import ProfileFactory
 from tests.servers import OwnPostgres, OwnRedis, TcpProxy, missing_servers
 from tests.testapp.batch_jobs import add_score
@@ -121,7 +122,10 @@ class TestWhatTheRelayEnqueues:
         with caplog.at_level(logging.WARNING, logger="safeupdates"):
             out = relay_output("--older-than", "0")
         assert "1 due (pending > 0s): enqueued 0 job(s), 1 already queued" in out
-        warning = "no RQ scheduler is running for queue 'default': 1 job(s) wait in its scheduled registry"
+        warning = (
+            "no RQ scheduler is running for queue 'default': 1 job(s) wait in its scheduled registry. Start "
+            "the workers with --with-scheduler, or RQ's retries wait for the relay."
+        )
         assert warning in out and warning in caplog.text
         assert queue().count == 0
         # A scheduler runs (another worker holds RQ's scheduler lock for the queue): no warning.
@@ -132,6 +136,10 @@ class TestWhatTheRelayEnqueues:
         queue().scheduled_job_registry.schedule(job, now() - timedelta(seconds=1))
         out = relay_output("--older-than", "0")
         assert "enqueued 1 job(s) (1 moved from RQ's scheduled or deferred registry), 0 already queued" in out
+        assert (
+            "no RQ scheduler is running for queue 'default': 0 job(s) wait in its scheduled registry, 1 overdue "
+            "ones were moved to the queue by this pass. Start the workers" in out
+        )
         assert queue().job_ids == [job.id] and queue().scheduled_job_registry.count == 0
         assert apply_update(str(request.request_id)) == "1 applied"
 
@@ -278,6 +286,46 @@ def test_retry_failed_delivers_requests_whose_retries_ran_out(redis):
     assert Profile.objects.get(pk=profile.pk).active is True
     assert ProcessedRequest.objects.get(pk=other.pk).status == "rejected"  # only failed ones
     assert "0 failed request(s)" in relay_output("--retry-failed", "--dry-run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_relay_pending_relays_work_of_the_age_given_and_counts_it(redis):
+    """The scheduled job's entry point: work older than ``older_than`` (not ``SAFEUPDATES_RELAY_AFTER``,
+    when given); it returns the jobs enqueued, or with ``dry_run`` the work due, enqueuing nothing."""
+    enqueue_update(ProfileFactory(), active=True)
+    queue().empty()  # the job is lost
+    with override_settings(SAFEUPDATES_RELAY_AFTER=0):
+        assert relay_pending(3600) == 0  # too recent
+        assert queue().count == 0
+        assert relay_pending(0, dry_run=True) == 1
+        assert queue().count == 0
+        assert relay_pending(0) == 1
+        assert queue().count == 1
+
+
+def test_the_relay_summary_says_what_was_done_or_would_be():
+    assert RelayReport(older_than=0, due=1, enqueued=1).summary() == (
+        "1 due (pending > 0s): enqueued 1 job(s), 0 already queued"
+    )
+    dry = RelayReport(older_than=2.5, dry_run=True, due=3)
+    assert dry.summary() == "would deliver 3 job(s) for work pending > 2.5s"
+    assert RelayReport(older_than=60, due=3, enqueued=2, moved=1, waiting=1, revived=1).summary() == (
+        "1 failed request(s) made pending again; 3 due (pending > 60s): enqueued 2 job(s) (1 moved from RQ's "
+        "scheduled or deferred registry), 1 already queued"
+    )
+    assert RelayReport(older_than=60, dry_run=True, revived=2).summary() == (
+        "2 failed request(s) would be made pending again; would deliver 0 job(s) for work pending > 60s"
+    )
+
+
+@pytest.mark.django_db
+def test_without_rq_queues_the_relay_warns_and_delivers_nothing(settings, caplog):
+    enqueue_update(ProfileFactory(), active=True)  # in the test's transaction: no job was enqueued
+    del settings.RQ_QUEUES
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        report = relay(0)
+    assert (report.due, report.enqueued) == (1, 0)
+    assert "which is not in RQ_QUEUES, and neither is SAFEUPDATES_QUEUE 'default': not delivered" in caplog.text
 
 
 @pytest.mark.django_db

@@ -28,13 +28,14 @@ from rq import SimpleWorker
 from safeupdates import enqueue_update
 from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
+from safeupdates.contrib.idempotent.decorators import SKIPPED, idempotent
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.jobs import apply_update, relay
+from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.managers import SafeUpdateQuerySet
-from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.models import ProcessedRequest, RequestStatus, VersionCounter
 from safeupdates.queues import job_id
 from safeupdates.validation import clean_changes
-from safeupdates.versions import last_issued, next_version
+from safeupdates.versions import _next_from_counter, last_issued, next_version
 from tests.testapp.batch_jobs import add_score, record_reduce
 from tests.testapp.models import Document, Profile, Specimen
 
@@ -163,6 +164,7 @@ def test_the_relay_scans_the_database_it_is_given(redis):
             enqueue_update(Profile, pk, newsletter=True)
     assert relay(0, using=TENANT, dry_run=True).due == 2
     assert relay(0, using="default", dry_run=True).due == 1
+    assert relay_pending(0, using=TENANT, dry_run=True) == 2  # the scheduled job's entry point
 
 
 def test_the_relays_deliveries_apply_on_the_database_it_is_given(redis):
@@ -272,6 +274,46 @@ def test_the_relay_command_delivers_on_the_database_it_is_given(redis):
 def test_the_relay_command_refuses_an_unknown_database():
     with pytest.raises(CommandError, match="--database 'nowhere' is not in DATABASES"):
         call_command("safeupdates_relay", "--database", "nowhere", stdout=StringIO())
+
+
+def test_the_counter_fallback_counts_on_the_database_given():
+    VersionCounter.objects.using("default").update_or_create(pk=1, defaults={"value": 10**6})
+    VersionCounter.objects.using(TENANT).update_or_create(pk=1, defaults={"value": 5})
+    assert _next_from_counter(TENANT) == 6
+    assert _next_from_counter(TENANT) == 7
+    assert VersionCounter.objects.using("default").get(pk=1).value == 10**6
+
+
+def test_idempotent_using_records_its_task_on_that_database():
+    @idempotent(key="tenant-task:{name}", using=TENANT)
+    def task(name: str) -> str:
+        return f"ran {name}"
+
+    assert task("x") == "ran x"
+    assert task("x") is SKIPPED
+    assert log(TENANT).get(key="tenant-task:x").status == RequestStatus.APPLIED
+    assert not log("default").filter(key="tenant-task:x").exists()
+
+
+class RequestLogRouter:
+    """The request log alone on the tenant's database: a router that looks at the model."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return TENANT if model is ProcessedRequest else None
+
+    db_for_read = db_for_write
+
+
+def test_idempotent_records_its_task_where_the_router_writes_the_request_log():
+    @idempotent(key="routed:{name}")
+    def routed(name: str) -> str:
+        return f"ran {name}"
+
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.RequestLogRouter"]):
+        assert routed("x") == "ran x"
+        assert routed("x") is SKIPPED
+    assert log(TENANT).get(key="routed:x").status == RequestStatus.APPLIED
+    assert not log("default").filter(key="routed:x").exists()
 
 
 def test_a_foreign_key_is_checked_on_the_database_given():

@@ -26,6 +26,7 @@ from django_tasks_db.models import DBTaskResult
 from demo_project.processes import TaskWorkers
 from safeupdates import checks, delivery, enqueue_update, taskqueue
 from safeupdates.contrib import check_tools_need_rq
+from safeupdates.contrib.idempotent.decorators import idempotent
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import relay
 from safeupdates.models import ProcessedRequest
@@ -442,6 +443,21 @@ def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicat
     outcome = verify(burst)
     assert outcome.violations() == {}, (outcome, workers.logs())
     assert outcome.requests == 301 and hit == [True]
+
+
+def test_idempotent_above_a_task_decorated_at_run_time_is_the_same_task(db):
+    """``@idempotent`` above ``@task`` returns a task of the same backend, whose function is guarded (the
+    tasks of ``tests/testapp`` are decorated at import, where a mutation run's per-test tracing does not
+    look)."""
+    plain = test_tasks.task(backend="default")(test_tasks.debit)
+    guarded = idempotent(key="inline-debit:{order}")(plain)
+    assert type(guarded) is type(plain)
+    assert (guarded.backend, guarded.name) == ("default", plain.name)
+    profile = ProfileFactory(name="order-2", score=0)
+    assert guarded.enqueue("order-2").return_value == "debited order-2"
+    assert guarded.enqueue("order-2").return_value == "duplicate"
+    profile.refresh_from_db()
+    assert profile.score == 1
 
 
 # -- docs/delivery.md ------------------------------------------------------------------------------------

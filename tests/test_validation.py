@@ -16,6 +16,7 @@ from typing import Any
 
 import django_rq
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Value
 from django.db.models.functions import Lower
@@ -25,9 +26,9 @@ from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
-from safeupdates.validation import clean_changes, clean_object_id, clean_pk
+from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
 from safeupdates.versions import next_version
-from tests.testapp.models import Gadget, Profile, Tag
+from tests.testapp.models import Attachment, Gadget, Profile, Specimen, Tag
 
 pytestmark = pytest.mark.django_db
 
@@ -280,6 +281,41 @@ def test_messages_never_echo_a_whole_huge_input(gadget):
         assert len(str(excinfo.value)) < 300, str(excinfo.value)[:300]
 
 
+def test_long_values_and_messages_are_cut_at_their_limits():
+    """A value is shown whole up to 60 characters of its repr, a message of Django's up to 150; longer,
+    their start (50 and 140 characters) and an ellipsis."""
+    with pytest.raises(InvalidUpdate) as excinfo:
+        clean_changes(Attachment, {"kind": "x" * 58})
+    assert str(excinfo.value) == (
+        f"testapp.Attachment.kind='{'x' * 58}' is invalid: Value '{'x' * 58}' is not a valid choice."
+    )
+    with pytest.raises(InvalidUpdate) as excinfo:
+        clean_changes(Attachment, {"kind": "x" * 119})  # Django's message: 150 characters
+    assert str(excinfo.value) == (
+        f"testapp.Attachment.kind='{'x' * 49}...' is invalid: Value '{'x' * 119}' is not a valid choice."
+    )
+    with pytest.raises(InvalidUpdate) as excinfo:
+        clean_changes(Attachment, {"kind": "x" * 120})  # 151 characters
+    assert str(excinfo.value) == (
+        f"testapp.Attachment.kind='{'x' * 49}...' is invalid: Value '{'x' * 120}' is not a va..."
+    )
+
+
+def test_a_missing_foreign_key_target_is_refused_with_djangos_own_error():
+    """Checked on the database given (``using``), the target's absence raises the error Django's own
+    ``ForeignKey.validate()`` raises: its message, code and parameters (a custom message may use them)."""
+    field = Specimen._meta.get_field("document")
+    with pytest.raises(ValidationError) as django_error:
+        field.validate(10**9, None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUpdate) as excinfo:
+        clean_changes(Specimen, {"document": 10**9}, using="default")
+    assert str(excinfo.value) == f"testapp.Specimen.document=1000000000 is invalid: {django_error.value.messages[0]}"
+    assert "document instance with id 1000000000 is not a valid choice" in str(excinfo.value)
+    cause = excinfo.value.__cause__
+    assert isinstance(cause, ValidationError)
+    assert (cause.code, cause.params) == (django_error.value.code, django_error.value.params)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Datetimes: the time zone rule of synced_at, for values too
 
@@ -295,6 +331,24 @@ def test_an_aware_datetime_is_refused_without_use_tz(update, gadget):
     """SQLite raised a raw ValueError; PostgreSQL stored it converted to the session's time zone."""
     with override_settings(USE_TZ=False), refused(r"Gadget.seen_at=.* is aware while USE_TZ=False", gadget):
         update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.UTC))
+
+
+def test_synced_at_is_accepted_up_to_the_clock_skew_and_refusals_say_what_to_do():
+    now = datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.UTC)
+    skew = datetime.timedelta(minutes=5)  # SAFEUPDATES_MAX_CLOCK_SKEW's default
+    assert clean_synced_at(now + skew, now=now) == now + skew
+    with pytest.raises(InvalidUpdate) as excinfo:
+        clean_synced_at(now + skew + datetime.timedelta(microseconds=1), now=now)
+    assert str(excinfo.value) == (
+        "synced_at=2026-01-02T03:09:00.000001+00:00 lies more than 0:05:00 in the future; it would freeze the "
+        "record. Check the client's clock or raise SAFEUPDATES_MAX_CLOCK_SKEW."
+    )
+    with pytest.raises(InvalidUpdate) as excinfo:
+        clean_synced_at(datetime.datetime(2026, 1, 2, 3, 4), now=now)
+    assert str(excinfo.value) == (
+        "synced_at=2026-01-02T03:04:00 is naive while USE_TZ=True; attach a timezone "
+        "(for example datetime.now(timezone.utc))."
+    )
 
 
 def test_datetimes_of_the_right_kind_are_accepted(gadget):

@@ -37,6 +37,19 @@ def test_counter_fallback_is_strictly_increasing_and_recreates_its_row():
 
 
 @pytest.mark.django_db
+def test_counter_fallback_takes_a_version_in_one_statement_and_restarts_just_above_the_floor():
+    from tests.factories import ProfileFactory
+
+    first = _next_from_counter("default")  # the counter's row exists from here on
+    with CaptureQueriesContext(connection) as queries:
+        assert _next_from_counter("default") == first + 1
+    assert len(queries) == 1, [query["sql"] for query in queries]
+    profile = ProfileFactory()
+    VersionCounter.objects.all().delete()
+    assert _next_from_counter("default") == profile.lock_version + 1  # the highest version stored, plus one
+
+
+@pytest.mark.django_db
 def test_purging_requests_does_not_move_versions_back(django_user_model):
     from tests.factories import ProfileFactory
 

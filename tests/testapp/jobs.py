@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import django_rq
+from django.db import connection
 from django.db.models import F
 from redis import Redis
 
@@ -90,6 +91,14 @@ def flaky_charge(order: str, fail: bool) -> str:
     if fail:
         raise ValueError(f"card declined for {order}")
     return f"charged {order}"
+
+
+@idempotent(key="session-timeout:{name}")
+def session_timeout(name: str) -> str:
+    """The idle-in-transaction timeout the guarded body runs under (PostgreSQL), as ``SHOW`` gives it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        return str(cursor.fetchone()[0])
 
 
 def scheduled_jobs(queue: str = "default") -> int:

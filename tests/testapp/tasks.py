@@ -28,3 +28,9 @@ def credit(order: str) -> str:
     """As :func:`refund`, with ``@idempotent`` above ``@task``."""
     Profile.objects.filter(name=order).update(score=F("score") + 1)
     return f"credited {order}"
+
+
+def debit(order: str) -> str:
+    """As :func:`credit`, undecorated: a test decorates it at run time (``@task``, then ``@idempotent``)."""
+    Profile.objects.filter(name=order).update(score=F("score") + 1)
+    return f"debited {order}"
