@@ -54,6 +54,16 @@ def run_queued_jobs() -> None:
     assert SimpleWorker([queue], connection=queue.connection).work(burst=True)
 
 
+def enqueue_and_apply_spans(spans):
+    """The enqueue span and the apply span of the one request traced; the apply span a child of the
+    enqueue span, in its trace."""
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    enqueue, apply = by_name["safeupdates.enqueue_update"], by_name["safeupdates.apply_update"]
+    assert apply.context.trace_id == enqueue.context.trace_id
+    assert apply.parent is not None and apply.parent.span_id == enqueue.context.span_id
+    return enqueue, apply
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_job_continues_the_trace_of_its_enqueue(redis, spans):
     profile = ProfileFactory()
@@ -64,10 +74,7 @@ def test_the_job_continues_the_trace_of_its_enqueue(redis, spans):
     run_queued_jobs()
     request.refresh_from_db()
     assert request.status == "applied"
-    by_name = {span.name: span for span in spans.get_finished_spans()}
-    enqueue, apply = by_name["safeupdates.enqueue_update"], by_name["safeupdates.apply_update"]
-    assert apply.context.trace_id == enqueue.context.trace_id
-    assert apply.parent is not None and apply.parent.span_id == enqueue.context.span_id
+    enqueue, apply = enqueue_and_apply_spans(spans)
     assert enqueue.attributes["safeupdates.request_id"] == str(request.request_id)
     assert enqueue.attributes["safeupdates.model"] == "testapp.Profile"
     assert apply.attributes["safeupdates.request_id"] == str(request.request_id)
@@ -103,10 +110,7 @@ def test_the_task_continues_the_trace_of_its_enqueue(spans):
     run_db_tasks()
     request.refresh_from_db()
     assert request.status == "applied"
-    by_name = {span.name: span for span in spans.get_finished_spans()}
-    enqueue, apply = by_name["safeupdates.enqueue_update"], by_name["safeupdates.apply_update"]
-    assert apply.context.trace_id == enqueue.context.trace_id
-    assert apply.parent is not None and apply.parent.span_id == enqueue.context.span_id
+    _enqueue, apply = enqueue_and_apply_spans(spans)
     assert apply.attributes["safeupdates.request_id"] == str(request.request_id)
 
 
@@ -119,9 +123,7 @@ def test_the_immediate_task_continues_the_trace_of_its_enqueue(spans):
     request = enqueue_update(profile, active=True)  # autocommit: the task ran
     request.refresh_from_db()
     assert request.status == "applied"
-    by_name = {span.name: span for span in spans.get_finished_spans()}
-    enqueue, apply = by_name["safeupdates.enqueue_update"], by_name["safeupdates.apply_update"]
-    assert apply.parent is not None and apply.parent.span_id == enqueue.context.span_id
+    enqueue_and_apply_spans(spans)
 
 
 @pytest.mark.django_db(transaction=True)
