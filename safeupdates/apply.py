@@ -197,7 +197,8 @@ def _apply_records(
         counts = log.finish_many(outcomes)
     unheld = [record for record in records if record[:2] in by_record and record[:2] not in held]
     for content_type_id, object_id, request_id in records:
-        if len(by_record.get((content_type_id, object_id), ())) >= BATCH_SIZE:
+        key = (content_type_id, object_id)
+        if key in held and len(by_record[key]) >= BATCH_SIZE:
             for status, count in _apply_record(request_id, using, first=False).items():
                 counts[status] = counts.get(status, 0) + count
     return counts, unheld

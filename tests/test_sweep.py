@@ -261,3 +261,19 @@ def test_a_value_the_database_refuses_in_a_page_rejects_only_its_request(redis, 
     assert statuses([on_b, culprit, on_c]) == ["applied", "rejected", "applied"]
     assert queue().count == 0
     assert Profile.objects.get(pk=b.pk).active and Profile.objects.get(pk=c.pk).active
+
+
+def test_a_held_record_with_more_than_a_batch_pending_is_not_waited_for(redis, postgres_only, monkeypatch, caplog):
+    monkeypatch.setattr(apply, "BATCH_SIZE", 2)
+    own, held = ProfileFactory.create_batch(2, active=False)
+    enqueue_update(own, active=True)
+    burst = [enqueue_update(held, active=turn % 2 == 0) for turn in range(5)]
+    with RowLock(Profile, held.pk), override_settings(SAFEUPDATES_JOB_TIMEOUT=2):
+        assert run_one_job() == "finished"
+        # Waiting for the row would have outlived the job's timeout: the sweep would have stopped.
+        assert "a sweep stopped" not in caplog.text
+        assert set(statuses(burst)) == {"pending"}
+        assert queue().job_ids == [queues.job_id(burst[0].content_type_id, burst[0].object_id)]
+    while queue().count:
+        run_one_job()
+    assert Profile.objects.get(pk=held.pk).active is True
