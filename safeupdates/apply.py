@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from contextlib import nullcontext
 from typing import Any
 
@@ -79,13 +80,12 @@ def _summary(counts: dict[str, int]) -> str:
 def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
     """Apply every pending request of request ``rid``'s record, :data:`BATCH_SIZE` at a time, each
     batch in a transaction of its own; the count per status."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     while True:
         with transaction.atomic(using=using):
             done = _apply_batch(rid, using, first=first)
         first = False
-        for status, count in done.items():
-            counts[status] = counts.get(status, 0) + count
+        counts.update(done)
         if sum(done.values()) < BATCH_SIZE:
             return counts
 
@@ -106,7 +106,7 @@ def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
     """
     limit = conf.sweep_records()
     queue_name = queues.current_queue_name()
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     if limit <= 0 or queue_name is None or conf.uses_tasks():
         return 0, counts
     log = ProcessedRequest.objects.using(using)
@@ -125,12 +125,10 @@ def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
             taken = queues.take_waiting([(content_type_id, object_id) for content_type_id, object_id, _ in ours], using)
             owed = [record for record, took in zip(ours, taken, strict=True) if took]
             swept += len(owed)
-            done, unheld = _apply_records(owed, using)
-            owed = unheld
+            done, owed = _apply_records(owed, using)  # owed: those whose rows were held
+            counts.update(done)
             _give_back(owed, queue_name, using)
             owed = []
-            for status, count in done.items():
-                counts[status] = counts.get(status, 0) + count
             if last_page:
                 break
     except Exception:  # a database error, the job's timeout (RQ raises it in the job), a Redis error ...
@@ -141,12 +139,17 @@ def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
     return swept, counts
 
 
+def _model_of(content_type_id: int, using: str) -> type[models.Model] | None:
+    """The model of ``content_type_id`` (None: the content type or its model is gone)."""
+    try:
+        return ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
+    except ContentType.DoesNotExist:
+        return None
+
+
 def _spans_tables(content_type_id: int, using: str) -> bool:
     """Whether the records of ``content_type_id`` are of a model with parents (multi-table inheritance)."""
-    try:
-        model = ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
-    except ContentType.DoesNotExist:
-        return False
+    model = _model_of(content_type_id, using)
     return model is not None and bool(model._meta.parents)
 
 
@@ -194,13 +197,12 @@ def _apply_records(
                 raise
             # A value the database refuses: again, each record in a savepoint of its own, to find it.
             outcomes = [_decide(batch, using) for batch in batches]
-        counts = log.finish_many(outcomes)
+        counts = Counter(log.finish_many(outcomes))
     unheld = [record for record in records if record[:2] in by_record and record[:2] not in held]
     for content_type_id, object_id, request_id in records:
         key = (content_type_id, object_id)
         if key in held and len(by_record[key]) >= BATCH_SIZE:
-            for status, count in _apply_record(request_id, using, first=False).items():
-                counts[status] = counts.get(status, 0) + count
+            counts.update(_apply_record(request_id, using, first=False))
     return counts, unheld
 
 
@@ -211,10 +213,7 @@ def _lock_rows(records: list[tuple[int, str]], using: str) -> set[tuple[int, str
     held: set[tuple[int, str]] = set()
     by_model: dict[type[models.Model], dict[Any, tuple[int, str]]] = {}
     for content_type_id, object_id in records:
-        try:
-            model = ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
-        except ContentType.DoesNotExist:
-            model = None
+        model = _model_of(content_type_id, using)
         if model is None:
             held.add((content_type_id, object_id))
             continue
