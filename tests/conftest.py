@@ -57,33 +57,53 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"safeupdates: {line}", yellow=True)
 
 
+def _create_profile_trigger(name: str, statement: str) -> None:
+    """A BEFORE UPDATE trigger ``name`` on the Profile table that runs ``statement`` (PL/pgSQL) per row."""
+    from tests.testapp.models import Profile
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$
+            BEGIN
+                {statement}
+                RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER {name} BEFORE UPDATE ON {Profile._meta.db_table}
+                FOR EACH ROW EXECUTE FUNCTION {name}();
+            """
+        )
+
+
+def _drop_profile_trigger(name: str) -> None:
+    from tests.testapp.models import Profile
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {Profile._meta.db_table}")
+        cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
+
+
 @pytest.fixture
 def refusing_trigger(postgres_only):
     """A trigger on the Profile table that refuses ``name = 'forbidden'`` with a given SQLSTATE."""
-    from tests.testapp.models import Profile
-
-    table = Profile._meta.db_table
     created: list[str] = []
 
     def create(sqlstate: str = "P0001") -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                CREATE OR REPLACE FUNCTION safeupdates_test_refuse() RETURNS trigger AS $$
-                BEGIN
-                    IF NEW.name = 'forbidden' THEN
-                        RAISE EXCEPTION 'the name % is forbidden', NEW.name USING ERRCODE = '{sqlstate}';
-                    END IF;
-                    RETURN NEW;
-                END $$ LANGUAGE plpgsql;
-                CREATE TRIGGER safeupdates_test_refuse BEFORE UPDATE ON {table}
-                    FOR EACH ROW EXECUTE FUNCTION safeupdates_test_refuse();
-                """
-            )
+        _create_profile_trigger(
+            "safeupdates_test_refuse",
+            "IF NEW.name = 'forbidden' THEN RAISE EXCEPTION 'the name % is forbidden', NEW.name "
+            f"USING ERRCODE = '{sqlstate}'; END IF;",
+        )
         created.append(sqlstate)
 
     yield create
     if created:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_refuse ON {table}")
-            cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_refuse()")
+        _drop_profile_trigger("safeupdates_test_refuse")
+
+
+@pytest.fixture
+def slow_trigger(postgres_only):
+    """A trigger on the Profile table that sleeps 3 s in an UPDATE that sets ``name = 'slow'``."""
+    _create_profile_trigger("safeupdates_test_slow", "IF NEW.name = 'slow' THEN PERFORM pg_sleep(3); END IF;")
+    yield
+    _drop_profile_trigger("safeupdates_test_slow")

@@ -139,28 +139,6 @@ def test_a_job_a_worker_already_runs_is_not_swept(workers, postgres_only, caplog
     assert ProcessedRequest.objects.get(pk=on_b.pk).attempts == 1
 
 
-@pytest.fixture
-def slow_trigger(postgres_only):
-    """A trigger on the Profile table that sleeps 3 s in an UPDATE that sets ``name = 'slow'``."""
-    table = Profile._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            CREATE OR REPLACE FUNCTION safeupdates_test_slow() RETURNS trigger AS $$
-            BEGIN
-                IF NEW.name = 'slow' THEN PERFORM pg_sleep(3); END IF;
-                RETURN NEW;
-            END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER safeupdates_test_slow BEFORE UPDATE ON {table}
-                FOR EACH ROW EXECUTE FUNCTION safeupdates_test_slow();
-            """
-        )
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TRIGGER IF EXISTS safeupdates_test_slow ON {table}")
-        cursor.execute("DROP FUNCTION IF EXISTS safeupdates_test_slow()")
-
-
 def _sleeping_backends() -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(
