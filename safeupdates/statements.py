@@ -536,7 +536,26 @@ def guarded_update(
         raise SafeUpdatesError(
             f"safeupdates supports PostgreSQL and SQLite; database {connection.alias!r} is {connection.vendor}."
         )
-    return _guarded_update(_shape(model, fields, connection.vendor, timestamp=timestamp))
+    fields = tuple(fields)
+    # Keyed by what the SQL is made of that can change at run time (the table, the columns), and
+    # the class: the shape itself, with its casts, is the key of the statement.
+    try:
+        columns = tuple(concrete_field(model, name).column for name in fields)
+    except Exception:  # not a field: _shape() says so, as it always has
+        return _guarded_update(_shape(model, fields, connection.vendor, timestamp=timestamp))
+    return _guarded_update_of(model, fields, connection.vendor, timestamp, model._meta.db_table, columns)
+
+
+@lru_cache(maxsize=1024)
+def _guarded_update_of(
+    model: type[models.Model],
+    fields: tuple[str, ...],
+    vendor: str,
+    timestamp: bool,
+    table: str,  # part of the key
+    columns: tuple[str, ...],  # part of the key
+) -> GuardedUpdate:
+    return _guarded_update(_shape(model, fields, vendor, timestamp=timestamp))
 
 
 @lru_cache(maxsize=1024)
