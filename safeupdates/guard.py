@@ -8,6 +8,7 @@ fields live in one table; a child of multi-table inheritance is locked, decided 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,8 +72,21 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
-    with connection.make_cursor(cursor_class(connection.connection)) as cursor:
-        yield cursor
+    yield connection.make_cursor(_prepared_cursor(connection.alias, connection.connection, cursor_class))
+
+
+#: This thread's prepared cursor per database alias: kept open across statements (the hand-written
+#: loop it is measured against keeps its cursor too); a new one when the connection was replaced.
+_cursors = threading.local()
+
+
+def _prepared_cursor(alias: str, raw: Any, cursor_class: type[Any]) -> Any:
+    """This thread's open cursor of class ``cursor_class`` on psycopg connection ``raw``, made once."""
+    kept: dict[str, Any] = _cursors.__dict__.setdefault("by_alias", {})
+    cursor = kept.get(alias)
+    if cursor is None or cursor.closed or cursor.connection is not raw:
+        cursor = kept[alias] = cursor_class(raw)
+    return cursor
 
 
 def write_if_newer(

@@ -3,14 +3,16 @@ one INSERT."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from safeupdates.exceptions import StaleObjectError
+from safeupdates.guard import _cursors, statement_cursor
 from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.statements import SAVE_VERSION_CTE
@@ -114,3 +116,32 @@ def test_a_stale_save_in_a_transaction_keeps_the_prepared_statements(postgres_on
         with pytest.raises(StaleObjectError):
             stale.save()
         assert prepared_saves() == prepared > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_kept_cursor_follows_a_new_connection_and_other_threads(postgres_only: None) -> None:
+    """The prepared cursor is kept per thread and database; a closed connection's is never used again."""
+    profile = Profile.objects.create(name="p")
+    with statement_cursor(connection) as first:
+        kept = first.cursor
+    connection.close()
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=False)
+    with statement_cursor(connection) as second:
+        assert second.cursor is not kept and second.cursor.connection is connection.connection
+    elsewhere: list[Any] = []
+
+    def other_thread() -> None:
+        other = connections["default"]
+        try:
+            with statement_cursor(other) as cursor:
+                elsewhere.append(cursor.cursor)
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert elsewhere and elsewhere[0] is not second.cursor
+    assert _cursors.by_alias["default"] is second.cursor
+    profile.refresh_from_db()
+    assert profile.active is False
