@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, F, Value, When
@@ -144,13 +144,23 @@ def newest_per_field(requests: Iterable[tuple[int, _K, Mapping[str, Any]]]) -> d
     return winners
 
 
+class Recorded(NamedTuple):
+    """What the outcome signal of a request recorded in one statement (``update_if_newer(request_id=)``)
+    needs to know of it: the statement returned no row of the log, and none is read back."""
+
+    request_id: uuid.UUID
+    version: int
+    pk: None = None
+    kind: str = RequestKind.UPDATE
+
+
 @dataclass(frozen=True)
 class Result:
     """The outcome decided for one request: its ``status``, the ``fields`` it wrote and the ones ``held``
     by newer writes (``{field: version}``), or its ``error``. ``version`` and ``synced_at`` are recorded
     too where given (a request that ``update_if_newer`` reserved without them)."""
 
-    request: ProcessedRequest
+    request: ProcessedRequest | Recorded
     status: RequestStatus
     fields: tuple[str, ...] = ()
     held: Mapping[str, int] = field(default_factory=dict)
@@ -414,9 +424,8 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         held: dict[str, int] = {}
         if outcome is not Outcome.MISSING and listened(model):
             held = self.held_versions(model, pk, fields, written, stored)
-        record = self.model(request_id=request_id, version=version, status=status)
         error = MISSING_TARGET if outcome is Outcome.MISSING else ""
-        result = Result(record, RequestStatus(status), written, held, error)
+        result = Result(Recorded(request_id, version), RequestStatus(status), written, held, error)
         self._announce([result], Target(model, pk, self.db), latency=0.0)  # created and processed at once
         return outcome
 
@@ -581,7 +590,11 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                     held=dict(result.held),
                     job_id=job_id,
                     using=using,
-                    latency=None if duplicate else latencies.get(request.pk, latency),
+                    latency=None
+                    if duplicate
+                    else latency
+                    if request.pk is None
+                    else latencies.get(request.pk, latency),
                 )
 
         transaction.on_commit(announce, using=using)
