@@ -13,13 +13,14 @@ import time
 import uuid
 from collections import Counter
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from safeupdates import conf, db, delivery, queues, signals, tracing
+from safeupdates import bulk, conf, db, delivery, queues, signals, tracing
 from safeupdates.exceptions import InvalidUpdate, RequestNotFound
 from safeupdates.guard import write_if_newer
 from safeupdates.lifecycle import MISSING_TARGET, Result, Target, listened, newest_per_field, target_of
@@ -191,7 +192,7 @@ def _apply_records(
         try:
             # One savepoint for the page's writes, not one per record.
             with transaction.atomic(using=using):
-                outcomes = [_decide(batch, using, savepoint=False) for batch in batches]
+                outcomes = _decide_page(batches, using)
         except DatabaseError as exc:
             if is_transient(exc):
                 raise
@@ -255,10 +256,71 @@ def _apply_batch(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
     return log.finish(*_decide(batch, using))
 
 
+@dataclass
+class _Decision:
+    """A record's claimed requests, validated: the ``rejected`` ones, and the ``winners`` per field of
+    the ``valid`` ones (``(version, request pk, value)``). ``target`` is None when its content type is
+    gone, and ``pk`` None when its object id is not a key of its model: nothing is written then."""
+
+    target: Target | None
+    pk: Any = None
+    rejected: list[Result] = field(default_factory=list)
+    valid: list[tuple[ProcessedRequest, dict[str, Any]]] = field(default_factory=list)
+    winners: dict[str, tuple[int, int, Any]] = field(default_factory=dict)
+
+
 def _decide(batch: list[ProcessedRequest], using: str, *, savepoint: bool = True) -> tuple[list[Result], Target | None]:
     """Write the claimed requests ``batch`` of one record, newest version per field, in a savepoint;
     the outcome of each, and the record they target (None: a content type that is gone). Without a
     ``savepoint`` (the caller has one) any database error propagates."""
+    decision = _validate(batch, using)
+    if not decision.winners:
+        return decision.rejected, decision.target
+    assert decision.target is not None
+    try:
+        # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
+        with transaction.atomic(using=using) if savepoint else nullcontext():
+            written = _write(decision.target.model, decision.pk, decision.winners, using)
+    except DatabaseError as exc:
+        if is_transient(exc) or not savepoint:
+            raise  # RQ retries the job; nothing here is the requests' fault
+        return [*decision.rejected, *_one_by_one(decision.target.model, decision.pk, decision.valid, using)], (
+            decision.target
+        )
+    return _conclude(decision, written, using), decision.target
+
+
+def _decide_page(batches: list[list[ProcessedRequest]], using: str) -> list[tuple[list[Result], Target | None]]:
+    """:func:`_decide` for the records of a sweep's page, in the caller's savepoint: on PostgreSQL the
+    writes of each model's records in one statement (:mod:`safeupdates.bulk`'s), not one per record.
+    Any database error propagates (the caller then decides record by record)."""
+    decisions = [_validate(batch, using) for batch in batches]
+    if connections[using].vendor != "postgresql":
+        written_per_record = [
+            _write(d.target.model, d.pk, d.winners, using) if d.winners and d.target else None for d in decisions
+        ]
+    else:
+        by_model: dict[type[models.Model], list[_Decision]] = {}
+        for decision in decisions:
+            if decision.winners and decision.target is not None:
+                by_model.setdefault(decision.target.model, []).append(decision)
+        fields_written: dict[tuple[type[models.Model], Any], tuple[str, ...]] = {}
+        for model, members in by_model.items():
+            rows = [bulk.Row(d.pk, d.winners, []) for d in sorted(members, key=lambda d: d.pk)]
+            for pk, names in bulk.write_rows(model, rows, connections[using]).items():
+                fields_written[model, pk] = names
+        written_per_record = []
+        for d in decisions:
+            names = fields_written.get((d.target.model, d.pk), ()) if d.winners and d.target else ()
+            written_per_record.append({name: d.winners[name][1] for name in names} or None)
+    return [
+        (_conclude(d, written, using) if d.winners else d.rejected, d.target)
+        for d, written in zip(decisions, written_per_record, strict=True)
+    ]
+
+
+def _validate(batch: list[ProcessedRequest], using: str) -> _Decision:
+    """The claimed requests ``batch`` of one record, validated and merged per field: a :class:`_Decision`."""
     try:
         content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
     except ContentType.DoesNotExist:
@@ -267,15 +329,13 @@ def _decide(batch: list[ProcessedRequest], using: str, *, savepoint: bool = True
     model = None if content_type is None else content_type.model_class()
     if model is None:
         missing = f"content type {batch[0].content_type_id}" if content_type is None else f"model {content_type}"
-        return [_rejected(r, f"{missing} no longer exists") for r in batch], None
+        return _Decision(None, rejected=[_rejected(r, f"{missing} no longer exists") for r in batch])
 
     try:
         pk = clean_pk(model, batch[0].object_id)
     except InvalidUpdate as exc:
-        return [_rejected(r, str(exc)) for r in batch], Target(model, batch[0].object_id, using)
-    target = Target(model, pk, using)
-    rejected: list[Result] = []
-    valid: list[tuple[ProcessedRequest, dict[str, Any]]] = []
+        return _Decision(Target(model, batch[0].object_id, using), rejected=[_rejected(r, str(exc)) for r in batch])
+    decision = _Decision(Target(model, pk, using), pk)
     for request in batch:
         try:
             if not request.version:
@@ -287,30 +347,29 @@ def _decide(batch: list[ProcessedRequest], using: str, *, savepoint: bool = True
             allowed = getattr(model, "safe_update_fields", ())
             cleaned = clean_changes(model, request.changes, allowed=allowed, using=using)
         except InvalidUpdate as exc:
-            rejected.append(_rejected(request, str(exc)))
+            decision.rejected.append(_rejected(request, str(exc)))
             continue
-        valid.append((request, cleaned))
-    if not valid:
-        return rejected, target
+        decision.valid.append((request, cleaned))
+    decision.winners = newest_per_field(
+        (request.version or 0, request.pk, cleaned) for request, cleaned in decision.valid
+    )
+    return decision
 
-    winners = newest_per_field((request.version or 0, request.pk, cleaned) for request, cleaned in valid)
-    try:
-        # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
-        with transaction.atomic(using=using) if savepoint else nullcontext():
-            written = _write(model, pk, winners, using)
-    except DatabaseError as exc:
-        if is_transient(exc) or not savepoint:
-            raise  # RQ retries the job; nothing here is the requests' fault
-        return [*rejected, *_one_by_one(model, pk, valid, using)], target
+
+def _conclude(decision: _Decision, written: dict[str, int] | None, using: str) -> list[Result]:
+    """The outcome of each request of ``decision``, the guarded write having written ``written``
+    (``{field: request pk}``; None: nothing, or no such row)."""
+    assert decision.target is not None
+    model, pk, winners = decision.target.model, decision.pk, decision.winners
     stored = None
     if written is None or (len(written) < len(winners) and listened(model)):
         # Nothing written: is there a row? Something held back: by which versions (for the signals)?
         stored = _stored_versions(model, pk, using)
         if stored is None:
-            return [*rejected, *(_rejected(r, MISSING_TARGET) for r, _ in valid)], target
+            return [*decision.rejected, *(_rejected(r, MISSING_TARGET) for r, _ in decision.valid)]
     written = written or {}
     results = []
-    for request, cleaned in valid:
+    for request, cleaned in decision.valid:
         fields = tuple(sorted(name for name in cleaned if written.get(name) == request.pk))
         held = {}
         for name in cleaned:
@@ -320,7 +379,7 @@ def _decide(batch: list[ProcessedRequest], using: str, *, savepoint: bool = True
                 held[name] = stored_version(stored, name)  # the row held it
         status = RequestStatus.APPLIED if fields else RequestStatus.STALE
         results.append(Result(request, status, fields, held))
-    return [*rejected, *results], target
+    return [*decision.rejected, *results]
 
 
 def _one_by_one(

@@ -54,7 +54,7 @@ class BulkResult:
 
 
 @dataclass
-class _Row:
+class Row:
     """The merged updates of one row: per field, the winning ``(version, input index, value)``."""
 
     pk: Any
@@ -103,7 +103,7 @@ def bulk_update_if_newer(
         for start in range(0, len(ordered), size):
             batch = ordered[start : start + size]
             if connection.vendor == "postgresql" and not spans_tables(model):
-                outcome = _write_postgresql(model, batch, connection)
+                outcome = write_rows(model, batch, connection)
             else:
                 outcome = _write_per_row(model, batch, connection)
             for row in batch:
@@ -120,7 +120,7 @@ def bulk_update_if_newer(
 
 def _merge(
     model: type[models.Model], updates: Iterable[tuple[Any, int, Mapping[str, Any]]], using: str
-) -> dict[Any, _Row]:
+) -> dict[Any, Row]:
     """Validate every update and merge them per row and field; raise InvalidUpdate on the first bad one."""
     if isinstance(updates, (str, bytes, Mapping)):
         raise InvalidUpdate(f"updates must be an iterable of (pk, version, changes) tuples, got {updates!r}.")
@@ -128,7 +128,7 @@ def _merge(
         items = list(updates)
     except TypeError:
         raise InvalidUpdate(f"updates must be an iterable of (pk, version, changes) tuples, got {updates!r}.") from None
-    rows: dict[Any, _Row] = {}
+    rows: dict[Any, Row] = {}
     merged: dict[Any, list[tuple[int, int, dict[str, Any]]]] = {}
     for index, item in enumerate(items):
         try:
@@ -143,7 +143,7 @@ def _merge(
         except InvalidUpdate as exc:
             raise InvalidUpdate(f"updates[{index}]: {exc} Nothing was written.") from exc
         if pk not in rows:
-            rows[pk], merged[pk] = _Row(pk, {}, []), []
+            rows[pk], merged[pk] = Row(pk, {}, []), []
         rows[pk].indexes.append(index)
         merged[pk].append((version, index, cleaned))
     for pk, row in rows.items():
@@ -151,10 +151,11 @@ def _merge(
     return rows
 
 
-def _write_postgresql(
-    model: type[models.Model], batch: Sequence[_Row], connection: BaseDatabaseWrapper
+def write_rows(
+    model: type[models.Model], batch: Sequence[Row], connection: BaseDatabaseWrapper
 ) -> dict[Any, tuple[str, ...]]:
-    """Write ``batch`` in one statement; return, per existing row, the fields it wrote."""
+    """Write ``batch`` in one statement (PostgreSQL, a model whose fields live in one table; the rows in
+    primary key order); return, per existing row, the fields it wrote."""
     fields = tuple(sorted({name for row in batch for name in row.winners}))
     statement = statements.bulk_update(model, fields)
     prepare = [concrete_field(model, name).get_db_prep_save for name in fields]
@@ -172,7 +173,7 @@ def _write_postgresql(
 
 
 def _write_per_row(
-    model: type[models.Model], batch: Sequence[_Row], connection: BaseDatabaseWrapper
+    model: type[models.Model], batch: Sequence[Row], connection: BaseDatabaseWrapper
 ) -> dict[Any, tuple[str, ...]]:
     """Portable fallback, and the path of multi-table inheritance: read the batch's versions, then one
     guarded write per row that has news.

@@ -299,7 +299,7 @@ def expected_counts(initial: dict[Any, dict[str, int]], parts: Sequence[Sequence
 def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each database's own writer, and the portable one-statement-per-row writer on every database."""
     if request.param == "per_row":
-        monkeypatch.setattr(bulk, "_write_postgresql", bulk._write_per_row)
+        monkeypatch.setattr(bulk, "write_rows", bulk._write_per_row)
     return str(request.param)
 
 

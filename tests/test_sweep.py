@@ -11,14 +11,16 @@ import django_rq
 import pytest
 from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from rq import SimpleWorker
 
 from safeupdates import apply, enqueue_update, queues, signals
 from safeupdates.jobs import relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.test_jobs import _alive, _waiting_on_lock, all_done
-from tests.testapp.models import Profile
+from tests.testapp.models import Gadget, Profile
 from tests.workers import RowLock, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -255,3 +257,38 @@ def test_a_held_record_with_more_than_a_batch_pending_is_not_waited_for(redis, p
     while queue().count:
         run_one_job()
     assert Profile.objects.get(pk=held.pk).active is True
+
+
+def test_a_page_writes_each_models_records_in_one_statement_with_each_outcome_its_own(redis, postgres_only):
+    """The records of a page are written with one guarded statement per model, not one per record; the
+    outcome of each request is the one its record alone would get: applied, stale (a field the row holds
+    at a newer version), rejected (a bad value)."""
+    own, *others = ProfileFactory.create_batch(4, active=False)
+    fresh, held, bad = sorted(others, key=lambda p: str(p.pk))
+    gadget = Gadget.objects.create(label="d")
+    enqueue_update(own, active=True)
+    on_fresh = [enqueue_update(fresh, active=True), enqueue_update(fresh, name="fresh")]
+    older = enqueue_update(held, name="older")
+    Profile.objects.update_if_newer(held.pk, version=next_version(), name="newer")  # above `older`
+    on_held = enqueue_update(held, active=True)
+    on_bad = enqueue_update(bad, active=True)
+    ProcessedRequest.objects.filter(pk=on_bad.pk).update(changes={"no_such_field": 1})
+    on_gadget = enqueue_update(gadget, label="e")
+    with CaptureQueriesContext(connection) as queries:
+        run_one_job()
+    writes = [q["sql"] for q in queries.captured_queries if f'UPDATE "{Profile._meta.db_table}"' in q["sql"]]
+    assert statuses([*on_fresh, older, on_held, on_bad, on_gadget]) == [
+        "applied",
+        "applied",
+        "stale",
+        "applied",
+        "rejected",
+        "applied",
+    ]
+    assert len(writes) == 2, writes  # the job's own record, then the page's records: one statement
+    fresh.refresh_from_db()
+    held.refresh_from_db()
+    assert (fresh.active, fresh.name, held.active, held.name) == (True, "fresh", True, "newer")
+    assert held.field_versions["active"] == on_held.version
+    assert Gadget.objects.get(pk=gadget.pk).label == "e"
+    assert queue().count == 0
