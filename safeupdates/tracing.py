@@ -67,11 +67,22 @@ def enqueue_span(model: str, pk: Any, request_id: str) -> Iterator[dict[str, str
         yield {}
         return
     trace, propagate = otel
-    attributes = {"safeupdates.model": model, "safeupdates.pk": str(pk), "safeupdates.request_id": request_id}
-    with trace.get_tracer(_TRACER).start_as_current_span("safeupdates.enqueue_update", attributes=attributes):
-        carrier: dict[str, str] = {}
+    carrier: dict[str, str] = {}
+    if not _recording(trace):
+        # No tracer provider: the span would record nothing, and its context would be the current one.
         propagate.inject(carrier)
         yield carrier
+        return
+    attributes = {"safeupdates.model": model, "safeupdates.pk": str(pk), "safeupdates.request_id": request_id}
+    with trace.get_tracer(_TRACER).start_as_current_span("safeupdates.enqueue_update", attributes=attributes):
+        propagate.inject(carrier)
+        yield carrier
+
+
+def _recording(trace: Any) -> bool:
+    """Whether a tracer provider is set (an SDK's, say): without one (the API's proxy, or its no-op
+    provider) a span records nothing and carries its parent's context, at the cost of making one."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 @contextmanager

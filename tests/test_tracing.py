@@ -11,7 +11,7 @@ import pytest
 from django.test import override_settings
 from django_tasks_db.management.commands.db_worker import Worker as DBWorker
 from django_tasks_db.models import DBTaskResult
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -78,6 +78,30 @@ def test_the_job_continues_the_trace_of_its_enqueue(redis, spans):
     assert enqueue.attributes["safeupdates.request_id"] == str(request.request_id)
     assert enqueue.attributes["safeupdates.model"] == "testapp.Profile"
     assert apply.attributes["safeupdates.request_id"] == str(request.request_id)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("incoming", [True, False])
+def test_without_a_tracer_provider_the_job_carries_the_incoming_context_and_no_span_is_made(
+    redis, spans, monkeypatch, incoming
+):
+    """With the OpenTelemetry API and no provider set (the API's proxy), no span is made; the job carries
+    the context the enqueue ran in (a web request's, propagated from its caller), as a span of the proxy
+    would have, and nothing when there is none."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    parent = trace.SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=trace.TraceFlags(1))
+    token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent))) if incoming else None
+    try:
+        enqueue_update(ProfileFactory(), active=True)
+    finally:
+        if token is not None:
+            context.detach(token)
+    [job] = django_rq.get_queue("default").jobs
+    carrier = job.meta.get(tracing.TRACE_META_KEY) or {}
+    expected = {"traceparent": f"00-{0x1234:032x}-{0x5678:016x}-01"} if incoming else {}
+    assert carrier == expected
+    assert spans.get_finished_spans() == ()
 
 
 def run_db_tasks() -> None:
