@@ -336,7 +336,8 @@ class TestValuesTheDatabaseRefuses:
                 apply_update(str(request.request_id))
         finally:
             _drop_profile_trigger("safeupdates_test_refuse_log", table=table)
-        assert f"safeupdates: could not record the failure of request {request.request_id}" in caplog.text
+        logged = [(r.getMessage(), r.exc_info is not None) for r in caplog.records if r.name == "safeupdates"]
+        assert (f"safeupdates: could not record the failure of request {request.request_id}", True) in logged
         assert "the log is read-only" in caplog.text
         request.refresh_from_db()
         assert (request.status, request.attempts, request.error) == ("pending", 0, "")
