@@ -160,6 +160,29 @@ def test_a_record_whose_write_spans_tables_is_left_to_its_own_job(redis):
     assert Restaurant.objects.get(pk=restaurant.pk).serves_pizza
 
 
+@pytest.mark.parametrize(
+    ("corrupt", "error"),
+    [({"content_type_id": 0}, "content type 0 no longer exists"), ({"object_id": "-1x"}, "invalid primary key")],
+    ids=["content-type-gone", "bad-key"],
+)
+def test_a_swept_record_that_names_no_row_is_rejected_and_the_page_goes_on(redis, corrupt, error):
+    """A record whose content type is gone, or whose key is no key of its model, needs no row lock: the
+    page rejects its request, and still locks and applies the records after it (it comes first: content
+    type 0, or a key that sorts before digits)."""
+    own, gone, other = ProfileFactory.create_batch(3, active=False)
+    enqueue_update(own, active=True)  # the first job in the queue
+    orphan = enqueue_update(gone, active=True)
+    on_other = enqueue_update(other, active=True)
+    ProcessedRequest.objects.filter(pk=orphan.pk).update(**corrupt)
+    queue().remove(queues.job_id(orphan.content_type_id, orphan.object_id))
+    corrupted = ProcessedRequest.objects.get(pk=orphan.pk)
+    queues.deliver(orphan.request_id, corrupted.content_type_id, corrupted.object_id, "default")  # its job now
+    run_one_job()
+    assert queue().count == 0
+    assert statuses([orphan, on_other]) == ["rejected", "applied"]
+    assert error in ProcessedRequest.objects.get(pk=orphan.pk).error
+
+
 def test_records_of_another_queue_are_left_to_their_jobs(redis):
     here, there = ProfileFactory.create_batch(2, active=False)
     enqueue_update(here, active=True)
