@@ -40,6 +40,7 @@ from safeupdates.versions import _next_from_counter, last_issued, next_version, 
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.testapp.batch_jobs import add_score, record_reduce
 from tests.testapp.models import Document, Profile, Restaurant, Specimen
+from tests.workers import RowLock
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
 
@@ -156,6 +157,19 @@ def test_a_tenants_job_sweeps_the_tenants_records_but_those_whose_write_spans_ta
     SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
     assert [log(TENANT).get(pk=r.pk).status for r in (*requests, child)] == ["applied", "applied", "pending"]
     assert queue.job_ids == [job_id(child.content_type_id, child.object_id, TENANT)]
+
+
+def test_a_tenants_job_leaves_a_record_whose_row_is_held_and_waits_for_none(redis, postgres_only):
+    """The sweep's row locks (SKIP LOCKED) are taken on the tenant's database: a row another transaction
+    holds there is left to its own job, and the rest of the page is applied without waiting for it."""
+    _home, away = twins()
+    held, free = (Profile.objects.using(TENANT).create(name=name) for name in ("held", "free"))
+    requests = [enqueue_update(record, using=TENANT, active=True) for record in (away, held, free)]
+    queue = django_rq.get_queue("default")
+    with RowLock(Profile, held.pk, using=TENANT), override_settings(SAFEUPDATES_JOB_TIMEOUT=2):
+        SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+        assert [log(TENANT).get(pk=r.pk).status for r in requests] == ["applied", "pending", "applied"]
+        assert queue.job_ids == [job_id(requests[1].content_type_id, requests[1].object_id, TENANT)]
 
 
 def test_records_of_two_databases_never_share_a_job(redis):
@@ -316,6 +330,22 @@ def test_a_value_the_tenants_database_refuses_is_rejected_alone(redis, tenant_re
     assert [statuses[r.pk] for r in (first, culprit, last)] == ["applied", "rejected", "applied"]
     away.refresh_from_db()
     assert (away.active, away.newsletter, away.name) == (True, True, "away")
+
+
+def test_a_value_the_tenants_database_refuses_in_a_swept_page_rejects_only_its_request(redis, tenant_refuses):
+    """The page's savepoint is taken on the tenant's database: a refused value there sinks neither the page
+    nor the job's transaction."""
+    tenant_refuses("P0001")
+    _home, away = twins()
+    b, c = (Profile.objects.using(TENANT).create(name=name) for name in ("b", "c"))
+    enqueue_update(away, using=TENANT, active=True)  # the first job in the queue
+    on_b = enqueue_update(b, using=TENANT, active=True)
+    culprit = enqueue_update(b, using=TENANT, name="forbidden")
+    on_c = enqueue_update(c, using=TENANT, active=True)
+    queue = django_rq.get_queue("default")
+    SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+    assert [log(TENANT).get(pk=r.pk).status for r in (on_b, culprit, on_c)] == ["applied", "rejected", "applied"]
+    assert queue.count == 0
 
 
 class ProfileRouter:
