@@ -6,7 +6,7 @@ from typing import Any
 
 import django_rq
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from redis import Redis
 
 from tests.workers import Workers
@@ -57,11 +57,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"safeupdates: {line}", yellow=True)
 
 
-def _create_profile_trigger(name: str, statement: str) -> None:
-    """A BEFORE UPDATE trigger ``name`` on the Profile table that runs ``statement`` (PL/pgSQL) per row."""
+def _create_profile_trigger(name: str, statement: str, *, table: str = "", using: str = "default") -> None:
+    """A BEFORE UPDATE trigger ``name`` on the Profile table (or ``table``) of database ``using`` that runs
+    ``statement`` (PL/pgSQL) per row."""
     from tests.testapp.models import Profile
 
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(
             f"""
             CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$
@@ -69,17 +70,17 @@ def _create_profile_trigger(name: str, statement: str) -> None:
                 {statement}
                 RETURN NEW;
             END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER {name} BEFORE UPDATE ON {Profile._meta.db_table}
+            CREATE TRIGGER {name} BEFORE UPDATE ON {table or Profile._meta.db_table}
                 FOR EACH ROW EXECUTE FUNCTION {name}();
             """
         )
 
 
-def _drop_profile_trigger(name: str) -> None:
+def _drop_profile_trigger(name: str, *, table: str = "", using: str = "default") -> None:
     from tests.testapp.models import Profile
 
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {Profile._meta.db_table}")
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table or Profile._meta.db_table}")
         cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
 
 

@@ -70,6 +70,19 @@ def test_applied_stale_and_missing_are_counted_per_update(profile: Profile) -> N
     assert profile.lock_version > v1
 
 
+def test_the_updates_of_every_missing_row_are_counted(profile: Profile) -> None:
+    v1, v2, v3 = next_version(), next_version(), next_version()
+    result = Profile.objects.bulk_update_if_newer(
+        [
+            (profile.pk + 1000, v1, {"active": True}),
+            (profile.pk + 1000, v2, {"score": 2}),  # two updates of one missing row
+            (profile.pk + 2000, v3, {"active": True}),
+            (profile.pk, v3, {"active": True}),
+        ]
+    )
+    assert result == BulkResult(applied=1, stale=0, missing=3)
+
+
 def test_updates_of_one_row_merge_per_field_by_version(profile: Profile) -> None:
     v1, v2, v3 = next_version(), next_version(), next_version()
     result = Profile.objects.bulk_update_if_newer(

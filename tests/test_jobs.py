@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,16 +18,27 @@ import pytest
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
 from django.test import override_settings
 from rq import Queue, Worker
 from rq.suspension import suspend
 
-from safeupdates import enqueue_update, jobs, queues, statements
+from safeupdates import enqueue_update, jobs, queues, signals, statements
+from safeupdates.apply import describe_database, is_transient
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.relay import relay
+from safeupdates.versions import next_version
+from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.redis_commands import RedisCommands
 from tests.testapp.models import ActiveOnlyProfile, Profile, Tag
@@ -187,8 +199,8 @@ class TestValuesTheDatabaseRefuses:
     (a lost connection, a deadlock, a lock timeout) is retried by RQ, whatever its exception class."""
 
     # Not transient: raise_exception, assert_failure, check_violation, numeric value out of range,
-    # insufficient privilege.
-    @pytest.mark.parametrize("sqlstate", ["P0001", "P0004", "23514", "22003", "42501"])
+    # insufficient privilege, object not in prerequisite state (an OperationalError all the same).
+    @pytest.mark.parametrize("sqlstate", ["P0001", "P0004", "23514", "22003", "42501", "55000"])
     def test_refused_by_a_trigger_only_the_culprit_is_rejected(self, redis, refusing_trigger, sqlstate):
         refusing_trigger(sqlstate)
         profile = ProfileFactory()
@@ -207,8 +219,11 @@ class TestValuesTheDatabaseRefuses:
         assert (profile.active, profile.newsletter, profile.name) == (True, True, first_name)
 
     # Transient: serialization failure, deadlock, lock not available, admin shutdown, connection
-    # failure, too many connections, query canceled (statement_timeout).
-    @pytest.mark.parametrize("sqlstate", ["40001", "40P01", "55P03", "57P01", "08006", "53300", "57014"])
+    # failure, too many connections, query canceled (statement_timeout); and, though psycopg raises an
+    # InternalError for them, a read-only transaction (a failover) and an internal error.
+    @pytest.mark.parametrize(
+        "sqlstate", ["40001", "40P01", "55P03", "57P01", "08006", "53300", "57014", "25006", "XX000"]
+    )
     def test_a_transient_error_is_raised_for_rq_to_retry(self, redis, refusing_trigger, sqlstate):
         refusing_trigger(sqlstate)
         profile = ProfileFactory()
@@ -241,6 +256,91 @@ class TestValuesTheDatabaseRefuses:
         requests = [ProcessedRequest.objects.get(pk=r.pk) for r in requests]
         assert ([r.status for r in requests], [r.attempts for r in requests]) == (statuses, attempts)
         assert queue().failed_job_registry.count == (sqlstate != "P0001")
+
+    def test_a_refused_batch_is_decided_one_request_at_a_time(self, redis, refusing_trigger):
+        """Once the database refuses the merged write, each request is written alone, in version order:
+        the culprit is rejected, one whose field a newer write holds is stale, the others are applied,
+        and each is signalled with the fields it wrote."""
+        refusing_trigger("P0001")
+        profile = ProfileFactory(active=False)
+        held = enqueue_update(profile, score=1)
+        culprit = enqueue_update(profile, name="forbidden")
+        applied = enqueue_update(profile, active=True)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), score=5)  # newer than `held`
+        seen = {}
+
+        def receiver(sender, request_id, fields, **kwargs):
+            seen[request_id] = fields
+
+        signals.request_applied.connect(receiver, sender=Profile)
+        signals.request_stale.connect(receiver, sender=Profile)
+        try:
+            assert apply_update(str(held.request_id)) == "1 applied, 1 rejected, 1 stale"
+        finally:
+            signals.request_applied.disconnect(receiver, sender=Profile)
+            signals.request_stale.disconnect(receiver, sender=Profile)
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert [statuses[r.pk] for r in (held, culprit, applied)] == ["stale", "rejected", "applied"]
+        assert seen == {held.request_id: (), applied.request_id: ("active",)}
+        profile.refresh_from_db()
+        assert (profile.score, profile.active) == (5, True)
+
+    def test_a_refusal_is_recorded_up_to_2000_characters(self, redis, postgres_only):
+        _create_profile_trigger(
+            "safeupdates_test_long", "IF NEW.name = 'forbidden' THEN RAISE EXCEPTION '%', repeat('x', 3000); END IF;"
+        )
+        try:
+            request = enqueue_update(ProfileFactory(), name="forbidden")
+            assert apply_update(str(request.request_id)) == "1 rejected"
+        finally:
+            _drop_profile_trigger("safeupdates_test_long")
+        request.refresh_from_db()
+        assert request.error.startswith("the database refused it: ProgrammingError: xxx")
+        assert len(request.error) == 2000
+
+    # lock_not_available (a lock_timeout or NOWAIT); a deadlock, transient too but no lock timeout.
+    @pytest.mark.parametrize(("sqlstate", "signalled"), [("55P03", [(None, "job", "default")]), ("40P01", [])])
+    def test_a_lock_timeout_in_a_job_is_signalled_as_the_jobs(self, redis, refusing_trigger, sqlstate, signalled):
+        """lock_unavailable (the lock-timeout counter of the metrics) names the job as its surface, and the
+        database."""
+        seen = []
+
+        def receiver(sender, **kwargs):
+            seen.append((sender, kwargs["surface"], kwargs["using"]))
+
+        refusing_trigger(sqlstate)
+        request = enqueue_update(ProfileFactory(), name="forbidden")
+        signals.lock_unavailable.connect(receiver)
+        try:
+            with pytest.raises(DatabaseError):
+                apply_update(str(request.request_id))
+        finally:
+            signals.lock_unavailable.disconnect(receiver)
+        assert seen == signalled
+        # Outside a worker no retry follows: failed, with the error's class in front of its message.
+        request.refresh_from_db()
+        assert (request.status, request.attempts) == ("failed", 1)
+        assert request.error.startswith("OperationalError: the name forbidden is forbidden")
+
+    def test_a_failure_the_log_cannot_record_is_logged_and_the_request_left_pending(
+        self, redis, refusing_trigger, caplog
+    ):
+        """The database refuses to record the failed attempt as well: the job logs it and raises the
+        write's error; the request stays pending, for the relay."""
+        refusing_trigger("40001")
+        request = enqueue_update(ProfileFactory(), name="forbidden")
+        table = ProcessedRequest._meta.db_table
+        _create_profile_trigger("safeupdates_test_refuse_log", "RAISE EXCEPTION 'the log is read-only';", table=table)
+        try:
+            with pytest.raises(DatabaseError, match="the name forbidden is forbidden"):
+                apply_update(str(request.request_id))
+        finally:
+            _drop_profile_trigger("safeupdates_test_refuse_log", table=table)
+        logged = [(r.getMessage(), r.exc_info is not None) for r in caplog.records if r.name == "safeupdates"]
+        assert (f"safeupdates: could not record the failure of request {request.request_id}", True) in logged
+        assert "the log is read-only" in caplog.text
+        request.refresh_from_db()
+        assert (request.status, request.attempts, request.error) == ("pending", 0, "")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -554,6 +654,31 @@ class TestApplyInProcess:
         with pytest.raises(CommandError, match=f"{option} must be a"):
             call_command("safeupdates_relay", f"{option}={value}", stdout=io.StringIO())
         assert queue().count == 0
+
+
+def test_the_database_named_in_errors_is_described_without_its_password(monkeypatch):
+    """describe_database() (in RequestNotFound's message): vendor, name, host and port, no password."""
+    config = connections["default"].settings_dict
+    vendor = connections["default"].display_name
+    for key, value in {"NAME": "app", "HOST": "db.example", "PORT": "6543", "PASSWORD": "s3cret"}.items():
+        monkeypatch.setitem(config, key, value)
+    assert describe_database("default") == f"{vendor} app at db.example:6543"
+    monkeypatch.setitem(config, "PORT", "")
+    assert describe_database("default") == f"{vendor} app at db.example:default port"
+    monkeypatch.setitem(config, "HOST", "")  # a local socket (PostgreSQL) or a file (SQLite)
+    assert describe_database("default") == f"{vendor} app"
+
+
+def test_an_error_without_a_sqlstate_is_transient_if_it_is_operational():
+    """No SQLSTATE (SQLite's errors, a connection lost before the server answered, an error raised with no
+    cause): an OperationalError or InterfaceError is retried, any other error rejects its request."""
+    locked = OperationalError("database is locked")
+    locked.__cause__ = sqlite3.OperationalError("database is locked")
+    refused = IntegrityError("CHECK constraint failed")
+    refused.__cause__ = sqlite3.IntegrityError("CHECK constraint failed")
+    assert is_transient(locked) and not is_transient(refused)
+    assert is_transient(InterfaceError("connection already closed")) and is_transient(OperationalError("lost"))
+    assert not is_transient(DatabaseError("refused"))
 
 
 @pytest.mark.workers

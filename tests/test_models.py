@@ -169,6 +169,25 @@ def test_changes_keep_microseconds():
     assert json.dumps({"n": 1.5}, cls=ChangesEncoder) == '{"n": 1.5}'
 
 
+def test_changes_encode_what_djangos_encoder_does_and_refuse_the_rest():
+    """Besides datetimes and times, ChangesEncoder hands every other value to DjangoJSONEncoder (dates,
+    decimals, UUIDs), whose refusal names the value's type."""
+    import datetime
+    import decimal
+    import json
+    import uuid
+
+    from safeupdates.models import ChangesEncoder
+
+    rid = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    values = {"d": datetime.date(2026, 12, 2), "n": decimal.Decimal("1.10"), "u": rid}
+    assert json.dumps(values, cls=ChangesEncoder) == (
+        '{"d": "2026-12-02", "n": "1.10", "u": "12345678-1234-5678-1234-567812345678"}'
+    )
+    with pytest.raises(TypeError, match="Object of type frozenset is not JSON serializable"):
+        json.dumps({"s": frozenset()}, cls=ChangesEncoder)
+
+
 def test_a_save_writes_its_own_row_only_when_rows_share_a_lock_version():
     """Rows made by bulk_create() all carry lock_version 0: the checked UPDATE must still name its row."""
     first, second = Document.objects.bulk_create([Document(title="a"), Document(title="b")])

@@ -21,6 +21,7 @@ import django_rq
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
+from django.db import DatabaseError
 from django.db.models.functions import Now
 from django.test import override_settings
 from rq import SimpleWorker
@@ -35,9 +36,11 @@ from safeupdates.managers import SafeUpdateQuerySet
 from safeupdates.models import ProcessedRequest, RequestStatus, VersionCounter
 from safeupdates.queues import job_id
 from safeupdates.validation import clean_changes
-from safeupdates.versions import _next_from_counter, last_issued, next_version
+from safeupdates.versions import _next_from_counter, last_issued, next_version, raise_floor
+from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.testapp.batch_jobs import add_score, record_reduce
-from tests.testapp.models import Document, Profile, Specimen
+from tests.testapp.models import Document, Profile, Restaurant, Specimen
+from tests.workers import RowLock
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
 
@@ -139,6 +142,34 @@ def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(r
     run_jobs()
     assert log(TENANT).get(pk=request.pk).status == RequestStatus.APPLIED
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
+
+
+def test_a_tenants_job_sweeps_the_tenants_records_but_those_whose_write_spans_tables(redis):
+    """A job on the tenant's database sweeps the tenant's other waiting records, and tells by the tenant's
+    content types (their ids differ from the default database's) which of them span tables."""
+    _home, away = twins()
+    other = Profile.objects.using(TENANT).create(name="other")
+    restaurant = Restaurant.objects.using(TENANT).create(name="Luigi's")
+    requests = [enqueue_update(record, using=TENANT, active=True) for record in (away, other)]
+    child = enqueue_update(restaurant, using=TENANT, serves_pizza=True)
+    queue = django_rq.get_queue("default")
+    assert queue.job_ids[0] == job_id(requests[0].content_type_id, requests[0].object_id, TENANT)
+    SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+    assert [log(TENANT).get(pk=r.pk).status for r in (*requests, child)] == ["applied", "applied", "pending"]
+    assert queue.job_ids == [job_id(child.content_type_id, child.object_id, TENANT)]
+
+
+def test_a_tenants_job_leaves_a_record_whose_row_is_held_and_waits_for_none(redis, postgres_only):
+    """The sweep's row locks (SKIP LOCKED) are taken on the tenant's database: a row another transaction
+    holds there is left to its own job, and the rest of the page is applied without waiting for it."""
+    _home, away = twins()
+    held, free = (Profile.objects.using(TENANT).create(name=name) for name in ("held", "free"))
+    requests = [enqueue_update(record, using=TENANT, active=True) for record in (away, held, free)]
+    queue = django_rq.get_queue("default")
+    with RowLock(Profile, held.pk, using=TENANT), override_settings(SAFEUPDATES_JOB_TIMEOUT=2):
+        SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+        assert [log(TENANT).get(pk=r.pk).status for r in requests] == ["applied", "pending", "applied"]
+        assert queue.job_ids == [job_id(requests[1].content_type_id, requests[1].object_id, TENANT)]
 
 
 def test_records_of_two_databases_never_share_a_job(redis):
@@ -254,6 +285,91 @@ def test_apply_update_using_applies_on_that_database_only(redis):
     assert not Profile.objects.using("default").get(pk=home.pk).newsletter
     # A version written on the tenant's row comes from the tenant's source.
     assert Profile.objects.using(TENANT).get(pk=away.pk).lock_version <= last_issued(TENANT)
+
+
+@pytest.fixture
+def tenant_refuses(postgres_only) -> Iterator[Any]:
+    """A trigger on the tenant's Profile table that refuses ``name = 'forbidden'`` with a given SQLSTATE."""
+    created = []
+
+    def create(sqlstate: str) -> None:
+        _create_profile_trigger(
+            "safeupdates_test_refuse",
+            f"IF NEW.name = 'forbidden' THEN RAISE EXCEPTION 'refused' USING ERRCODE = '{sqlstate}'; END IF;",
+            using=TENANT,
+        )
+        created.append(sqlstate)
+
+    yield create
+    if created:
+        _drop_profile_trigger("safeupdates_test_refuse", using=TENANT)
+
+
+def test_a_failed_attempt_is_recorded_on_the_database_of_the_request(redis, tenant_refuses):
+    """A transient error on the tenant's database: the tenant's request counts the attempt and, outside a
+    worker (no retry follows), fails; the default database's twin request stays untouched."""
+    tenant_refuses("40001")
+    home, away = twins()
+    request = enqueue_update(Profile, away.pk, using=TENANT, name="forbidden")
+    twin = enqueue_update(Profile, home.pk, using="default", request_id=request.request_id, name="forbidden")
+    with pytest.raises(DatabaseError, match="refused"):
+        apply_update(str(request.request_id), using=TENANT)
+    assert log(TENANT).values_list("status", "attempts").get(pk=request.pk) == ("failed", 1)
+    assert log("default").values_list("status", "attempts").get(pk=twin.pk) == ("pending", 0)
+
+
+def test_a_value_the_tenants_database_refuses_is_rejected_alone(redis, tenant_refuses):
+    """The requests of a refused batch are written one by one, each in a savepoint on the tenant's database."""
+    tenant_refuses("P0001")
+    _home, away = twins()
+    first = enqueue_update(Profile, away.pk, using=TENANT, active=True)
+    culprit = enqueue_update(Profile, away.pk, using=TENANT, name="forbidden")
+    last = enqueue_update(Profile, away.pk, using=TENANT, newsletter=True)
+    assert apply_update(str(first.request_id), using=TENANT) == "2 applied, 1 rejected"
+    statuses = dict(log(TENANT).values_list("pk", "status"))
+    assert [statuses[r.pk] for r in (first, culprit, last)] == ["applied", "rejected", "applied"]
+    away.refresh_from_db()
+    assert (away.active, away.newsletter, away.name) == (True, True, "away")
+
+
+def test_a_value_the_tenants_database_refuses_in_a_swept_page_rejects_only_its_request(redis, tenant_refuses):
+    """The page's savepoint is taken on the tenant's database: a refused value there sinks neither the page
+    nor the job's transaction."""
+    tenant_refuses("P0001")
+    _home, away = twins()
+    b, c = (Profile.objects.using(TENANT).create(name=name) for name in ("b", "c"))
+    enqueue_update(away, using=TENANT, active=True)  # the first job in the queue
+    on_b = enqueue_update(b, using=TENANT, active=True)
+    culprit = enqueue_update(b, using=TENANT, name="forbidden")
+    on_c = enqueue_update(c, using=TENANT, active=True)
+    queue = django_rq.get_queue("default")
+    SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+    assert [log(TENANT).get(pk=r.pk).status for r in (on_b, culprit, on_c)] == ["applied", "rejected", "applied"]
+    assert queue.count == 0
+
+
+class ProfileRouter:
+    """Profile on the tenant's database, routed by its model; every other model where Django puts it."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return TENANT if model is Profile else None
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return TENANT if model is Profile else None
+
+
+def test_bulk_update_if_newer_writes_where_the_router_sends_its_model(redis):
+    """Without using(): the router's database for writes of the model, whose version source checks them."""
+    home, away = twins()
+    # The tenant's versions ahead of the default database's: its version was never issued there.
+    Profile.objects.using(TENANT).filter(pk=away.pk).update(lock_version=last_issued("default") + 10)
+    raise_floor(TENANT)
+    version = next_version(TENANT)
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.ProfileRouter"]):
+        result = Profile.objects.bulk_update_if_newer([(away.pk, version, {"active": True})])
+    assert (result.applied, result.stale, result.missing) == (1, 0, 0)
+    assert Profile.objects.using(TENANT).get(pk=away.pk).active
+    assert not Profile.objects.using("default").get(pk=home.pk).active
 
 
 def test_the_relay_command_delivers_on_the_database_it_is_given(redis):

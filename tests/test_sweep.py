@@ -7,6 +7,9 @@ concurrently runs in real ``rqworker`` processes.
 
 from __future__ import annotations
 
+import logging
+import re
+
 import django_rq
 import pytest
 from django.db import connection
@@ -20,7 +23,7 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.test_jobs import _alive, _waiting_on_lock, all_done
-from tests.testapp.models import Gadget, Profile
+from tests.testapp.models import Gadget, Profile, Restaurant
 from tests.workers import RowLock, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -79,6 +82,58 @@ def test_a_job_sweeps_at_most_sweep_records_others(redis, limit, left):
     assert not waiting.exists()
 
 
+@pytest.mark.parametrize(("limit", "left"), [(None, 0), (3, 2)])
+def test_a_sweep_takes_the_waiting_records_a_page_at_a_time(redis, monkeypatch, limit, left):
+    """Pages of SWEEP_PAGE records, each after the last, until none is left or the limit is reached."""
+    monkeypatch.setattr(apply, "SWEEP_PAGE", 2)
+    profiles = ProfileFactory.create_batch(6, active=False)
+    toggle_each(profiles, times=1)
+    with override_settings(**({} if limit is None else {"SAFEUPDATES_SWEEP_RECORDS": limit})):
+        run_one_job()
+    assert queue().count == left
+    waiting = ProcessedRequest.objects.filter(status=RequestStatus.PENDING)
+    assert waiting.values("object_id").distinct().count() == left
+    assert Profile.objects.filter(active=True).count() == 6 - left
+
+
+def test_the_jobs_summary_counts_its_own_record_and_those_it_swept(redis, caplog):
+    own, *others = ProfileFactory.create_batch(3, active=False)
+    enqueue_update(own, active=True)
+    for profile in others:
+        enqueue_update(profile, active=True)
+        enqueue_update(profile, active=False)
+    with caplog.at_level(logging.DEBUG, logger="rq.worker"):
+        SimpleWorker([queue()], connection=queue().connection).work(burst=True, max_jobs=1, logging_level="DEBUG")
+        assert "result: '1 applied; swept 2 other record(s): 2 applied, 2 stale'" in caplog.text
+        caplog.clear()
+        enqueue_update(own, newsletter=True)  # nothing else waits: nothing swept, nor said
+        SimpleWorker([queue()], connection=queue().connection).work(burst=True, max_jobs=1, logging_level="DEBUG")
+        assert re.search(r"result: '1 applied'$", caplog.text, re.MULTILINE), caplog.text
+
+
+class _Clock:
+    """apply's clock: the job starts at 0 s; every later reading says ``elapsed``."""
+
+    def __init__(self, elapsed: float) -> None:
+        self.readings = iter([0.0])
+        self.elapsed = elapsed
+
+    def monotonic(self) -> float:
+        return next(self.readings, self.elapsed)
+
+
+@pytest.mark.parametrize(("elapsed", "left"), [(14.9, 0), (15.0, 1)])
+def test_a_sweep_starts_a_page_only_in_the_first_quarter_of_the_jobs_timeout(redis, monkeypatch, elapsed, left):
+    monkeypatch.setattr(apply, "time", _Clock(elapsed))
+    first, second = ProfileFactory.create_batch(2, active=False)
+    enqueue_update(first, active=True)
+    enqueue_update(second, active=True)
+    with override_settings(SAFEUPDATES_JOB_TIMEOUT=60):  # a quarter: 15 s
+        run_one_job()
+    assert queue().count == left
+    assert ProcessedRequest.objects.filter(status=RequestStatus.PENDING).count() == left
+
+
 def test_a_request_after_its_records_job_was_swept_gets_a_job_of_its_own(redis):
     first, second = ProfileFactory.create_batch(2, active=False)
     enqueue_update(first, active=True)
@@ -91,6 +146,43 @@ def test_a_request_after_its_records_job_was_swept_gets_a_job_of_its_own(redis):
     run_one_job()
     assert statuses([late]) == ["applied"]
     assert Profile.objects.get(pk=second.pk).newsletter is True
+
+
+def test_a_record_whose_write_spans_tables_is_left_to_its_own_job(redis):
+    """A child of multi-table inheritance (its write locks and writes two tables) is not swept."""
+    own = ProfileFactory(active=False)
+    restaurant = Restaurant.objects.create(name="Luigi's")
+    enqueue_update(own, active=True)  # the first job in the queue
+    child = enqueue_update(restaurant, serves_pizza=True)
+    run_one_job()
+    assert statuses([child]) == ["pending"]
+    assert queue().job_ids == [queues.job_id(child.content_type_id, child.object_id)]
+    run_one_job()
+    assert statuses([child]) == ["applied"]
+    assert Restaurant.objects.get(pk=restaurant.pk).serves_pizza
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "error"),
+    [({"content_type_id": 0}, "content type 0 no longer exists"), ({"object_id": "-1x"}, "invalid primary key")],
+    ids=["content-type-gone", "bad-key"],
+)
+def test_a_swept_record_that_names_no_row_is_rejected_and_the_page_goes_on(redis, corrupt, error):
+    """A record whose content type is gone, or whose key is no key of its model, needs no row lock: the
+    page rejects its request, and still locks and applies the records after it (it comes first: content
+    type 0, or a key that sorts before digits)."""
+    own, gone, other = ProfileFactory.create_batch(3, active=False)
+    enqueue_update(own, active=True)  # the first job in the queue
+    orphan = enqueue_update(gone, active=True)
+    on_other = enqueue_update(other, active=True)
+    ProcessedRequest.objects.filter(pk=orphan.pk).update(**corrupt)
+    queue().remove(queues.job_id(orphan.content_type_id, orphan.object_id))
+    corrupted = ProcessedRequest.objects.get(pk=orphan.pk)
+    queues.deliver(orphan.request_id, corrupted.content_type_id, corrupted.object_id, "default")  # its job now
+    run_one_job()
+    assert queue().count == 0
+    assert statuses([orphan, on_other]) == ["rejected", "applied"]
+    assert error in ProcessedRequest.objects.get(pk=orphan.pk).error
 
 
 def test_records_of_another_queue_are_left_to_their_jobs(redis):

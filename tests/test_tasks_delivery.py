@@ -176,6 +176,21 @@ def test_without_deferred_runs_the_relay_retries_until_the_attempts_are_spent(db
 
 
 @IMMEDIATE
+@pytest.mark.django_db(transaction=True)
+def test_without_deferred_runs_a_request_failing_every_try_is_failed_once_its_retries_are_spent(refusing_trigger):
+    """Each try fails on a transient error (the task runs at commit, then as the relay delivers it again):
+    the request stays pending while its own attempts leave SAFEUPDATES_RETRY's 2 retries, then fails."""
+    refusing_trigger("40001")  # a serialization failure: transient
+    request = enqueue_update(ProfileFactory(), name="forbidden")  # autocommit: its task ran at once
+    log = ProcessedRequest.objects.filter(pk=request.pk)
+    assert log.values_list("status", "attempts").get() == ("pending", 1)
+    relay(0)
+    assert log.values_list("status", "attempts").get() == ("pending", 2)
+    relay(0)
+    assert log.values_list("status", "attempts").get() == ("failed", 3)
+
+
+@IMMEDIATE
 def test_signals_name_the_task_result_as_the_job(db, django_capture_on_commit_callbacks):
     from safeupdates.signals import request_applied
 

@@ -90,8 +90,8 @@ class RowLock:
     """Hold a row lock (``with_lock``) in a thread of its own until released: a job that needs the row
     then blocks in its UPDATE, where a test can kill its worker or terminate its connection."""
 
-    def __init__(self, model: Any, pk: Any) -> None:
-        self.model, self.pk = model, pk
+    def __init__(self, model: Any, pk: Any, using: str = "default") -> None:
+        self.model, self.pk, self.using = model, pk, using
         self._locked, self._release = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._hold)
 
@@ -99,7 +99,7 @@ class RowLock:
         from django.db import connections
 
         try:
-            with self.model.objects.with_lock(self.pk):
+            with self.model.objects.using(self.using).with_lock(self.pk):
                 self._locked.set()
                 self._release.wait(60)
         finally:
