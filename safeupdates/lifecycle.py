@@ -616,7 +616,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         """Seconds from created to processed of the update requests of ``results`` (one read; none if
         there are none), by the database's clock, as the rows hold it: processed_at was set by this
         transaction."""
-        pks = [r.request.pk for r in results if r.request.kind == RequestKind.UPDATE]
+        pks = [r.request.pk for r in results if r.request.kind == RequestKind.UPDATE and r.request.pk is not None]
         latencies: dict[int, float] = {}
         if not pks:
             return latencies
