@@ -450,10 +450,13 @@ def toggles(pks: Sequence[int], count: int, seed: int) -> tuple[list[Toggle], di
 
 def raw_updates(plan: Sequence[Toggle]) -> None:
     """Each toggle of ``plan`` as one raw autocommit UPDATE (the database's rate for single-row writes)."""
-    table = connection.ops.quote_name(Profile._meta.db_table)
+    qn = connection.ops.quote_name
+    table = qn(Profile._meta.db_table)
+    # Built before the loop: the loop times the database, not the building of its SQL.
+    sql = {name: f"UPDATE {table} SET {qn(name)} = %s WHERE {qn('id')} = %s" for name in TOGGLE_FIELDS}
     with connection.cursor() as cursor:
         for pk, name, value in plan:
-            cursor.execute(f"UPDATE {table} SET {connection.ops.quote_name(name)} = %s WHERE id = %s", (value, pk))
+            cursor.execute(sql[name], (value, pk))
 
 
 def one_change(name: str, value: bool) -> dict[str, Any]:
