@@ -23,7 +23,7 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.test_jobs import _alive, _waiting_on_lock, all_done
-from tests.testapp.models import Gadget, Profile, Restaurant
+from tests.testapp.models import Gadget, Profile, Restaurant, Ticket
 from tests.workers import RowLock, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,6 +66,16 @@ def test_one_job_applies_every_record_whose_job_waits(redis):
     assert set(Profile.objects.filter(pk__in=[p.pk for p in profiles]).values_list("active", flat=True)) == {True}
     # Each request was applied once: one attempt each.
     assert set(ProcessedRequest.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_a_sweep_applies_records_of_a_model_whose_first_column_is_not_its_key(redis):
+    """The rows a page locks are matched to its records by primary key, not by the first column."""
+    tickets = [Ticket.objects.create(number=f"T-{n}", label="old") for n in range(4)]
+    requests = [enqueue_update(ticket, label=f"new {ticket.number}") for ticket in tickets]
+    assert run_one_job() == "finished"
+    assert queue().count == 0
+    assert statuses(requests) == ["applied"] * 4
+    assert sorted(Ticket.objects.values_list("label", flat=True)) == [f"new T-{n}" for n in range(4)]
 
 
 @pytest.mark.parametrize(("limit", "left"), [(0, 4), (2, 2)])

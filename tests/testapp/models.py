@@ -78,6 +78,18 @@ class Tag(SafeUpdateModel):
     safe_update_fields = ("label",)
 
 
+class Ticket(SafeUpdateModel):
+    """A primary key declared after another field: the row's first column is not its key."""
+
+    label = models.CharField(max_length=40, default="")
+    number = models.CharField(primary_key=True, max_length=20)
+
+    safe_update_fields = ("label",)
+
+    def __str__(self) -> str:
+        return self.number
+
+
 class Place(SafeUpdateModel):
     """Parent of a multi-table inheritance pair."""
 
