@@ -9,7 +9,7 @@ import datetime
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Lower
 from django.test.utils import CaptureQueriesContext
@@ -19,11 +19,22 @@ from hypothesis import strategies as st
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.statements import checked_save
 from safeupdates.versions import next_version
-from tests.testapp.models import Document, PlainSpecimen, Profile, Restaurant, Shelved, Specimen, Tag
+from tests.testapp.models import Document, Level, PlainSpecimen, Profile, Restaurant, Shade, Shelved, Specimen, Tag
 
 pytestmark = pytest.mark.django_db
 
 FIELDS = [f.attname for f in PlainSpecimen._meta.concrete_fields if not f.primary_key]
+#: ``auto_now`` takes the time of each save: compared on its own (it moves), not value for value.
+MOVING = {"touched_at"}
+
+#: JSON ``null``, as opposed to SQL NULL: an expression (Django 6.1's ``JSONNull``; before it, a ``Value``).
+JSON_NULL = "json null"
+
+
+def json_null() -> Any:
+    null = getattr(models, "JSONNull", None)
+    return null() if null is not None else Value(None, models.JSONField())
+
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
 values = st.fixed_dictionaries(
@@ -37,8 +48,9 @@ values = st.fixed_dictionaries(
         "at": st.none() | st.times(),
         "took": st.none()
         | st.timedeltas(min_value=datetime.timedelta(days=-9999), max_value=datetime.timedelta(days=9999)),
-        "token": st.none() | st.uuids(),
+        "token": st.none() | st.uuids() | st.uuids().map(str) | st.uuids().map(lambda u: u.hex),
         "data": st.none()
+        | st.just(JSON_NULL)
         | st.recursive(
             st.none() | st.booleans() | st.integers(-(2**53), 2**53) | text,
             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
@@ -47,15 +59,37 @@ values = st.fixed_dictionaries(
         "blob": st.none() | st.binary(max_size=20),
         "address": st.none() | st.ip_addresses().map(str),
         "with_document": st.booleans(),
+        "shade": st.sampled_from([*Shade, *Shade.values]),  # a member, or its value
+        "level": st.sampled_from([*Level, *Level.values]),
+        "odd": text.map(lambda value: value[:20]),
+        "shout": text.map(lambda value: value[:6]),  # upper case may lengthen it ("ß": "SS"), to 18 at most
     }
 )
 
 
 def stored(model: Any, pk: int) -> dict[str, Any]:
-    row = model.objects.values(*FIELDS).get(pk=pk)
+    row = model.objects.values(*(name for name in FIELDS if name not in MOVING)).get(pk=pk)
     if row["blob"] is not None:
         row["blob"] = bytes(row["blob"])  # memoryview on PostgreSQL, bytes on SQLite
     return row
+
+
+def raw(model: Any, pk: int) -> dict[str, Any]:
+    """The row's columns as the database driver returns them, no field converting them: SQL NULL and
+    JSON null differ here, and so would a value bound in another form (a UUID as text on SQLite)."""
+    quote = connection.ops.quote_name
+    kept = [name for name in FIELDS if name not in MOVING]
+    columns = {f.attname: f.column for f in model._meta.concrete_fields if f.attname in kept}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(quote(column) for column in columns.values())} FROM {quote(model._meta.db_table)}"
+            f" WHERE {quote(model._meta.pk.column)} = %s",
+            [pk],
+        )
+        row = cursor.fetchone()
+    return {
+        name: bytes(value) if isinstance(value, memoryview) else value for name, value in zip(columns, row, strict=True)
+    }
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -69,13 +103,21 @@ def test_a_save_stores_every_kind_of_value_as_djangos_own_save(first: dict[str, 
             for name, value in change.items():
                 if name == "with_document":
                     instance.document = document if value else None
+                elif value is JSON_NULL:
+                    instance.data = json_null()
                 else:
                     setattr(instance, name, value)
+            before = instance.touched_at
             instance.save()
+            assert instance.touched_at is not None and (before is None or instance.touched_at >= before)
+        assert raw(Specimen, ours.pk) == raw(PlainSpecimen, plain.pk)
         assert stored(Specimen, ours.pk) == stored(PlainSpecimen, plain.pk)
-        assert Specimen.objects.get(pk=ours.pk).lock_version == ours.lock_version
+        saved = Specimen.objects.get(pk=ours.pk)
+        assert saved.lock_version == ours.lock_version
+        assert saved.touched_at == ours.touched_at  # auto_now: the value the instance took is the one stored
     now = checked_save.cache_info()
-    assert now.hits + now.misses == statements.hits + statements.misses + 1  # the update ran a CheckedSave
+    # The update ran a CheckedSave (an expression, JSON null, takes the ORM's path).
+    assert now.hits + now.misses == statements.hits + statements.misses + (second["data"] is not JSON_NULL)
 
 
 def test_a_save_with_update_fields_merges_the_versions_and_returns_them() -> None:

@@ -142,6 +142,24 @@ class Chapter(LockVersionMixin):
         return self.title
 
 
+class Shade(models.TextChoices):
+    LIGHT = "light"
+    DARK = "dark"
+
+
+class Level(models.IntegerChoices):
+    LOW = 1
+    HIGH = 2
+
+
+class ShoutField(models.CharField):  # type: ignore[type-arg]
+    """A field whose own ``get_db_prep_save`` changes what is stored (upper case)."""
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        value = super().get_db_prep_save(value, connection)
+        return value.upper() if isinstance(value, str) else value
+
+
 class _Specimen(models.Model):
     """One field of each kind the ORM binds in its own way (``get_db_prep_save``)."""
 
@@ -158,6 +176,11 @@ class _Specimen(models.Model):
     blob = models.BinaryField(null=True)
     address = models.GenericIPAddressField(null=True)
     document = models.ForeignKey(Document, null=True, on_delete=models.SET_NULL, related_name="+")
+    shade = models.CharField(max_length=5, choices=Shade.choices, default=Shade.LIGHT)
+    level = models.IntegerField(choices=Level.choices, default=Level.LOW)
+    odd = models.CharField(max_length=20, default="", db_column="Odd Col; -- select")
+    shout = ShoutField(max_length=20, default="")
+    touched_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         abstract = True
