@@ -3,12 +3,15 @@ one INSERT."""
 
 from __future__ import annotations
 
+import datetime
+import random
 import threading
 import uuid
+from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from safeupdates.exceptions import StaleObjectError
@@ -17,7 +20,7 @@ from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.statements import SAVE_VERSION_CTE
 from safeupdates.versions import next_version
-from tests.testapp.models import Profile
+from tests.testapp.models import Profile, Specimen
 
 pytestmark = pytest.mark.django_db
 
@@ -145,3 +148,48 @@ def test_the_kept_cursor_follows_a_new_connection_and_other_threads(postgres_onl
     assert _cursors.by_alias["default"] is second.cursor
     profile.refresh_from_db()
     assert profile.active is False
+
+
+#: A value per field of Specimen for save number ``i`` (update_fields subsets of these give the shapes).
+SHAPE_VALUES: dict[str, Any] = {
+    "text": lambda i: f"text {i}",
+    "big": lambda i: i * 7,
+    "ratio": lambda i: i / 4,
+    "amount": lambda i: Decimal(i) / 8,
+    "day": lambda i: datetime.date(2026, 1, 1) + datetime.timedelta(days=i),
+    "odd": lambda i: f"odd {i}",
+    "shout": lambda i: f"s{i}",
+    "shade": lambda i: "dark" if i % 2 else "light",
+    "level": lambda i: 1 + i % 2,
+    "token": lambda i: uuid.UUID(int=i),
+    "data": lambda i: {"i": i},
+    "address": lambda i: f"10.0.{i // 256}.{i % 256}",
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hundred_shapes_of_save_with_rollbacks_to_savepoints_between_them() -> None:
+    """120 saves of 120 shapes (``update_fields`` subsets) in one transaction, each followed by a
+    statement that fails in a savepoint (on PostgreSQL psycopg then forgets every prepared statement:
+    each shape is prepared again): every save stores its values and takes its version."""
+    shapes = sorted({tuple(sorted(random.Random(n).sample(sorted(SHAPE_VALUES), k=1 + n % 6))) for n in range(400)})
+    assert len(shapes) >= 120
+    shapes = shapes[:120]
+    specimen = Specimen.objects.create()
+    expected = {name: getattr(specimen, name) for name in SHAPE_VALUES}
+    with transaction.atomic():
+        for i, shape in enumerate(shapes):
+            for name in shape:
+                expected[name] = SHAPE_VALUES[name](i)
+                setattr(specimen, name, expected[name])
+            before = specimen.lock_version
+            specimen.save(update_fields=shape)
+            assert specimen.lock_version > before
+            if connection.vendor == "postgresql":
+                assert prepared_saves() >= 1  # this shape's, prepared again after the last rollback
+            with pytest.raises(IntegrityError), transaction.atomic():
+                Profile.objects.create(score=-13)  # a check constraint: ROLLBACK TO SAVEPOINT
+    stored = Specimen.objects.get(pk=specimen.pk)
+    assert {name: getattr(stored, name) for name in SHAPE_VALUES} == {**expected, "shout": expected["shout"].upper()}
+    assert stored.lock_version == specimen.lock_version
+    assert not Profile.objects.exists()
