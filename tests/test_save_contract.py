@@ -10,6 +10,7 @@ leave the caller's transaction as Django leaves it.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -141,6 +142,15 @@ class TestAFullSaveMarksOnlyItsFields:
         assert apply_update(str(request.request_id)) == "1 applied"
         assert Florist.objects.get(pk=florist.pk).bouquets == 9
         assert Bakery.objects.get(pk=florist.pk).loaves == 3
+
+    def test_a_child_created_for_a_siblings_row_keeps_a_queued_request_for_the_siblings_field(self, redis: Any) -> None:
+        """Creating a bakery on a florist's vendor row writes the vendor's fields, never bouquets."""
+        florist = Florist.objects.create(name="both", bouquets=1)
+        request = enqueue_update(florist, bouquets=9)
+        Bakery.objects.create(vendor_ptr=Vendor.objects.get(pk=florist.pk), name="both", loaves=2)
+        assert apply_update(str(request.request_id)) == "1 applied"
+        assert Florist.objects.get(pk=florist.pk).bouquets == 9
+        assert Bakery.objects.get(pk=florist.pk).loaves == 2
 
     @pytest.mark.urls("tests.save_admin")
     def test_the_admin_of_the_parent_keeps_a_queued_request_for_a_childs_field(
@@ -520,6 +530,49 @@ def test_a_model_whose_table_changes_is_written_to_its_new_table() -> None:
         every_write("second")
         assert gadgets_in("testapp_gadget_moved") == [("second", 4)]
     assert gadgets_in("testapp_gadget") == [("first", 4)]
+
+
+@contextmanager
+def renamed_count_column() -> Iterator[None]:
+    """``Gadget.count`` stored in a column renamed meanwhile (``db_column`` changed at run time)."""
+    field = Gadget._meta.get_field("count")
+
+    def rename(column: str | None) -> None:
+        old = copy.copy(field)
+        field.db_column = column
+        field.set_attributes_from_name(field.name)  # the column follows db_column
+        field.__dict__.pop("cached_col", None)
+        with connection.schema_editor() as editor:
+            editor.alter_field(Gadget, old, field)
+
+    rename("tally")
+    try:
+        yield
+    finally:
+        rename(None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_field_whose_column_changes_is_written_to_its_new_column() -> None:
+    """The statement caches are keyed by the columns they name, not by the model and field names."""
+    gadget = Gadget.objects.create(label="g")
+
+    def every_write(count: int) -> None:
+        gadget.count = count
+        gadget.save()
+        gadget.save(update_fields=["count"])
+        Gadget.objects.update_if_newer(gadget.pk, version=next_version(), count=count + 1)
+        Gadget.objects.bulk_update_if_newer([(gadget.pk, next_version(), {"count": count + 2})])
+        gadget.refresh_from_db()
+
+    every_write(1)  # every statement built and cached for the first column
+    with renamed_count_column():
+        every_write(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tally FROM testapp_gadget WHERE id = %s", [gadget.pk])
+            assert cursor.fetchone() == (12,)
+        Gadget.objects.create(label="doomed").delete()
+    assert Gadget.objects.get(pk=gadget.pk).count == 12
 
 
 # --- 24.4, 24.5: the statements Django runs, and its transaction semantics --------------------------------
