@@ -135,6 +135,7 @@ def test_rolled_back_caller_fans_out_nothing(redis):
     ],
 )
 def test_bad_arguments(redis, kwargs, message):
+    kwargs = dict(kwargs)  # a copy: the parameters are shared by every run of the test in a process
     item_func = kwargs.pop("item_func")
     items = kwargs.pop("items")
     with pytest.raises(InvalidControl, match=message):
