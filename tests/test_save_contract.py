@@ -672,6 +672,39 @@ class TestStatements:
         ran.remove("UPDATE")
         assert ran == django
 
+    @pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+    @pytest.mark.parametrize("alias", ["default", "tenant"])
+    def test_the_row_locked_first_stays_locked_until_its_delete_on_its_own_database(
+        self, alias: str, postgres_only: None
+    ) -> None:
+        """The lock's UPDATE and the collector's deletes are one transaction on the row's database: a
+        receiver that runs before the DELETE finds the row held (another connection cannot lock it)."""
+        document = Document.objects.using(alias).create(title="d")
+        Chapter.objects.using(alias).create(document=document, title="c")
+        held: list[bool] = []
+
+        def try_to_lock() -> None:
+            try:
+                with transaction.atomic(using=alias):
+                    list(Document.objects.using(alias).select_for_update(nowait=True).filter(pk=document.pk))
+                held.append(False)
+            except DatabaseError:
+                held.append(True)
+            finally:
+                connections[alias].close()
+
+        def before_the_delete(**kwargs: Any) -> None:
+            thread = threading.Thread(target=try_to_lock)
+            thread.start()
+            thread.join()
+
+        pre_delete.connect(before_the_delete, sender=Document, weak=False)
+        try:
+            assert document.delete() == (2, {"testapp.Chapter": 1, "testapp.Document": 1})
+        finally:
+            pre_delete.disconnect(before_the_delete, sender=Document)
+        assert held == [True]
+
     def test_a_delete_with_cascades_in_a_transaction_locks_the_row_first(self, postgres_only: None) -> None:
         """A documented difference (Limits): one UPDATE more instead of a savepoint's two statements."""
         ours, djangos = (Document.objects.create(title=title) for title in ("ours", "django's"))
