@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rest_framework import serializers, viewsets
+from rest_framework import permissions, serializers, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.routers import SimpleRouter
@@ -58,6 +59,33 @@ class NotedProfileViewSet(ProfileViewSet):
         serializer.save(note="set by the view")
 
 
+class OwnerOnly(permissions.BasePermission):
+    """Only the record's owner (here: the X-Owner header names it) may read or write it."""
+
+    def has_object_permission(self, request, view, obj):
+        return obj.name == request.headers.get("X-Owner")
+
+
+class OwnedProfileViewSet(ProfileViewSet):
+    """An object permission: DRF checks it in ``get_object()``, which the mixin's preconditions extend."""
+
+    permission_classes = [OwnerOnly]
+
+
+class LoggedInProfileViewSet(ProfileViewSet):
+    """A view permission: DRF checks it before the handler; an anonymous client is refused (403)."""
+
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [permissions.IsAuthenticated]
+
+
+class MineProfileViewSet(ProfileViewSet):
+    """A queryset per client (as ``filter(user=request.user)``): the profile the X-Owner header names."""
+
+    def get_queryset(self):
+        return Profile.objects.filter(name=self.request.headers.get("X-Owner", ""))
+
+
 class AttachmentSerializer(LockVersionSerializerMixin, serializers.ModelSerializer):
     spot = serializers.CharField()
     blob = serializers.CharField(required=False)
@@ -77,4 +105,7 @@ router.register("profiles", ProfileViewSet, basename="profile")
 router.register("strict", StrictProfileViewSet, basename="strict-profile")
 router.register("noted", NotedProfileViewSet, basename="noted-profile")
 router.register("attachments", AttachmentViewSet, basename="attachment")
+router.register("owned", OwnedProfileViewSet, basename="owned-profile")
+router.register("logged-in", LoggedInProfileViewSet, basename="logged-in-profile")
+router.register("mine", MineProfileViewSet, basename="mine-profile")
 urlpatterns = router.urls

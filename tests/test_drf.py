@@ -33,6 +33,11 @@ def etag(profile: Profile) -> str:
     return etag_for(profile, ["name", "active"])
 
 
+#: DRF's answers to a client its permission classes refuse.
+OBJECT_REFUSED = "You do not have permission to perform this action."
+NOT_AUTHENTICATED = "Authentication credentials were not provided."
+
+
 def another_client_sets_active(profile: Profile) -> uuid.UUID:
     rid = uuid.uuid4()
     Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
@@ -250,6 +255,76 @@ class TestWhatAConflictDiscloses:
         response = api.patch(url, {"title": "u"}, "json", headers={"if_match": seen["ETag"]})
         assert response.status_code == 412
         assert [c["field"] for c in response.json()["changes"]] == ["file", "spot"]
+
+
+class TestPermissionsFirst:
+    """DRF's permission checks answer before any precondition is looked at (19.5): a client refused the
+    record gets DRF's answer, the same with a stale If-Match or ``lock_version`` as without, never a
+    412/409 naming a field (nor a 304, nor a 400 about its header, which would tell the record exists)."""
+
+    def test_an_object_permission_refusal_is_drfs_403_whatever_precondition_is_sent(self, api):
+        profile = ProfileFactory(name="ann")
+        seen = etag(profile)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="changed", active=True)
+        url, as_bob = f"/owned/{profile.pk}/", {"x_owner": "bob"}
+        refused = api.patch(url, {"name": "b"}, "json", headers=as_bob)
+        assert (refused.status_code, refused.json()) == (403, {"detail": OBJECT_REFUSED})
+        for response in (
+            api.patch(url, {"name": "b"}, "json", headers={**as_bob, "if_match": seen}),
+            api.patch(url, {"name": "b", "lock_version": profile.lock_version}, "json", headers=as_bob),
+            api.patch(url, {"name": "b"}, "json", headers={**as_bob, "if_match": "junk"}),
+            api.put(url, {"name": "b"}, "json", headers={**as_bob, "if_match": "*"}),
+            api.delete(url, headers={**as_bob, "if_match": seen}),
+            api.get(url, headers={**as_bob, "if_none_match": etag(Profile.objects.get())}),
+        ):
+            assert (response.status_code, response.json()) == (403, {"detail": OBJECT_REFUSED})
+            assert not response.has_header("ETag")
+        # The owner, with the same stale If-Match, is told what changed: the refusal above was the permission's.
+        as_ann = api.patch(url, {"name": "b"}, "json", headers={"x_owner": "ann", "if_match": seen})
+        assert as_ann.status_code == 412 and [c["field"] for c in as_ann.json()["changes"]] == ["active"]
+        assert Profile.objects.get().name == "ann"
+
+    def test_an_anonymous_client_is_refused_before_any_precondition(self, api, django_user_model):
+        profile = ProfileFactory(name="a")
+        seen = etag(profile)
+        another_client_sets_active(profile)
+        url = f"/logged-in/{profile.pk}/"
+        for response in (
+            api.patch(url, {"name": "b"}, "json", headers={"if_match": seen}),
+            api.patch(url, {"name": "b", "lock_version": profile.lock_version}, "json"),
+            api.patch(url, {"name": "b"}, "json", headers={"if_match": "junk"}),
+            api.patch("/logged-in/999999/", {"name": "b"}, "json", headers={"if_match": seen}),
+            api.delete(url, headers={"if_match": seen}),
+            api.get(url, headers={"if_none_match": etag(Profile.objects.get())}),
+        ):
+            assert (response.status_code, response.json()) == (403, {"detail": NOT_AUTHENTICATED})
+            assert not response.has_header("ETag")
+        # Logged in, the same stale If-Match is told what changed: the refusal above was the permission's.
+        api.force_authenticate(django_user_model.objects.create_user("ann"))
+        logged_in = api.patch(url, {"name": "b"}, "json", headers={"if_match": seen})
+        assert logged_in.status_code == 412 and [c["field"] for c in logged_in.json()["changes"]] == ["active"]
+        assert Profile.objects.get().name == "a"
+
+    def test_a_record_outside_the_clients_queryset_is_answered_as_one_that_does_not_exist(self, api):
+        """As the HTTP layer's ``permission``: 404, or with If-Match the 412 of a missing record, the same
+        answer for a record of another client as for no record at all."""
+        profile = ProfileFactory(name="ann")
+        seen = etag(profile)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="changed", active=True)
+        stale_body = {"name": "b", "lock_version": profile.lock_version}
+        for data, headers, status in (
+            ({"name": "b"}, {"if_match": seen}, 412),
+            ({"name": "b"}, {"if_match": "*"}, 412),
+            (stale_body, {}, 404),
+            ({"name": "b"}, {}, 404),
+        ):
+            theirs = api.patch(f"/mine/{profile.pk}/", data, "json", headers={"x_owner": "bob", **headers})
+            missing = api.patch("/mine/999999/", data, "json", headers={"x_owner": "bob", **headers})
+            assert (theirs.status_code, theirs.json()) == (missing.status_code, missing.json())
+            assert theirs.status_code == status and "changes" not in theirs.json()
+        as_ann = api.patch(f"/mine/{profile.pk}/", stale_body, "json", headers={"x_owner": "ann"})
+        assert as_ann.status_code == 409 and [c["field"] for c in as_ann.json()["changes"]] == ["active"]
+        assert Profile.objects.get().name == "ann"
 
 
 class TestStatuses:
