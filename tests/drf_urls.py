@@ -12,7 +12,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.routers import SimpleRouter
 
 from safeupdates.contrib.drf import ConditionalViewSetMixin, LockVersionSerializerMixin
-from tests.testapp.models import Attachment, Profile
+from tests.testapp.models import Attachment, Document, Profile
 
 #: Callables run between the view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
@@ -86,6 +86,59 @@ class MineProfileViewSet(ProfileViewSet):
         return Profile.objects.filter(name=self.request.headers.get("X-Owner", ""))
 
 
+def save_a_stale_document() -> None:
+    """Save a copy of the one ``Document`` that another write made stale: a StaleObjectError not about
+    the view's record."""
+    other = Document.objects.get()
+    Document.objects.filter(pk=other.pk).update(lock_version=other.lock_version + 1)
+    other.title = "over"
+    other.save()
+
+
+class _SavesAnotherRecord(serializers.ModelSerializer):
+    """Under the mixin in the bases (as a nested serializer's write would be): saves its record, then a
+    stale copy of another record, inside the mixin's checked write."""
+
+    def update(self, instance, validated_data):
+        saved = super().update(instance, validated_data)
+        save_a_stale_document()
+        return saved
+
+
+class WritesAnotherSerializer(LockVersionSerializerMixin, _SavesAnotherRecord):
+    class Meta:
+        model = Profile
+        fields = ["id", "name", "active"]
+
+
+class _DeletesThenWritesAnother:
+    """Under the mixin in the bases: deletes the record, then saves a stale copy of another record,
+    inside the mixin's checked delete."""
+
+    def perform_destroy(self, instance):
+        super().perform_destroy(instance)
+        save_a_stale_document()
+
+
+class WritesAnotherViewSet(ConditionalViewSetMixin, _DeletesThenWritesAnother, viewsets.ModelViewSet):
+    """Writes (or deletes) its profile, then another record's save goes stale, within the mixin's write."""
+
+    queryset = Profile.objects.all()
+    serializer_class = WritesAnotherSerializer
+    renderer_classes = [JSONRenderer]
+    parser_classes = [JSONParser]
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+
+class ThenWritesAnotherViewSet(ProfileViewSet):
+    """Its own ``perform_update()`` saves the profile, then a stale copy of another record."""
+
+    def perform_update(self, serializer):
+        super().perform_update(serializer)
+        save_a_stale_document()
+
+
 class AttachmentSerializer(LockVersionSerializerMixin, serializers.ModelSerializer):
     spot = serializers.CharField()
     blob = serializers.CharField(required=False)
@@ -108,4 +161,6 @@ router.register("attachments", AttachmentViewSet, basename="attachment")
 router.register("owned", OwnedProfileViewSet, basename="owned-profile")
 router.register("logged-in", LoggedInProfileViewSet, basename="logged-in-profile")
 router.register("mine", MineProfileViewSet, basename="mine-profile")
+router.register("writes-another", WritesAnotherViewSet, basename="writes-another-profile")
+router.register("then-writes-another", ThenWritesAnotherViewSet, basename="then-writes-another-profile")
 urlpatterns = router.urls

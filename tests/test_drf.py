@@ -327,6 +327,57 @@ class TestPermissionsFirst:
         assert Profile.objects.get().name == "ann"
 
 
+class TestWhoseConflict:
+    """Only the record's own lost write is a 409/412 (19.6), as in the HTTP layer
+    (``tests/test_http.py::TestWhoseConflict``): a ``StaleObjectError`` of another record the view saves
+    after its own is the view's, and propagates. A 412/409 would say "nothing was written" of a record
+    that was written (or deleted)."""
+
+    @pytest.mark.parametrize(
+        "route",
+        ["writes-another", "then-writes-another"],
+        ids=["within-the-checked-write", "in-perform-update"],
+    )
+    @pytest.mark.parametrize("sent", ["if_match", "lock_version", "nothing"])
+    def test_a_stale_save_of_another_record_after_the_update_is_the_views_own(self, api, monkeypatch, route, sent):
+        """Under ``ATOMIC_REQUESTS`` the request's transaction rolls back with it; without, the update
+        the view made stays written."""
+        from django.db import connection
+
+        from safeupdates.exceptions import StaleObjectError
+        from tests.testapp.models import Document
+
+        Document.objects.create(title="t")
+        for atomic_requests, name in ((False, "written"), (True, "a")):
+            monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+            profile = ProfileFactory(name="a")
+            data, headers = {"name": "written"}, {}
+            if sent == "if_match":
+                headers["if_match"] = etag(profile)
+            elif sent == "lock_version":
+                data["lock_version"] = profile.lock_version
+            with pytest.raises(StaleObjectError, match=r"testapp\.Document"):
+                api.patch(f"/{route}/{profile.pk}/", data, "json", headers=headers)
+            assert Profile.objects.get(pk=profile.pk).name == name
+
+    @pytest.mark.parametrize("if_match", [True, False], ids=["if_match", "nothing"])
+    def test_a_stale_save_of_another_record_after_the_delete_is_the_views_own(self, api, monkeypatch, if_match):
+        """Not a 412 (or 404) saying the record "was deleted while the request ran": the view deleted it."""
+        from django.db import connection
+
+        from safeupdates.exceptions import StaleObjectError
+        from tests.testapp.models import Document
+
+        Document.objects.create(title="t")
+        for atomic_requests, kept in ((False, False), (True, True)):
+            monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+            profile = ProfileFactory(name="a")
+            headers = {"if_match": etag(profile)} if if_match else {}
+            with pytest.raises(StaleObjectError, match=r"testapp\.Document"):
+                api.delete(f"/writes-another/{profile.pk}/", headers=headers)
+            assert Profile.objects.filter(pk=profile.pk).exists() is kept
+
+
 class TestStatuses:
     def test_without_if_match_a_row_deleted_while_the_request_ran_is_404(self, api):
         """No precondition sent, no 412 (19.7); as a moment later, the record is not found."""
