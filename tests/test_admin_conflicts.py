@@ -382,6 +382,64 @@ def test_a_delete_without_a_token_is_refused(admin_client: Client) -> None:
     assert Profile.objects.filter(pk=profile.pk).exists()
 
 
+def _forged(kind: str, token: str, profile: Profile) -> str:
+    """A delete token never valid for ``profile``, made from ``token``, the one its delete page carries."""
+    from django.core import signing
+
+    from safeupdates.conflicts import edit_token
+
+    payload = _token_payload(token)
+    signed, signature = token.rsplit(":", 1)
+    if kind == "tampered-signature":
+        return f"{signed}:{signature[:-1]}{'A' if signature[-1] != 'A' else 'B'}"
+    if kind == "another-records-payload":
+        return f"{edit_token(ProfileFactory(), []).rsplit(':', 1)[0]}:{signature}"
+    if kind == "another-records-token":
+        return edit_token(ProfileFactory(), [])
+    if kind == "another-models-token":  # a Document of the same key and version
+        document = Document.objects.create(pk=profile.pk, title="t")
+        Document.objects.filter(pk=document.pk).update(lock_version=profile.lock_version)
+        document.refresh_from_db()
+        return edit_token(document, [])
+    if kind == "another-key":
+        return signing.dumps(payload, key="not-the-secret-key", salt="safeupdates.edit-token", compress=True)
+    if kind == "another-salt":
+        return signing.dumps(payload, salt="safeupdates.etag", compress=True)
+    if kind == "unsigned":
+        return json.dumps(payload)
+    return "not a token"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "tampered-signature",
+        "another-records-payload",
+        "another-records-token",
+        "another-models-token",
+        "another-key",
+        "another-salt",
+        "unsigned",
+        "text",
+    ],
+)
+def test_a_forged_delete_token_is_a_400_and_deletes_nothing(admin_client: Client, kind: str) -> None:
+    """A token that was never valid for this record is bad input (19.13: a 400, as a missing one), not a
+    conflict: nothing is deleted, whether or not the record moved on, and the page names no change."""
+    profile = ProfileFactory(name="a")
+    url = reverse("admin:testapp_profile_delete", args=[profile.pk])
+    data = _confirmation(admin_client.get(url).content.decode())
+    forged = {**data, "safeupdates_token": _forged(kind, data["safeupdates_token"], profile)}
+    response = admin_client.post(url, forged)
+    assert response.status_code == 400
+    assert "reload the page" in text(response)
+    queued_update(profile, name="b")
+    response = admin_client.post(url, forged)
+    assert response.status_code == 400
+    assert "reload the page" in text(response) and "Name: now" not in text(response)
+    assert Profile.objects.filter(pk=profile.pk).exists()
+
+
 def test_lock_version_is_read_only_whatever_readonly_fields_says(rf: Any) -> None:
     from django.contrib.admin import site
 
@@ -590,7 +648,8 @@ def test_any_posted_rows_or_token_is_refused_or_checked_never_a_server_error(adm
         action = {"action": "add_a_point", "_selected_action": [str(profile.pk)], "index": "0"}
         # 400: never a version token; 409: a row the page did not show ("{}"), or a token that was once valid.
         assert admin_client.post(url, {**action, "_safeupdates_rows": rows}).status_code in (400, 409)
-        assert admin_client.post(delete, {"post": "yes", "safeupdates_token": token}).status_code in (400, 409)
+        # A text never signed for the record is never a version token: 400, never a conflict.
+        assert admin_client.post(delete, {"post": "yes", "safeupdates_token": token}).status_code == 400
         assert (
             admin_client.post(
                 change_url(profile), {**change_form(admin_client, profile), "name": "x", "safeupdates_token": token}

@@ -33,6 +33,11 @@ def etag(profile: Profile) -> str:
     return etag_for(profile, ["name", "active"])
 
 
+#: DRF's answers to a client its permission classes refuse.
+OBJECT_REFUSED = "You do not have permission to perform this action."
+NOT_AUTHENTICATED = "Authentication credentials were not provided."
+
+
 def another_client_sets_active(profile: Profile) -> uuid.UUID:
     rid = uuid.uuid4()
     Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
@@ -250,6 +255,127 @@ class TestWhatAConflictDiscloses:
         response = api.patch(url, {"title": "u"}, "json", headers={"if_match": seen["ETag"]})
         assert response.status_code == 412
         assert [c["field"] for c in response.json()["changes"]] == ["file", "spot"]
+
+
+class TestPermissionsFirst:
+    """DRF's permission checks answer before any precondition is looked at (19.5): a client refused the
+    record gets DRF's answer, the same with a stale If-Match or ``lock_version`` as without, never a
+    412/409 naming a field (nor a 304, nor a 400 about its header, which would tell the record exists)."""
+
+    def test_an_object_permission_refusal_is_drfs_403_whatever_precondition_is_sent(self, api):
+        profile = ProfileFactory(name="ann")
+        seen = etag(profile)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="changed", active=True)
+        url, as_bob = f"/owned/{profile.pk}/", {"x_owner": "bob"}
+        refused = api.patch(url, {"name": "b"}, "json", headers=as_bob)
+        assert (refused.status_code, refused.json()) == (403, {"detail": OBJECT_REFUSED})
+        for response in (
+            api.patch(url, {"name": "b"}, "json", headers={**as_bob, "if_match": seen}),
+            api.patch(url, {"name": "b", "lock_version": profile.lock_version}, "json", headers=as_bob),
+            api.patch(url, {"name": "b"}, "json", headers={**as_bob, "if_match": "junk"}),
+            api.put(url, {"name": "b"}, "json", headers={**as_bob, "if_match": "*"}),
+            api.delete(url, headers={**as_bob, "if_match": seen}),
+            api.get(url, headers={**as_bob, "if_none_match": etag(Profile.objects.get())}),
+        ):
+            assert (response.status_code, response.json()) == (403, {"detail": OBJECT_REFUSED})
+            assert not response.has_header("ETag")
+        # The owner, with the same stale If-Match, is told what changed: the refusal above was the permission's.
+        as_ann = api.patch(url, {"name": "b"}, "json", headers={"x_owner": "ann", "if_match": seen})
+        assert as_ann.status_code == 412 and [c["field"] for c in as_ann.json()["changes"]] == ["active"]
+        assert Profile.objects.get().name == "ann"
+
+    def test_an_anonymous_client_is_refused_before_any_precondition(self, api, django_user_model):
+        profile = ProfileFactory(name="a")
+        seen = etag(profile)
+        another_client_sets_active(profile)
+        url = f"/logged-in/{profile.pk}/"
+        for response in (
+            api.patch(url, {"name": "b"}, "json", headers={"if_match": seen}),
+            api.patch(url, {"name": "b", "lock_version": profile.lock_version}, "json"),
+            api.patch(url, {"name": "b"}, "json", headers={"if_match": "junk"}),
+            api.patch("/logged-in/999999/", {"name": "b"}, "json", headers={"if_match": seen}),
+            api.delete(url, headers={"if_match": seen}),
+            api.get(url, headers={"if_none_match": etag(Profile.objects.get())}),
+        ):
+            assert (response.status_code, response.json()) == (403, {"detail": NOT_AUTHENTICATED})
+            assert not response.has_header("ETag")
+        # Logged in, the same stale If-Match is told what changed: the refusal above was the permission's.
+        api.force_authenticate(django_user_model.objects.create_user("ann"))
+        logged_in = api.patch(url, {"name": "b"}, "json", headers={"if_match": seen})
+        assert logged_in.status_code == 412 and [c["field"] for c in logged_in.json()["changes"]] == ["active"]
+        assert Profile.objects.get().name == "a"
+
+    def test_a_record_outside_the_clients_queryset_is_answered_as_one_that_does_not_exist(self, api):
+        """As the HTTP layer's ``permission``: 404, or with If-Match the 412 of a missing record, the same
+        answer for a record of another client as for no record at all."""
+        profile = ProfileFactory(name="ann")
+        seen = etag(profile)
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), note="changed", active=True)
+        stale_body = {"name": "b", "lock_version": profile.lock_version}
+        for data, headers, status in (
+            ({"name": "b"}, {"if_match": seen}, 412),
+            ({"name": "b"}, {"if_match": "*"}, 412),
+            (stale_body, {}, 404),
+            ({"name": "b"}, {}, 404),
+        ):
+            theirs = api.patch(f"/mine/{profile.pk}/", data, "json", headers={"x_owner": "bob", **headers})
+            missing = api.patch("/mine/999999/", data, "json", headers={"x_owner": "bob", **headers})
+            assert (theirs.status_code, theirs.json()) == (missing.status_code, missing.json())
+            assert theirs.status_code == status and "changes" not in theirs.json()
+        as_ann = api.patch(f"/mine/{profile.pk}/", stale_body, "json", headers={"x_owner": "ann"})
+        assert as_ann.status_code == 409 and [c["field"] for c in as_ann.json()["changes"]] == ["active"]
+        assert Profile.objects.get().name == "ann"
+
+
+class TestWhoseConflict:
+    """Only the record's own lost write is a 409/412 (19.6), as in the HTTP layer
+    (``tests/test_http.py::TestWhoseConflict``): a ``StaleObjectError`` of another record the view saves
+    after its own is the view's, and propagates. A 412/409 would say "nothing was written" of a record
+    that was written (or deleted)."""
+
+    @pytest.mark.parametrize(
+        "route",
+        ["writes-another", "then-writes-another"],
+        ids=["within-the-checked-write", "in-perform-update"],
+    )
+    @pytest.mark.parametrize("sent", ["if_match", "lock_version", "nothing"])
+    def test_a_stale_save_of_another_record_after_the_update_is_the_views_own(self, api, monkeypatch, route, sent):
+        """Under ``ATOMIC_REQUESTS`` the request's transaction rolls back with it; without, the update
+        the view made stays written."""
+        from django.db import connection
+
+        from safeupdates.exceptions import StaleObjectError
+        from tests.testapp.models import Document
+
+        Document.objects.create(title="t")
+        for atomic_requests, name in ((False, "written"), (True, "a")):
+            monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+            profile = ProfileFactory(name="a")
+            data, headers = {"name": "written"}, {}
+            if sent == "if_match":
+                headers["if_match"] = etag(profile)
+            elif sent == "lock_version":
+                data["lock_version"] = profile.lock_version
+            with pytest.raises(StaleObjectError, match=r"testapp\.Document"):
+                api.patch(f"/{route}/{profile.pk}/", data, "json", headers=headers)
+            assert Profile.objects.get(pk=profile.pk).name == name
+
+    @pytest.mark.parametrize("if_match", [True, False], ids=["if_match", "nothing"])
+    def test_a_stale_save_of_another_record_after_the_delete_is_the_views_own(self, api, monkeypatch, if_match):
+        """Not a 412 (or 404) saying the record "was deleted while the request ran": the view deleted it."""
+        from django.db import connection
+
+        from safeupdates.exceptions import StaleObjectError
+        from tests.testapp.models import Document
+
+        Document.objects.create(title="t")
+        for atomic_requests, kept in ((False, False), (True, True)):
+            monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+            profile = ProfileFactory(name="a")
+            headers = {"if_match": etag(profile)} if if_match else {}
+            with pytest.raises(StaleObjectError, match=r"testapp\.Document"):
+                api.delete(f"/writes-another/{profile.pk}/", headers=headers)
+            assert Profile.objects.filter(pk=profile.pk).exists() is kept
 
 
 class TestStatuses:
