@@ -7,7 +7,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from safeupdates import statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.models import ProcessedRequest, VersionCounter
 from safeupdates.statements import SEQUENCE_NAME
@@ -81,18 +80,21 @@ def test_unique_across_threads():
 
 
 @pytest.fixture
-def sequence(postgres_only: None) -> Iterator[Callable[[int], None]]:
-    """Move the version sequence to a value (back, as a restore does); moved up again after the test, above
-    every version the test handed out, so that no later test gets a version already stored."""
+def sequence() -> Iterator[Callable[[int], None]]:
+    """Move the version source to a value (back, as a restore does): the sequence on PostgreSQL, the
+    counter row elsewhere; moved up again after the test, above every version the test handed out, so
+    that no later test gets a version already stored."""
     top = next_version() + 10**6
 
     def move(value: int) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT setval('{SEQUENCE_NAME}', %s)", [value])
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT setval('{SEQUENCE_NAME}', %s)", [value])
+        else:
+            assert VersionCounter.objects.filter(pk=1).update(value=value) == 1
 
     yield move
-    with connection.cursor() as cursor:
-        cursor.execute(*statements.raise_sequence(top + 10**6))
+    move(top + 10**6)
 
 
 @pytest.mark.django_db
