@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import django
 import environ
 
@@ -43,10 +45,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 # A second database on the same server, for the database-per-tenant tests (tests/test_routing.py);
 # pytest-django creates its test database only when one of them runs.
+# On SQLite its test database sits beside the default one (SQLITE_TEST_NAME may be a path).
+_default_test_name = DATABASES["default"].get("TEST", {}).get("NAME")
 DATABASES["tenant"] = {
     **DATABASES["default"],
     "NAME": f"{DATABASES['default']['NAME']}_tenant",
-    "TEST": {"NAME": f"tenant_{DATABASES['default']['TEST']['NAME']}" if "TEST" in DATABASES["default"] else None},
+    "TEST": {
+        "NAME": str(Path(_default_test_name).with_name(f"tenant_{Path(_default_test_name).name}"))
+        if _default_test_name
+        else None
+    },
 }
 
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/15")
