@@ -42,6 +42,18 @@ def test_e002_queue_not_in_rq_queues():
     ]
 
 
+@pytest.mark.parametrize("rq_queues", [{}, None])
+def test_e002_without_any_queue_says_none_is_configured(rq_queues):
+    with override_settings(RQ_QUEUES=rq_queues):
+        assert check_django_rq() == [
+            Error(
+                "SAFEUPDATES_QUEUE is 'default', which is not a queue in RQ_QUEUES.",
+                hint="Add 'default' to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: (none configured).",
+                id="safeupdates.E002",
+            )
+        ]
+
+
 def test_w001_and_e003():
     with isolate_apps("tests.testapp") as apps:
 

@@ -112,6 +112,8 @@ class TestWhatTheRelayEnqueues:
         assert (report.enqueued, report.moved) == (1, 1)
         assert queue().job_ids == [job_id]
         assert queue().deferred_job_registry.count == 0
+        # A deferred job moved is no sign of a missing scheduler (only an overdue scheduled one is).
+        assert not report.warnings
 
     def test_a_job_scheduled_for_later_is_waited_for_and_a_missing_scheduler_reported(self, redis, caplog):
         profile = ProfileFactory()
