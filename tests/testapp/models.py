@@ -132,6 +132,16 @@ class Invoice(CountsUpdates, LockVersionMixin):
         return f"invoice {self.pk}"
 
 
+class Refund(Invoice):
+    """A multi-table child with a generated column of its own, refreshed from its table's UPDATE."""
+
+    fee = models.IntegerField(default=0)
+    total = models.GeneratedField(expression=models.F("fee") * 3, output_field=models.IntegerField(), db_persist=True)
+
+    def __str__(self) -> str:
+        return f"refund {self.pk}"
+
+
 class Chapter(LockVersionMixin):
     """A row with its own lock_version, edited inline on its document's admin page."""
 
