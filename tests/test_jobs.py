@@ -35,7 +35,7 @@ from safeupdates import enqueue_update, jobs, queues, signals, statements
 from safeupdates.apply import describe_database, is_transient
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
-from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.relay import relay
 from safeupdates.versions import next_version
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
@@ -469,6 +469,22 @@ class TestApplyInProcess:
         profile.refresh_from_db()
         assert (profile.active, profile.newsletter, profile.dark_mode) == (True, False, True)
         assert relay_pending(0) == 0  # nothing left for the relay to deliver again and again
+
+    def test_a_request_that_names_no_model_rejects_itself_only_and_once(self, redis):
+        """The job of a request without a content type rejects that request: not another orphan, not an
+        ``@idempotent`` task's row (which names no model either), and not again once it is done."""
+        first, second = (enqueue_update(ProfileFactory(), active=True) for _ in range(2))
+        ProcessedRequest.objects.filter(pk__in=[first.pk, second.pk]).update(content_type=None)
+        task = ProcessedRequest.objects.create(
+            request_id=uuid.uuid4(), kind=RequestKind.TASK, status=RequestStatus.PENDING, object_id=""
+        )
+        assert apply_update(str(second.request_id)) == "1 rejected"
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {first.pk: "pending", second.pk: "rejected", task.pk: "pending"}
+        assert apply_update(str(second.request_id)) == "nothing pending"  # done: a duplicate delivery
+        assert apply_update(str(task.request_id)) == "nothing pending"  # a task's row: no update request
+        assert ProcessedRequest.objects.get(pk=second.pk).attempts == 1
+        assert ProcessedRequest.objects.get(pk=task.pk).status == "pending"
 
     @pytest.mark.workers
     def test_corrupt_rows_with_a_worker_and_the_relay(self, workers):
