@@ -10,13 +10,16 @@ import os
 import signal
 from datetime import timedelta
 
+import django_rq
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
+from rq import Worker
 from rq.scheduler import RQScheduler
+from rq.worker import WorkerStatus
 
 from safeupdates import enqueue_update, status
 from safeupdates.jobs import apply_update
@@ -55,6 +58,22 @@ class TestCommand:
         assert "Batches: 0 running, 0 reduce_failed" in out
         # The request's job is still queued: it was applied here, by calling the job's function.
         assert "Queue default: 1 queued, 0 scheduled, 0 failed; 0 worker(s) (0 busy), NO scheduler" in out
+
+    def test_busy_workers_and_a_running_scheduler_are_counted(self, redis):
+        """What RQ's registries say: two workers registered (RQ's own registration, no process behind
+        it), one of them busy, and a scheduler holding the queue's lock."""
+        queue = django_rq.get_queue("default")
+        busy, idle = (Worker([queue], connection=queue.connection, name=f"status-{state}") for state in ("b", "i"))
+        for worker, state in ((busy, WorkerStatus.BUSY), (idle, WorkerStatus.IDLE)):
+            worker.register_birth()
+            worker.set_state(state)
+        redis.set(RQScheduler.get_locking_key("default"), "a-scheduler", ex=60)
+        try:
+            out = run_status()[1]
+        finally:
+            for worker in (busy, idle):
+                worker.register_death()
+        assert "Queue default: 0 queued, 0 scheduled, 0 failed; 2 worker(s) (1 busy), scheduler running" in out
 
     def test_a_stuck_request_makes_it_unhealthy(self, redis):
         stuck = plant_stuck_request(7200)
