@@ -33,6 +33,7 @@ def test_an_outage_logs_one_line_per_request_and_a_summary(own_redis, caplog, mo
         enqueue_update(profile, active=True)  # Redis is up: nothing to say
         assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
         own_redis.stop()
+        down_at = time.monotonic()
         during = [enqueue_update(profile, active=value) for value in (False, True)]
         time.sleep(0.6)
         during.append(enqueue_update(profile, newsletter=True))  # now a summary is due
@@ -49,7 +50,12 @@ def test_an_outage_logs_one_line_per_request_and_a_summary(own_redis, caplog, mo
         summary = lines[3].getMessage()
         assert summary.startswith(f"safeupdates: Redis at {where} has been unreachable for ")
         assert summary.endswith(": 3 request(s) saved and left for the relay (safeupdates_relay) meanwhile.")
-        assert len(lines) == 4  # no traceback, no ERROR from Django's on_commit
+        lasted = float(summary.split(" unreachable for ", 1)[1].split(" s:", 1)[0])
+        assert 0 <= lasted <= time.monotonic() - down_at + 1  # since the first failure, rounded
+        during.append(enqueue_update(profile, dark_mode=True))  # the next summary is not due yet
+        lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert lines[4].getMessage().startswith(f"safeupdates: request {during[3].request_id} ")
+        assert len(lines) == 5  # no traceback, no ERROR from Django's on_commit
         assert all(r.exc_info is None for r in caplog.records)
         assert set(ProcessedRequest.objects.filter(pk__in=[r.pk for r in during]).values_list("status", flat=True)) == {
             "pending"
@@ -60,5 +66,5 @@ def test_an_outage_logs_one_line_per_request_and_a_summary(own_redis, caplog, mo
         enqueue_update(ProfileFactory(), active=True)
         [back] = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert back.getMessage().startswith(f"safeupdates: Redis at {where} is reachable again after ")
-        assert back.getMessage().endswith("; 3 request(s) saved meanwhile wait for the relay (safeupdates_relay).")
+        assert back.getMessage().endswith("; 4 request(s) saved meanwhile wait for the relay (safeupdates_relay).")
         assert relay_pending(0) == 1  # the first record, whose jobs were lost; the second one's job waits
