@@ -96,8 +96,12 @@ class TestSaveAndDelete:
     def test_a_save_of_a_row_deleted_since(self, refused: list[dict[str, Any]]) -> None:
         profile = ProfileFactory()
         Profile.objects.filter(pk=profile.pk).delete()
-        with pytest.raises(StaleObjectError, match="was deleted after it was loaded"):
+        with pytest.raises(StaleObjectError) as raised:
             profile.save()
+        assert str(raised.value) == (
+            f"testapp.Profile pk={profile.pk!r} was deleted after it was loaded; save(force_insert=True) "
+            "creates it again, if that is what you mean."
+        )
         assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "save")]
 
     def test_a_new_instance_over_a_row_it_never_loaded(self, refused: list[dict[str, Any]]) -> None:
