@@ -28,7 +28,7 @@ from django.db import (
     transaction,
 )
 from django.test import override_settings
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 from rq.suspension import suspend
 
 from safeupdates import enqueue_update, jobs, queues, signals, statements
@@ -234,6 +234,25 @@ class TestValuesTheDatabaseRefuses:
         # Called outside a worker there is no retry left: the job's own request is failed, the rest pending.
         statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
         assert statuses == {first.pk: "failed", culprit.pk: "pending"}
+
+    def test_in_a_worker_with_a_retry_left_the_request_stays_pending(self, redis, refusing_trigger):
+        """An RQ worker (in process, no fork) runs the job; its transient error leaves the request
+        pending for the retry RQ schedules, its attempt counted."""
+        refusing_trigger("40001")
+        request = enqueue_update(ProfileFactory(), name="forbidden")
+        SimpleWorker([queue()], connection=queue().connection).work(burst=True, max_jobs=1)
+        request.refresh_from_db()
+        assert (request.status, request.attempts) == ("pending", 1)
+        assert queue().count + queue().scheduled_job_registry.count == 1  # RQ's retry
+        assert queue().failed_job_registry.count == 0
+
+    def test_a_failed_attempt_never_overwrites_a_request_that_is_done(self, redis):
+        """A job that fails after another one applied its request (a redelivery) changes nothing."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        apply_update(str(request.request_id))
+        ProcessedRequest.objects.fail(request.request_id, "a late failure", final=True)
+        request.refresh_from_db()
+        assert (request.status, request.attempts, request.error) == ("applied", 1, "")
 
     @pytest.mark.workers
     @pytest.mark.parametrize(
