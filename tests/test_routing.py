@@ -26,7 +26,7 @@ from django.db.models.functions import Now
 from django.test import override_settings
 from rq import SimpleWorker
 
-from safeupdates import enqueue_update
+from safeupdates import enqueue_update, signals
 from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.contrib.idempotent.decorators import SKIPPED, idempotent
@@ -208,6 +208,17 @@ def test_the_relays_deliveries_apply_on_the_database_it_is_given(redis):
     assert log(TENANT).get(pk=request.pk).status == RequestStatus.APPLIED
 
 
+def test_the_relay_finds_a_tenants_waiting_job_under_its_own_id(redis):
+    """The relay's pipelines ask RQ for the tenant's job ids (with the database in them): a job that
+    waits is found waiting, not delivered again."""
+    _home, away = twins()
+    with tenant():
+        enqueue_update(Profile, away.pk, active=True)
+    report = relay(0, using=TENANT)
+    assert (report.enqueued, report.waiting) == (0, 1)
+    assert django_rq.get_queue("default").count == 1
+
+
 def test_verify_checks_the_database_it_is_given():
     home, away = twins()
     for alias, obj in (("default", home), (TENANT, away)):
@@ -316,6 +327,24 @@ def test_a_failed_attempt_is_recorded_on_the_database_of_the_request(redis, tena
         apply_update(str(request.request_id), using=TENANT)
     assert log(TENANT).values_list("status", "attempts").get(pk=request.pk) == ("failed", 1)
     assert log("default").values_list("status", "attempts").get(pk=twin.pk) == ("pending", 0)
+
+
+def test_a_failed_requests_signal_names_its_record_and_its_database(redis, tenant_refuses):
+    tenant_refuses("40001")
+    _home, away = twins()
+    request = enqueue_update(Profile, away.pk, using=TENANT, name="forbidden")
+    got: list[tuple[Any, ...]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        got.append((sender, kwargs["pk"], kwargs["using"], kwargs["request_id"]))
+
+    signals.request_failed.connect(receiver, weak=False, dispatch_uid="tests.routing.failed")
+    try:
+        with pytest.raises(DatabaseError, match="refused"):
+            apply_update(str(request.request_id), using=TENANT)
+    finally:
+        signals.request_failed.disconnect(dispatch_uid="tests.routing.failed")
+    assert got == [(Profile, away.pk, TENANT, request.request_id)]
 
 
 def test_a_value_the_tenants_database_refuses_is_rejected_alone(redis, tenant_refuses):
