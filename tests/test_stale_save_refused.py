@@ -328,6 +328,24 @@ def test_an_admin_save_refused_after_the_forms_check_is_one_refusal(
     assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "admin")]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_delete_with_cascades_in_autocommit_is_one_refusal(refused: list[dict[str, Any]]) -> None:
+    """Outside a transaction the check rides in the collector's DELETE of the row: the refusal names
+    the row, and is signalled once, after the transaction that deleted its chapters rolled back."""
+    document = DocumentFactory()
+    Chapter.objects.create(document=document, title="c")
+    stale = Document.objects.get(pk=document.pk)
+    document.save()
+    with pytest.raises(StaleObjectError) as raised:
+        stale.delete()
+    assert str(raised.value) == (
+        f"testapp.Document pk={document.pk!r} was changed after it was loaded (lock_version "
+        f"{stale.lock_version}); reload it and decide again before deleting it."
+    )
+    assert refused == [sent(Document, document.pk, stale.lock_version, (), "delete")]
+    assert Chapter.objects.filter(document=document).count() == 1
+
+
 # -- HTTP: If-Match ----------------------------------------------------------------------------------------
 
 
