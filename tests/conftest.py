@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -10,6 +12,25 @@ from django.db import connection, connections
 from redis import Redis
 
 from tests.workers import Workers
+
+
+@pytest.fixture(autouse=True)
+def _cold_statement_caches() -> None:
+    """Under mutmut (``make mutation``), every test starts with the memoized builders of safeupdates
+    (the statements' ``lru_cache``) empty.
+
+    A helper that only a memoized builder calls runs once per process: mutmut's first run would tie it
+    to the one test that filled the cache, and a mutant run forked after the cache was filled would
+    never run the mutant at all. Either way a mutant of it would "survive" whatever the tests check.
+    Outside mutmut the caches stay warm, as in production."""
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return
+    for name, module in list(sys.modules.items()):
+        if name == "safeupdates" or name.startswith("safeupdates."):
+            for value in list(vars(module).values()):
+                clear = getattr(value, "cache_clear", None)
+                if callable(clear) and hasattr(value, "cache_info"):
+                    clear()
 
 
 @pytest.fixture
