@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import django_rq
 import pytest
@@ -49,6 +50,11 @@ def relay_output(*args: str) -> str:
     return out.getvalue()
 
 
+def job_fields(job: Any) -> tuple[Any, ...]:
+    """What an apply job is enqueued with, besides its id and arguments."""
+    return (job.timeout, job.result_ttl, job.failure_ttl, job.description, job.retries_left, job.retry_intervals)
+
+
 @pytest.mark.django_db(transaction=True)
 class TestWhatTheRelayEnqueues:
     def test_it_counts_what_it_enqueued_and_what_was_already_queued(self, redis):
@@ -60,6 +66,18 @@ class TestWhatTheRelayEnqueues:
         assert "1 due (pending > 0s): enqueued 0 job(s), 1 already queued" in relay_output("--older-than", "0")
         assert queue().count == 1
         assert relay_pending(0) == 0
+
+    def test_lost_jobs_come_back_with_their_options_and_are_then_counted_waiting(self, redis):
+        """The relay's own enqueue (RQ's enqueue_many) gives each record's job the options of an
+        ``enqueue_update()`` job: its timeout, retries, no result kept, its description."""
+        profiles = ProfileFactory.create_batch(2)
+        for profile in profiles:
+            enqueue_update(profile, active=True)
+        options = {job.id: job_fields(job) for job in queue().jobs}
+        redis.flushdb()  # both jobs are lost
+        assert "2 due (pending > 0s): enqueued 2 job(s), 0 already queued" in relay_output("--older-than", "0")
+        assert {job.id: job_fields(job) for job in queue().jobs} == options
+        assert "2 due (pending > 0s): enqueued 0 job(s), 2 already queued" in relay_output("--older-than", "0")
 
     def test_a_queued_status_without_the_job_in_the_queue_gets_a_new_job(self, redis):
         """A worker took the job off the queue and died before it started it: RQ still says "queued"."""
