@@ -99,8 +99,12 @@ class TestDeferred:
         deferred = Profile.objects.only("name").get(pk=profile.pk)
         Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)
         deferred.name = "b"
-        with pytest.raises(InvalidUpdate, match="lock_version"):
+        with pytest.raises(InvalidUpdate) as raised:
             deferred.save()
+        assert str(raised.value) == (
+            f"testapp.Profile pk={profile.pk!r} was loaded without lock_version (.only()/.defer()), so its "
+            "save cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
+        )
         row = Profile.objects.get(pk=profile.pk)
         assert (row.name, row.active) == ("a", True)
 
@@ -150,8 +154,12 @@ class TestDelete:
 
     def test_a_delete_without_lock_version_is_refused(self):
         document = DocumentFactory()
-        with pytest.raises(InvalidUpdate, match="lock_version"):
+        with pytest.raises(InvalidUpdate) as raised:
             Document.objects.only("title").get(pk=document.pk).delete()
+        assert str(raised.value) == (
+            f"testapp.Document pk={document.pk!r} was loaded without lock_version (.only()/.defer()), so "
+            "its delete cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
+        )
         assert Document.objects.filter(pk=document.pk).exists()
 
     def test_a_current_delete_deletes(self):

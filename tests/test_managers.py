@@ -275,10 +275,14 @@ class TestIdempotency:
             Profile.objects.update_if_newer(other.pk, synced_at=timezone.now(), request_id=rid, active=True)
         pending = enqueue_update(profile, newsletter=True)
         before = snapshot(profile)
-        with pytest.raises(InvalidUpdate, match="pending request with other changes"):
+        with pytest.raises(InvalidUpdate) as raised:
             Profile.objects.update_if_newer(
                 profile.pk, synced_at=timezone.now(), request_id=pending.request_id, newsletter=False
             )
+        assert str(raised.value) == (
+            f"request_id {pending.request_id} is a pending request with other changes ({{'newsletter': True}}); "
+            "let its job apply it, or use a new request id."
+        )
         assert snapshot(profile) == before
 
     def test_written_in_the_callers_transaction(self):
