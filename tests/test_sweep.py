@@ -288,6 +288,38 @@ def test_a_swept_record_with_more_than_a_batch_pending_is_applied_whole(redis, m
     assert (second.active, second.newsletter) == (False, True)
 
 
+def test_a_page_claims_up_to_a_batch_of_each_record_not_of_the_page(redis, monkeypatch):
+    """The limit is per record: a page whose records hold more requests together than one batch
+    applies them all (a limit over the whole page left the later records' requests pending, their
+    jobs taken)."""
+    monkeypatch.setattr(apply, "BATCH_SIZE", 2)
+    profiles = ProfileFactory.create_batch(4, active=False)
+    requests = [enqueue_update(profile, **{name: True}) for profile in profiles for name in ("active", "newsletter")]
+    assert run_one_job() == "finished"
+    assert queue().count == 0
+    assert statuses(requests) == ["applied"] * 8
+    assert set(Profile.objects.values_list("active", "newsletter")) == {(True, True)}
+
+
+def test_a_page_claims_only_pending_requests_of_its_records(redis):
+    """A swept record's requests that are done already (applied by an earlier job), and a request of
+    another model with the same key, are left as they are."""
+    profiles = ProfileFactory.create_batch(2, active=False)
+    done = enqueue_update(profiles[1], dark_mode=True)
+    queue().empty()
+    apply.apply_update(str(done.request_id))
+    gadget = Gadget.objects.create(pk=profiles[1].pk)
+    elsewhere = enqueue_update(gadget, count=3)
+    queue().remove(queues.job_id(elsewhere.content_type_id, elsewhere.object_id))  # its job runs later
+    for profile in profiles:
+        enqueue_update(profile, active=True)
+    assert run_one_job() == "finished"
+    assert queue().count == 0
+    done.refresh_from_db()
+    assert (done.status, done.attempts) == ("applied", 1)
+    assert statuses([elsewhere]) == ["pending"]
+
+
 def test_each_swept_record_is_signalled_as_itself(redis):
     profiles = ProfileFactory.create_batch(3, active=False)
     seen = []
