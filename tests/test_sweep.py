@@ -12,10 +12,12 @@ import re
 
 import django_rq
 import pytest
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from rq import SimpleWorker
+from rq.job import JobStatus
 
 from safeupdates import apply, enqueue_update, queues, signals
 from safeupdates.jobs import relay_pending
@@ -27,6 +29,10 @@ from tests.testapp.models import Gadget, Profile, Restaurant, Ticket
 from tests.workers import RowLock, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def profile_type() -> int:
+    return ContentType.objects.get_for_model(Profile).pk
 
 
 def queue(name: str = "default"):
@@ -318,6 +324,23 @@ def test_a_page_claims_only_pending_requests_of_its_records(redis):
     done.refresh_from_db()
     assert (done.status, done.attempts) == ("applied", 1)
     assert statuses([elsewhere]) == ["pending"]
+
+
+def test_a_record_whose_follow_up_job_waits_is_swept_by_that_job(redis):
+    """A record whose job a worker runs gets a follow-up job for the requests committed meanwhile; if
+    that one waits in the queue, a sweep takes it as it takes a record's own job."""
+    own, plain, followed = ProfileFactory.create_batch(3, active=False)
+    enqueue_update(own, active=True)
+    enqueue_update(plain, active=True)
+    enqueue_update(followed, active=True)
+    running = queue().fetch_job(queues.job_id(profile_type(), str(followed.pk)))
+    queue().remove(running.id)
+    running.set_status(JobStatus.STARTED)  # a worker runs it (it read the request already)
+    meanwhile = enqueue_update(followed, newsletter=True)
+    assert f"{running.id}-next" in queue().job_ids
+    assert run_one_job() == "finished"
+    assert queue().count == 0
+    assert statuses([meanwhile]) == ["applied"]
 
 
 def test_each_swept_record_is_signalled_as_itself(redis):
