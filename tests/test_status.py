@@ -60,20 +60,21 @@ class TestCommand:
         assert "Queue default: 1 queued, 0 scheduled, 0 failed; 0 worker(s) (0 busy), NO scheduler" in out
 
     def test_busy_workers_and_a_running_scheduler_are_counted(self, redis):
-        """What RQ's registries say: two workers registered (RQ's own registration, no process behind
-        it), one of them busy, and a scheduler holding the queue's lock."""
+        """What RQ's registries say: three workers registered (RQ's own registration, no process behind
+        them), two of them busy, and a scheduler holding the queue's lock."""
         queue = django_rq.get_queue("default")
-        busy, idle = (Worker([queue], connection=queue.connection, name=f"status-{state}") for state in ("b", "i"))
-        for worker, state in ((busy, WorkerStatus.BUSY), (idle, WorkerStatus.IDLE)):
+        states = {"status-b1": WorkerStatus.BUSY, "status-b2": WorkerStatus.BUSY, "status-i": WorkerStatus.IDLE}
+        workers = [Worker([queue], connection=queue.connection, name=name) for name in states]
+        for worker in workers:
             worker.register_birth()
-            worker.set_state(state)
+            worker.set_state(states[worker.name])
         redis.set(RQScheduler.get_locking_key("default"), "a-scheduler", ex=60)
         try:
             out = run_status()[1]
         finally:
-            for worker in (busy, idle):
+            for worker in workers:
                 worker.register_death()
-        assert "Queue default: 0 queued, 0 scheduled, 0 failed; 2 worker(s) (1 busy), scheduler running" in out
+        assert "Queue default: 0 queued, 0 scheduled, 0 failed; 3 worker(s) (2 busy), scheduler running" in out
 
     def test_a_stuck_request_makes_it_unhealthy(self, redis):
         stuck = plant_stuck_request(7200)
