@@ -99,6 +99,7 @@ from django.db import connections, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 from benchmarks.bench import Report, bench_queue, empty_queue  # noqa: E402
 from benchmarks.scale_settings import current, size_alias  # noqa: E402
@@ -117,6 +118,9 @@ TASKS = 1000
 DRIFTED = 5
 #: Pending requests among the log for the relay pass.
 RELAY_PENDING = 100
+#: Requests of the record whose timeline is timed, the same at every size: the page then lists as many
+#: rows whatever the log holds (a seeded record holds none at 0 and about ten at 1M).
+TIMELINE_REQUESTS = 10
 
 
 def _progress(message: str) -> None:
@@ -155,6 +159,8 @@ class Size:
     client: Client | None = None
     #: Records whose requests were all applied: enqueue_update() finds no pending request there.
     idle: list[int] = field(default_factory=list)
+    #: The record of the timed timeline (:meth:`Operations.timeline_record`), once made.
+    timeline: int | None = None
 
     @property
     def alias(self) -> str:
@@ -382,10 +388,32 @@ class Operations:
             sys.exit(f"{url} on {self.size.label}: HTTP {response.status_code}")
         return elapsed
 
+    def timeline_record(self) -> int:
+        """A record of its own, beyond the seeded ones, with :data:`TIMELINE_REQUESTS` applied requests:
+        made once per size, before anything is timed."""
+        size = self.size
+        if size.timeline is None:
+            profile = Profile.objects.create(pk=size.pk(size.records + 1), name="timeline")
+            ProcessedRequest.objects.bulk_create(
+                ProcessedRequest(
+                    request_id=uuid.uuid4(),
+                    content_type_id=size.content_type_id,
+                    object_id=str(profile.pk),
+                    version=version,
+                    changes={"active": n % 2 == 0},
+                    status=RequestStatus.APPLIED,
+                    attempts=1,
+                    processed_at=timezone.now(),
+                )
+                for n, version in enumerate(versions(size.alias, TIMELINE_REQUESTS))
+            )
+            size.timeline = profile.pk
+        return size.timeline
+
     def admin_urls(self) -> dict[str, str]:
         changelist = reverse("admin:safeupdates_processedrequest_changelist")
         size = self.size
-        record = size.pk(self.rng.randint(1, size.records))
+        record, timeline = size.pk(self.rng.randint(1, size.records)), self.timeline_record()
         request_id = (
             ProcessedRequest.objects.filter(content_type_id=size.content_type_id, object_id=str(record))
             .values_list("request_id", flat=True)
@@ -395,7 +423,7 @@ class Operations:
             "admin_first": changelist,
             "admin_filter": f"{changelist}?status__exact=applied",
             "admin_search": f"{changelist}?q={request_id}",
-            "timeline": f"{changelist}?content_type__id__exact={size.content_type_id}&object_id={record}",
+            "timeline": f"{changelist}?content_type__id__exact={size.content_type_id}&object_id={timeline}",
         }
 
     def slice(self) -> dict[str, float]:
