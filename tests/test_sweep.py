@@ -12,7 +12,6 @@ import re
 
 import django_rq
 import pytest
-from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -29,10 +28,6 @@ from tests.testapp.models import Gadget, Profile, Restaurant, Ticket
 from tests.workers import RowLock, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def profile_type() -> int:
-    return ContentType.objects.get_for_model(Profile).pk
 
 
 def queue(name: str = "default"):
@@ -332,8 +327,8 @@ def test_a_record_whose_follow_up_job_waits_is_swept_by_that_job(redis):
     own, plain, followed = ProfileFactory.create_batch(3, active=False)
     enqueue_update(own, active=True)
     enqueue_update(plain, active=True)
-    enqueue_update(followed, active=True)
-    running = queue().fetch_job(queues.job_id(profile_type(), str(followed.pk)))
+    first = enqueue_update(followed, active=True)
+    running = queue().fetch_job(queues.job_id(first.content_type_id, first.object_id))
     queue().remove(running.id)
     running.set_status(JobStatus.STARTED)  # a worker runs it (it read the request already)
     meanwhile = enqueue_update(followed, newsletter=True)
