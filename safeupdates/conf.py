@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils.functional import empty
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_CLOCK_SKEW = 300
@@ -27,7 +28,13 @@ DELIVERIES = (DELIVERY_RQ, DELIVERY_TASKS)
 
 
 def _get(name: str, default: Any) -> Any:
-    return getattr(settings, f"SAFEUPDATES_{name}", default)
+    # From the settings object itself: a setting that is not set then costs a plain attribute miss, not
+    # the AttributeError that LazySettings.__getattr__ raises and catches (the write path reads some on
+    # every call). Assignment, deletion and override_settings all change what this object holds.
+    holder = settings._wrapped  # type: ignore[misc]
+    if holder is empty:  # settings not loaded yet: let LazySettings load them
+        return getattr(settings, f"SAFEUPDATES_{name}", default)
+    return getattr(holder, f"SAFEUPDATES_{name}", default)
 
 
 def queue_name() -> str:
