@@ -105,6 +105,51 @@ class TestInProcess:
         assert (kwargs["fields"], kwargs["held"], kwargs["version"]) == (("active",), {"newsletter": newer}, older)
         assert 0 <= kwargs["latency"] < 5  # 0.0 on PostgreSQL: recorded and written by one statement
 
+    def test_a_receiver_for_one_model_connected_late_hears_the_next_write_and_none_once_gone(self):
+        """Connecting and disconnecting a receiver is seen by the next write (and by ``listened()``,
+        which decides the extra reads)."""
+        from safeupdates.lifecycle import listened
+
+        profile = ProfileFactory()
+        heard: list[tuple[type, object]] = []
+
+        def receiver(sender, pk, **kwargs):
+            heard.append((sender, pk))
+
+        def write() -> None:
+            Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+
+        listening_before = listened(Profile)
+        write()  # the caches of the signals now hold Profile's receivers, without this one
+        signals.request_applied.connect(receiver, sender=Profile, weak=False, dispatch_uid="tests.late")
+        try:
+            assert listened(Profile)
+            write()
+            assert heard == [(Profile, profile.pk)]
+        finally:
+            signals.request_applied.disconnect(sender=Profile, dispatch_uid="tests.late")
+        write()
+        assert heard == [(Profile, profile.pk)]
+        assert listened(Profile) is listening_before
+
+    def test_a_signal_is_asked_and_sent_without_a_sender(self):
+        """Receivers' code may ask an outcome signal about no model in particular, or send it with none
+        (Django's model signals, which cache their receivers per sender, cannot)."""
+        got: list[object] = []
+
+        def receiver(sender, **kwargs):
+            got.append(sender)
+
+        for signal in NAMES:
+            assert signal.has_listeners() in (True, False)
+        signals.request_applied.connect(receiver, weak=False, dispatch_uid="tests.no_sender")
+        try:
+            assert signals.request_applied.has_listeners()
+            signals.request_applied.send_robust(sender=None, pk=1)
+        finally:
+            signals.request_applied.disconnect(dispatch_uid="tests.no_sender")
+        assert got == [None]
+
     def test_stale_duplicate_and_rejected(self, redis, received):
         profile = ProfileFactory()
         old, rid = next_version(), uuid.uuid4()
