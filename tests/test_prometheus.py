@@ -97,6 +97,23 @@ def test_counters_after_a_known_burst(redis, token_client):
     assert delta("safeupdates_relay_revivals_total") == 1
 
 
+@pytest.mark.django_db
+def test_counting_goes_on_after_a_counter_is_cleared(token_client):
+    """The counters are public: after ``clear()`` (a test's reset, say) the next outcome is counted and
+    shown again, from 1."""
+    count = metrics._RECEIVERS["applied"]
+    count(Profile, fields=("active",), held={}, latency=0.0)
+    metrics.REQUESTS.clear()
+    metrics.FIELD_WRITES.clear()
+    count(Profile, fields=("active",), held={}, latency=0.0)
+    samples = token_client()
+    assert value(samples, "safeupdates_requests_total", model="testapp.Profile", outcome="applied") == 1
+    assert (
+        value(samples, "safeupdates_field_writes_total", model="testapp.Profile", field="active", outcome="applied")
+        == 1
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 def test_stale_saves_by_surface_after_a_known_set_of_refusals(token_client, rf):
     """Each refusal counted once, under the surface that refused it: two saves (one of a row this
