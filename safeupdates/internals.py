@@ -26,8 +26,11 @@ Nothing else in the package imports a private name from Django or psycopg.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -101,7 +104,9 @@ def bound_values(connection: BaseDatabaseWrapper, values: Sequence[tuple[Any, An
     """
     bound = []
     for field, _model, value in values:
-        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
+        if type(value) not in _PLAIN_TYPES and (
+            hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save")
+        ):
             return None
         if not _binds_plainly(field):
             return None
@@ -137,6 +142,12 @@ def forget_rollback(connection: BaseDatabaseWrapper, error: BaseException) -> No
         connection.rollback_exc = None  # type: ignore[attr-defined]  # the cause Django names for a refused query
 
 
+#: Types of values that are never expressions nor model instances (exactly these; not subclasses).
+_PLAIN_TYPES = frozenset(
+    {type(None), bool, int, float, str, bytes, Decimal, date, datetime, time, timedelta, uuid.UUID}
+)
+
+
 def _binds_plainly(field: models.Field[Any, Any]) -> bool:
     """Whether the compiler writes a bare ``%s`` for a value of ``field``.
 
@@ -144,8 +155,15 @@ def _binds_plainly(field: models.Field[Any, Any]) -> bool:
     arrays, ranges, GIS) need the compiler. ``BinaryField``'s is the backend's binary placeholder, a bare
     ``%s`` on PostgreSQL and SQLite (only MySQL differs), unless a subclass overrides it.
     """
+    kind: Any = type(field)
+    return _class_binds_plainly(kind)
+
+
+@lru_cache(maxsize=256)
+def _class_binds_plainly(kind: Any) -> bool:
+    """:func:`_binds_plainly` of a field class: decided once per class."""
     for name in ("get_placeholder", "get_placeholder_sql"):
-        method = getattr(type(field), name, None)
+        method = getattr(kind, name, None)
         if method is not None and method is not getattr(models.BinaryField, name, None):
             return False
     return True
