@@ -19,8 +19,9 @@ from django.db import models, router, transaction
 
 from safeupdates import conf, delivery, queues, tracing
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.meta import content_type_of
 from safeupdates.models import ProcessedRequest
-from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_request_id
+from safeupdates.validation import clean_changes, clean_pk, clean_request_id, object_id_of
 
 __all__ = ["aenqueue_update", "enqueue_update"]
 
@@ -66,10 +67,10 @@ def enqueue_update(
     cleaned = clean_changes(model, changes, allowed=allowed, using=using)
     model = model._meta.concrete_model or model
     pk = clean_pk(model, pk)
-    object_id = clean_object_id(model, pk)
+    object_id = object_id_of(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
     queue_name = _queue_name(queue)
-    content_type = ContentType.objects.db_manager(using).get_for_model(model)
+    content_type = content_type_of(model, using)
     record = ProcessedRequest(
         request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
     )

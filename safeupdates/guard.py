@@ -9,8 +9,7 @@ fields live in one table; a child of multi-table inheritance is locked, decided 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from django.db import models
@@ -49,9 +48,9 @@ __all__ = [
 ]
 
 
-@contextmanager
-def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
-    """A cursor for the guarded statements; on PostgreSQL with psycopg 3 they run prepared.
+def statement_cursor(connection: BaseDatabaseWrapper) -> AbstractContextManager[CursorWrapper]:
+    """A cursor for the guarded statements (``with statement_cursor(connection) as cursor:``); on
+    PostgreSQL with psycopg 3 they run prepared.
 
     Django binds parameters on the client, so PostgreSQL parses and plans every execution anew, and
     the recorded statement (an UPDATE and an INSERT in CTEs) spends longer in the planner than in the
@@ -65,14 +64,27 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> Iterator[CursorWrapper]
     # While queries are logged (DEBUG, assertNumQueries), Django's own cursor: the log then shows
     # every statement with its values, which a prepared statement's log entry would not.
     if cursor_class is None or connection.queries_logged or not conf.prepared_statements():
-        with connection.cursor() as cursor:
-            yield cursor
-        return
+        return connection.cursor()  # closed when the block ends
     # What connection.cursor() does, with our cursor class: health check, connect, thread check, wrap.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
-    yield connection.make_cursor(_prepared_cursor(connection.alias, connection.connection, cursor_class))
+    return _Kept(connection.make_cursor(_prepared_cursor(connection.alias, connection.connection, cursor_class)))
+
+
+class _Kept:
+    """A ``with`` block around this thread's kept cursor, which stays open when the block ends."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: CursorWrapper) -> None:
+        self.cursor = cursor
+
+    def __enter__(self) -> CursorWrapper:
+        return self.cursor
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
 
 
 #: This thread's prepared cursor per database alias: kept open across statements (the hand-written

@@ -37,6 +37,7 @@ from django.utils.translation import gettext_lazy as _
 from safeupdates import attempts, signals, statements
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import statement_cursor
+from safeupdates.meta import content_type_of
 from safeupdates.versions import next_version
 
 if TYPE_CHECKING:
@@ -397,8 +398,6 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         call: the statement then failed on the unique request id and wrote nothing; the caller takes
         the path of :meth:`reserve`).
         """
-        from django.contrib.contenttypes.models import ContentType
-
         connection = connections[self.db]
         fields = tuple(sorted(cleaned))
         statement = statements.guarded_update(model, fields, connection)
@@ -411,9 +410,9 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             pk,
             prepared,
             request_id=request_id,
-            content_type_id=ContentType.objects.db_manager(self.db).get_for_model(model).pk,
+            content_type_id=content_type_of(model, self.db).pk,
             version=version,
-            changes_json=json.dumps(cleaned, cls=self.changes_encoder()),
+            changes_json=self.encode_changes(cleaned),
             recorded=_RECORDED,
         )
         # In the caller's transaction a failed statement needs a savepoint to roll back to; in
@@ -436,7 +435,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         # A field was written by this request iff it now carries exactly its version: versions are unique.
         written = tuple(name for name in fields if stored is not None and stored.get(name) == version)
         held: dict[str, int] = {}
-        if outcome is not Outcome.MISSING and listened(model):
+        if outcome is not Outcome.MISSING and len(written) < len(fields) and listened(model):
             held = self.held_versions(model, pk, fields, written, stored)
         error = MISSING_TARGET if outcome is Outcome.MISSING else ""
         result = Result(Recorded(request_id, version), RequestStatus(status), written, held, error)
@@ -447,6 +446,10 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         """The JSON encoder of the log's ``changes``, as the field declares it."""
         encoder: type[json.JSONEncoder] = self.model._meta.get_field("changes").encoder  # type: ignore[union-attr,assignment]
         return encoder
+
+    def encode_changes(self, cleaned: Mapping[str, Any]) -> str:
+        """``cleaned`` as the log's ``changes`` holds it: JSON text, by the field's encoder."""
+        return _encoder(self.changes_encoder()).encode(cleaned)
 
     def fail(self, request_id: uuid.UUID, error: str, *, final: bool) -> None:
         """Count a failed attempt of pending request ``request_id``; if no retry follows (``final``), mark
@@ -627,6 +630,17 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             if created_at is not None and processed_at is not None:
                 latencies[pk] = max(0.0, (processed_at - created_at).total_seconds())
         return latencies
+
+
+#: One instance of each encoder class, as ``json.dumps(..., cls=cls)`` makes it (it holds no state).
+_encoders: dict[type[json.JSONEncoder], json.JSONEncoder] = {}
+
+
+def _encoder(cls: type[json.JSONEncoder]) -> json.JSONEncoder:
+    encoder = _encoders.get(cls)
+    if encoder is None:
+        encoder = _encoders[cls] = cls()
+    return encoder
 
 
 def listened(model: type[models.Model]) -> bool:

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.contrib.contenttypes.models import ContentType
 from django.db import OperationalError, connections, models, transaction
 
 from safeupdates import signals
@@ -31,14 +30,14 @@ from safeupdates.lifecycle import (
     Target,
     listened,
 )
-from safeupdates.meta import request_log, spans_tables
+from safeupdates.meta import content_type_of, request_log, spans_tables
 from safeupdates.validation import (
     clean_changes,
-    clean_object_id,
     clean_pk,
     clean_request_id,
     clean_synced_at,
     clean_version,
+    object_id_of,
 )
 from safeupdates.versions import ensure_issued, next_version
 
@@ -90,18 +89,19 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         if (version is None) == (synced_at is None):
             raise InvalidUpdate("pass exactly one of version= (version mode) or synced_at= (timestamp mode).")
         self._for_write = True  # as QuerySet.update(): self.db is then the router's database for writes
+        using = self.db  # asked of the router once: every statement of this call goes there
         pk = clean_pk(self.model, pk)
-        cleaned = clean_changes(self.model, changes, using=self.db)
+        cleaned = clean_changes(self.model, changes, using=using)
         rid = None
         if request_id is not None:
             rid = clean_request_id(request_id)
-            clean_object_id(self.model, pk)  # the request is recorded under the key as text
+            object_id_of(self.model, pk)  # the request is recorded under the key as text
         if version is not None:
             version = clean_version(version)
-            return self._apply(pk, cleaned, version=version, request_id=rid)
+            return self._apply(using, pk, cleaned, version=version, request_id=rid)
         # The skew is measured against the database's clock, not this process's.
-        synced_at = clean_synced_at(synced_at, now=database_now(self.db))
-        return self._apply(pk, cleaned, synced_at=synced_at, request_id=rid)
+        synced_at = clean_synced_at(synced_at, now=database_now(using))
+        return self._apply(using, pk, cleaned, synced_at=synced_at, request_id=rid)
 
     def bulk_update_if_newer(self, updates: Iterable[tuple[Any, int, dict[str, Any]]]) -> BulkResult:
         """Apply many ``(pk, version, changes)`` updates with the per-field semantics of
@@ -117,6 +117,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
 
     def _apply(
         self,
+        using: str,
         pk: Any,
         cleaned: dict[str, Any],
         *,
@@ -124,10 +125,10 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         synced_at: datetime | None = None,
         request_id: uuid.UUID | None = None,
     ) -> UpdateResult:
-        connection = connections[self.db]
+        connection = connections[using]
         if version is not None:
-            ensure_issued(version, self.db)
-        log = None if request_id is None else request_log().objects.using(self.db)
+            ensure_issued(version, using)
+        log = None if request_id is None else RequestLogQuerySet(request_log(), using=using)
         if (
             log is not None
             and request_id is not None
@@ -151,23 +152,23 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             and not connection.in_atomic_block
             and not spans_tables(self.model)
         )
-        with nullcontext() if one_statement else transaction.atomic(using=self.db):
+        with nullcontext() if one_statement else transaction.atomic(using=using):
             record = None
             if log is not None and request_id is not None:
-                content_type = ContentType.objects.db_manager(self.db).get_for_model(self.model)
-                changes = json.loads(json.dumps(cleaned, cls=log.changes_encoder()))
+                content_type = content_type_of(self.model, using)
+                changes = json.loads(log.encode_changes(cleaned))
                 record = log.reserve(request_id, content_type, str(pk), changes)
                 if record.is_terminal:
                     log.report_duplicate(self.model, pk, record)
                     return UpdateResult(False, Outcome.DUPLICATE, record.version)
             if synced_at is not None:
-                version = next_version(self.db)
+                version = next_version(using)
             assert version is not None
             values = {name: (value, version) for name, value in cleaned.items()}
             written = write_if_newer(self.model, pk, values, connection, synced_at=synced_at)
             if written is not None:
                 outcome = Outcome.APPLIED
-            elif self.model._default_manager.db_manager(self.db).filter(pk=pk).exists():
+            elif self.model._default_manager.db_manager(using).filter(pk=pk).exists():
                 outcome = Outcome.STALE
             else:
                 outcome = Outcome.MISSING
@@ -192,7 +193,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         error = MISSING_TARGET if outcome is Outcome.MISSING else ""
         status = STATUS_OF_OUTCOME[outcome]
         result = Result(record, status, tuple(written), held, error, version=version, synced_at=synced_at)
-        log.finish([result], Target(self.model, pk, self.db))
+        log.finish([result], Target(self.model, pk, log.db))
 
     @contextmanager
     def with_lock(self, pk: Any, *, nowait: bool = False, timeout: float | None = None) -> Iterator[_M]:

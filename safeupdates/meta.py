@@ -13,11 +13,14 @@ from django.apps import apps
 from django.db import models
 
 if TYPE_CHECKING:
+    from django.contrib.contenttypes.models import ContentType
+
     from safeupdates.models import ProcessedRequest, VersionCounter
 
 __all__ = [
     "column",
     "concrete_field",
+    "content_type_of",
     "holds_versions",
     "request_log",
     "spans_tables",
@@ -65,3 +68,19 @@ def request_log() -> type[ProcessedRequest]:
 def version_counter() -> type[VersionCounter]:
     """The version counter model of databases without sequences, :class:`safeupdates.models.VersionCounter`."""
     return cast("type[VersionCounter]", apps.get_model("safeupdates", "VersionCounter"))  # type: ignore[redundant-cast]
+
+
+#: ``ContentType.objects.db_manager(alias)`` of each database alias, made once: a copy of the manager
+#: that shares its cache (``ContentType.objects.clear_cache()`` empties it for all of them).
+_content_type_managers: dict[str, Any] = {}
+
+
+def content_type_of(model: type[models.Model], using: str) -> ContentType:
+    """The ``ContentType`` of ``model`` on database ``using`` (from Django's cache once read)."""
+    try:
+        manager = _content_type_managers[using]
+    except KeyError:
+        from django.contrib.contenttypes.models import ContentType
+
+        manager = _content_type_managers[using] = ContentType.objects.db_manager(using)
+    return cast("ContentType", manager.get_for_model(model))

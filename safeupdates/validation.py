@@ -312,7 +312,12 @@ def clean_object_id(model: type[models.Model], pk: Any) -> str:
     A key whose text is longer than the log's ``object_id`` column is refused: truncated, it would name
     another row (or, on PostgreSQL, fail the INSERT).
     """
-    object_id = str(clean_pk(model, pk))
+    return object_id_of(model, clean_pk(model, pk))
+
+
+def object_id_of(model: type[models.Model], pk: Any) -> str:
+    """:func:`clean_object_id` of a key :func:`clean_pk` returned."""
+    object_id = str(pk)
     limit = request_log()._meta.get_field("object_id").max_length
     if limit is not None and len(object_id) > limit:
         raise InvalidUpdate(

@@ -186,6 +186,25 @@ def test_records_of_two_databases_never_share_a_job(redis):
     assert django_rq.get_queue("default").count == 2
 
 
+def test_a_request_names_its_databases_own_content_type_read_again_once_the_cache_is_cleared():
+    """Each database numbers its content types: a request carries the one of its own database, also
+    after Django's content type cache was cleared and the rows changed (a flush, a restore)."""
+    home, away = twins()
+    here = ContentType.objects.db_manager("default").get_for_model(Profile).pk
+    enqueue_update(Profile, home.pk, active=True)  # the content types of both databases are cached now
+    enqueue_update(Profile, away.pk, using=TENANT, active=True)
+    ContentType.objects.using(TENANT).all().delete()
+    ContentType.objects.using(TENANT).create(pk=here + 1000, app_label="testapp", model="profile")
+    ContentType.objects.clear_cache()
+    assert enqueue_update(Profile, away.pk, using=TENANT, newsletter=True).content_type_id == here + 1000
+    assert enqueue_update(Profile, home.pk, newsletter=True).content_type_id == here
+    done = Profile.objects.using(TENANT).update_if_newer(
+        away.pk, version=next_version(TENANT), request_id=uuid.uuid4(), dark_mode=True
+    )
+    assert done.applied
+    assert log(TENANT).filter(content_type_id=here + 1000).count() == 2
+
+
 def test_the_relay_scans_the_database_it_is_given(redis):
     home, away = twins()
     other = Profile.objects.using(TENANT).create(name="other")
