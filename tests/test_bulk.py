@@ -19,7 +19,7 @@ from safeupdates.bulk import BulkResult, bulk_update_if_newer
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.managers import Outcome
 from safeupdates.versions import next_version
-from tests.testapp.models import Document, Profile
+from tests.testapp.models import Document, Profile, Restaurant
 
 pytestmark = pytest.mark.django_db
 
@@ -193,6 +193,25 @@ def test_works_on_any_lock_version_model() -> None:
     doc.refresh_from_db()
     assert (doc.title, doc.body, doc.field_versions["title"]) == ("b", "text", version)
     assert doc.lock_version > version
+
+
+def test_the_per_row_path_writes_only_rows_with_news() -> None:
+    """The per-row path (a child of multi-table inheritance; every model on SQLite) reads the batch's
+    versions first and goes on only with the rows where a field is newer: an older update, or the same
+    batch again (a field already at that version), runs nothing after that read (no lock, no UPDATE)."""
+    restaurant = Restaurant.objects.create(name="r")
+    older, newer = next_version(), next_version()
+    assert bulk_update_if_newer(Restaurant.objects.all(), [(restaurant.pk, newer, {"seats": 5})]) == BulkResult(
+        applied=1
+    )
+    with CaptureQueriesContext(connection) as queries:
+        again = bulk_update_if_newer(Restaurant.objects.all(), [(restaurant.pk, newer, {"seats": 5})])
+        late = bulk_update_if_newer(Restaurant.objects.all(), [(restaurant.pk, older, {"seats": 7})])
+    assert (again, late) == (BulkResult(stale=1), BulkResult(stale=1))
+    ran = [q["sql"] for q in queries.captured_queries if '"testapp_' in q["sql"]]  # the records' tables
+    assert len(ran) == 2 and all(sql.startswith("SELECT") for sql in ran)  # the read of the versions, per call
+    restaurant.refresh_from_db()
+    assert (restaurant.seats, restaurant.field_versions["seats"]) == (5, newer)
 
 
 def test_a_model_without_versions_is_refused() -> None:
