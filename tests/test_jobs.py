@@ -714,6 +714,19 @@ def test_an_error_without_a_sqlstate_is_transient_if_it_is_operational():
     assert is_transient(locked) and not is_transient(refused)
     assert is_transient(InterfaceError("connection already closed")) and is_transient(OperationalError("lost"))
     assert not is_transient(DatabaseError("refused"))
+    # A driver's error whose SQLSTATE is empty has none either: the class of the error decides.
+    for sqlstate in ("", None, b"40001"):
+        lost, bad = OperationalError("lost"), DatabaseError("refused")
+        lost.__cause__, bad.__cause__ = _DriverError(sqlstate), _DriverError(sqlstate)
+        assert is_transient(lost) and not is_transient(bad), sqlstate
+
+
+class _DriverError(Exception):
+    """A database driver's error carrying ``sqlstate`` as given (PostgreSQL's drivers: a code or None)."""
+
+    def __init__(self, sqlstate: object) -> None:
+        super().__init__("driver error")
+        self.sqlstate = sqlstate
 
 
 @pytest.mark.workers
