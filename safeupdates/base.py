@@ -18,7 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
-from safeupdates.guard import statement_cursor
+from safeupdates.guard import fetch_one, statement_cursor
 from safeupdates.internals import (
     UPDATE_RETURNS_ROWS,
     Collector,
@@ -391,7 +391,7 @@ class LockVersionMixin(models.Model):
         pk = model._meta.pk.get_db_prep_value(versions_pk, connection)  # type: ignore[union-attr]
         with statement_cursor(connection) as cursor:
             cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
-            row = cursor.fetchone()
+            row = fetch_one(cursor)
         if row is None:
             return self._not_matched(versions_qs, versions_pk, save)
         lock_version, versions, child_rows = row
@@ -453,7 +453,7 @@ class LockVersionMixin(models.Model):
         )
         with statement_cursor(connection) as cursor:
             cursor.execute(statement.sql, statement.params(bound, save.version))
-            row = cursor.fetchone()
+            row = fetch_one(cursor)
         if row is None:  # the key is taken: ON CONFLICT DO NOTHING inserted nothing
             raise self._refuse(save, self._never_loaded(pk))
         *returned, version = row
@@ -484,7 +484,7 @@ class LockVersionMixin(models.Model):
         pk = model._meta.pk.get_db_prep_value(pk_val, connection)  # type: ignore[union-attr]
         with statement_cursor(connection) as cursor:
             cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
-            row = cursor.fetchone()
+            row = fetch_one(cursor)
         if row is None:
             return None
         if statement.returns_versions:

@@ -38,6 +38,7 @@ __all__ = [
     "GuardedUpdate",
     "column",
     "concrete_field",
+    "fetch_one",
     "guarded_update",
     "saved_versions",
     "spans_tables",
@@ -87,6 +88,13 @@ class _Kept:
         return None
 
 
+def fetch_one(cursor: CursorWrapper) -> Any:
+    """``cursor.fetchone()``, with Django's translation of database errors, but without the wrapper
+    function that Django's cursor builds around ``fetchone`` on every call (``CursorWrapper.__getattr__``)."""
+    with cursor.db.wrap_database_errors:
+        return cursor.cursor.fetchone()
+
+
 #: This thread's prepared cursor per database alias: kept open across statements (the hand-written
 #: loop it is measured against keeps its cursor too); a new one when the connection was replaced.
 _cursors = threading.local()
@@ -129,7 +137,7 @@ def write_if_newer(
         cursor.execute(
             statement.sql_returning_versions, statement.params(pk, params, synced_at, lock_version=lock_version)
         )
-        row = cursor.fetchone()
+        row = fetch_one(cursor)
     if row is None:
         return None
     stored = statement.load_versions(row[0])

@@ -36,7 +36,7 @@ from django.utils.translation import gettext_lazy as _
 
 from safeupdates import attempts, signals, statements
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import statement_cursor
+from safeupdates.guard import fetch_one, statement_cursor
 from safeupdates.meta import content_type_of
 from safeupdates.versions import next_version
 
@@ -219,7 +219,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         )
         with statement_cursor(connection) as cursor:
             cursor.execute(sql, params)
-            row = cursor.fetchone()
+            row = fetch_one(cursor)
         if row is None:
             return False, False
         record.pk, record.version, record.created_at, others_pending = row
@@ -421,7 +421,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         try:
             with savepoint, statement_cursor(connection) as cursor:
                 cursor.execute(statement.recorded_sql, params)
-                status, versions = cursor.fetchone()
+                status, versions = fetch_one(cursor)
         except IntegrityError as exc:
             # Only the log's unique request id means "claimed concurrently"; a constraint of the
             # target table is the caller's error.
@@ -514,7 +514,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             if connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     cursor.execute(statement.after if after else statement.first, params)
-                    row = cursor.fetchone()
+                    row = fetch_one(cursor)
                 if row is None:
                     return
                 count, after = row[0], tuple(row[1:])
