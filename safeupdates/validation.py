@@ -91,11 +91,11 @@ def clean_changes(
             )
         if field.name in cleaned:
             raise InvalidUpdate(f"{label}.{field.name} is given twice.")
-        cleaned[field.name] = _clean_value(field, value, f"{label}.{field.name}={_shown(value)}", using)
+        cleaned[field.name] = _clean_value(field, value, _Named(f"{label}.{field.name}=", value), using)
     return cleaned
 
 
-def _clean_value(field: models.Field[Any, Any], value: Any, what: str, using: str | None = None) -> Any:
+def _clean_value(field: models.Field[Any, Any], value: Any, what: str | _Named, using: str | None = None) -> Any:
     """Return ``value`` converted by ``field``, or raise InvalidUpdate naming ``what``.
 
     Beyond ``field.clean()``: a value is refused when converting it would change it (a fraction for an
@@ -143,6 +143,19 @@ def _validate_foreign_key(field: models.ForeignKey[Any, Any], value: Any, using:
         )
 
 
+class _Named:
+    """What a refusal names: ``prefix`` and the value, cut short (:func:`_shown`), put together only if a
+    message is made (most values are fine, and ``repr()`` of each would cost every call)."""
+
+    __slots__ = ("prefix", "value")
+
+    def __init__(self, prefix: str, value: Any) -> None:
+        self.prefix, self.value = prefix, value
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{_shown(self.value)}"
+
+
 def _shown(value: Any) -> str:
     """``repr(value)``, cut short: a message never echoes a whole (huge) input."""
     text = repr(value)
@@ -164,7 +177,7 @@ def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
 _NUMBER_FIELDS = (models.IntegerField, models.FloatField, models.DecimalField)
 
 
-def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: str) -> None:
+def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: str | _Named) -> None:
     if hasattr(value, "resolve_expression"):
         raise InvalidUpdate(
             f"{what} is an expression; an update writes values, with a version each: compute the value "
@@ -184,7 +197,7 @@ def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: s
         )
 
 
-def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: str) -> None:
+def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: str | _Named) -> None:
     target = _value_field(field)
     if isinstance(target, models.IntegerField) and isinstance(python, int):
         # Portable ranges, not the current database's: SQLite takes 2**31 in an IntegerField that
@@ -292,7 +305,7 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
         raise InvalidUpdate(f"{label}: a primary key is required.")
     field = model._meta.pk
     assert field is not None
-    what = f"{label}: primary key {_shown(pk)}"
+    what = _Named(f"{label}: primary key ", pk)
     _refuse_before_conversion(field, pk, what)
     try:
         python = field.to_python(pk)
