@@ -19,6 +19,7 @@ from django.db import models, router, transaction
 
 from safeupdates import conf, delivery, queues, tracing
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.lifecycle import RequestLogQuerySet
 from safeupdates.meta import content_type_of
 from safeupdates.models import ProcessedRequest
 from safeupdates.validation import clean_changes, clean_pk, clean_request_id, object_id_of
@@ -74,7 +75,7 @@ def enqueue_update(
     record = ProcessedRequest(
         request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
     )
-    log = ProcessedRequest.objects.using(using)
+    log = RequestLogQuerySet(ProcessedRequest, using=using)
     with tracing.enqueue_span(model._meta.label, pk, str(rid)) as trace:
         created, others_pending = log.create_pending(record)
     if not created:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
@@ -49,8 +50,10 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+@lru_cache(maxsize=1)
 def _opentelemetry() -> tuple[Any, Any] | None:
-    """``(opentelemetry.trace, opentelemetry.propagate)``, or None if OpenTelemetry is not installed."""
+    """``(opentelemetry.trace, opentelemetry.propagate)``, or None if OpenTelemetry is not installed
+    (looked up once: every ``enqueue_update()`` asks)."""
     try:
         from opentelemetry import propagate, trace
     except ImportError:
