@@ -59,6 +59,13 @@ class TenantRouter:
         return _tenant.get()
 
 
+class ProfilesOnTheTenant:
+    """Writes of ``Profile`` to the tenant's database, by model alone."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return TENANT if model is Profile else None
+
+
 @contextmanager
 def tenant(alias: str = TENANT) -> Iterator[None]:
     token = _tenant.set(alias)
@@ -203,6 +210,30 @@ def test_a_request_names_its_databases_own_content_type_read_again_once_the_cach
     )
     assert done.applied
     assert log(TENANT).filter(content_type_id=here + 1000).count() == 2
+
+
+def test_save_and_delete_of_a_loaded_instance_stay_on_its_database():
+    """Outside a tenant's context the router decides nothing: an instance loaded from the tenant's
+    database is saved and deleted there (Django's instance hint), never on ``default``, where its twin
+    with the same key lives."""
+    home, away = twins()
+    loaded = Profile.objects.using(TENANT).get(pk=away.pk)
+    loaded.name = "moved on"
+    loaded.save()
+    assert Profile.objects.using(TENANT).get(pk=away.pk).name == "moved on"
+    loaded.delete()
+    assert not Profile.objects.using(TENANT).filter(pk=away.pk).exists()
+    assert Profile.objects.using("default").get(pk=home.pk).name == "home"
+
+
+def test_a_delete_goes_where_the_router_sends_the_model():
+    """An instance that was never loaded (no database of its own) is deleted where the router sends
+    writes of its model."""
+    home, away = twins()
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.ProfilesOnTheTenant"]):
+        Profile(pk=away.pk, lock_version=away.lock_version).delete()
+    assert not Profile.objects.using(TENANT).filter(pk=away.pk).exists()
+    assert Profile.objects.using("default").filter(pk=home.pk).exists()
 
 
 def test_the_relay_scans_the_database_it_is_given(redis):
