@@ -21,7 +21,7 @@ import django_rq
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, transaction
 from django.db.models.functions import Now
 from django.test import override_settings
 from rq import SimpleWorker
@@ -234,6 +234,31 @@ def test_a_delete_goes_where_the_router_sends_the_model():
         Profile(pk=away.pk, lock_version=away.lock_version).delete()
     assert not Profile.objects.using(TENANT).filter(pk=away.pk).exists()
     assert Profile.objects.using("default").filter(pk=home.pk).exists()
+
+
+def test_a_delete_the_tenants_database_refuses_marks_the_tenants_transaction_for_rollback(postgres_only):
+    """A checked DELETE that fails in the caller's transaction on the tenant's database leaves that
+    transaction to be rolled back (as Django's own delete does), not ``default``'s."""
+    away = twins()[1]
+    loaded = Profile.objects.using(TENANT).get(pk=away.pk)
+    with connections[TENANT].cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION safeupdates_test_no_delete() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'refused'; END $$ LANGUAGE plpgsql; "
+            f"CREATE TRIGGER safeupdates_test_no_delete BEFORE DELETE ON {Profile._meta.db_table} "
+            "FOR EACH ROW EXECUTE FUNCTION safeupdates_test_no_delete();"
+        )
+    try:
+        with transaction.atomic(using=TENANT), transaction.atomic(using="default"):
+            with pytest.raises(DatabaseError, match="refused"):
+                loaded.delete()
+            assert connections[TENANT].needs_rollback
+            assert not connections["default"].needs_rollback
+    finally:
+        with connections[TENANT].cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER safeupdates_test_no_delete ON {Profile._meta.db_table}")
+            cursor.execute("DROP FUNCTION safeupdates_test_no_delete()")
+    assert Profile.objects.using(TENANT).filter(pk=away.pk).exists()
 
 
 def test_the_relay_scans_the_database_it_is_given(redis):
