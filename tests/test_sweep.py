@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 
 import django_rq
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from rq import SimpleWorker
@@ -444,3 +445,36 @@ def test_a_page_writes_each_models_records_in_one_statement_with_each_outcome_it
     assert held.field_versions["active"] == on_held.version
     assert Gadget.objects.get(pk=gadget.pk).label == "e"
     assert queue().count == 0
+
+
+def test_a_page_skips_a_request_another_transaction_holds(redis, postgres_only):
+    """A page's claim locks SKIP LOCKED: a request that another job holds (it is applying it) is left
+    to that job, and the page's other requests are claimed at once, without waiting for that lock."""
+    held_profile, free_profile = ProfileFactory.create_batch(2)
+    held = enqueue_update(held_profile, active=True)
+    free = enqueue_update(free_profile, active=True)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(ProcessedRequest.objects.select_for_update().filter(pk=held.pk))
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '3s'")  # waiting for the lock would fail the claim
+            claimed = ProcessedRequest.objects.claim_records(
+                [(held.content_type_id, held.object_id), (free.content_type_id, free.object_id)], 10
+            )
+        assert [request.pk for request in claimed] == [free.pk]
+    finally:
+        release.set()
+        holder.join()
