@@ -175,6 +175,17 @@ class TestWhatTheRelayEnqueues:
         assert (raised.value.backend, raised.value.where) == ("Redis", "redis://127.0.0.1:1/0")
 
 
+def test_the_scheduler_state_of_an_unreachable_queue_names_that_queues_redis(settings, redis):
+    """A queue of its own Redis, down while the default queue's is up: the error names the server of
+    the queue asked about, and a reachable queue still answers."""
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "elsewhere": {"URL": "redis://127.0.0.1:1/3"}}
+    with pytest.raises(jobs.BackendUnavailable) as raised:
+        queues.scheduler_state("elsewhere")
+    assert (raised.value.backend, raised.value.where) == ("Redis", "redis://127.0.0.1:1/3")
+    redis.set(RQScheduler.get_locking_key("default"), "some-scheduler", ex=60)
+    assert queues.scheduler_state("default") == (0, True)
+
+
 @pytest.mark.workers
 def test_overdue_retries_without_a_scheduler_are_delivered(workers, redis, postgres_only):
     """Issue 11: PostgreSQL restarts under workers started without --with-scheduler. Every record's job
