@@ -405,8 +405,14 @@ def test_a_failed_attempt_is_recorded_on_the_database_of_the_request(redis, tena
 
 
 def test_a_failed_requests_signal_names_its_record_and_its_database(redis, tenant_refuses):
+    """The failed request's model is found by its content type on its own database, which numbers its
+    content types otherwise than ``default``."""
     tenant_refuses("40001")
     _home, away = twins()
+    here = ContentType.objects.db_manager("default").get_for_model(Profile).pk
+    ContentType.objects.using(TENANT).all().delete()
+    ContentType.objects.using(TENANT).create(pk=here + 1000, app_label="testapp", model="profile")
+    ContentType.objects.clear_cache()
     request = enqueue_update(Profile, away.pk, using=TENANT, name="forbidden")
     got: list[tuple[Any, ...]] = []
 
