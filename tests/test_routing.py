@@ -226,6 +226,20 @@ def test_save_and_delete_of_a_loaded_instance_stay_on_its_database():
     assert Profile.objects.using("default").get(pk=home.pk).name == "home"
 
 
+def test_a_save_of_a_childs_own_fields_checks_and_writes_on_its_database():
+    """A multi-table child saved with ``update_fields`` naming only its own table's fields: the check
+    of the parent's row and both writes run on the instance's database, where a twin with the same key
+    on ``default`` is left alone."""
+    home = Restaurant.objects.using("default").create(name="home", seats=1)
+    Restaurant.objects.using(TENANT).create(pk=home.pk, name="away", seats=1)
+    loaded = Restaurant.objects.using(TENANT).get(pk=home.pk)
+    loaded.seats = 5
+    loaded.save(update_fields=["seats"])
+    row = Restaurant.objects.using(TENANT).get(pk=home.pk)
+    assert (row.seats, row.lock_version, row.field_versions["seats"]) == (5, loaded.lock_version, loaded.lock_version)
+    assert Restaurant.objects.using("default").get(pk=home.pk).seats == 1
+
+
 def test_a_delete_goes_where_the_router_sends_the_model():
     """An instance that was never loaded (no database of its own) is deleted where the router sends
     writes of its model."""
