@@ -290,6 +290,28 @@ def test_a_swept_record_with_more_than_a_batch_pending_is_applied_whole(redis, m
     assert (second.active, second.newsletter) == (False, True)
 
 
+def test_a_swept_record_with_exactly_a_batch_pending_signals_no_duplicate(redis, monkeypatch):
+    """A swept record holding a whole batch is applied by the page, and its follow-up finds nothing
+    left: that is no redelivery of its (now done) request, so no ``request_duplicate`` is sent."""
+    monkeypatch.setattr(apply, "BATCH_SIZE", 3)
+    first, second = ProfileFactory.create_batch(2, active=False)
+    enqueue_update(first, active=True)
+    burst = [enqueue_update(second, score=turn) for turn in range(3)]
+    duplicates: list[object] = []
+
+    def receiver(sender, request_id, **kwargs):
+        duplicates.append(request_id)
+
+    signals.request_duplicate.connect(receiver, weak=False, dispatch_uid="tests.sweep.duplicate")
+    try:
+        assert run_one_job() == "finished"
+    finally:
+        signals.request_duplicate.disconnect(dispatch_uid="tests.sweep.duplicate")
+    assert queue().count == 0
+    assert statuses(burst) == ["stale", "stale", "applied"]
+    assert duplicates == []
+
+
 def test_a_page_claims_up_to_a_batch_of_each_record_not_of_the_page(redis, monkeypatch):
     """The limit is per record: a page whose records hold more requests together than one batch
     applies them all (a limit over the whole page left the later records' requests pending, their
