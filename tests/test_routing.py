@@ -166,6 +166,24 @@ def test_a_tenants_job_sweeps_the_tenants_records_but_those_whose_write_spans_ta
     assert queue.job_ids == [job_id(child.content_type_id, child.object_id, TENANT)]
 
 
+def test_a_tenants_swept_request_that_is_stale_is_decided_on_the_tenants_row(redis):
+    """A swept record whose request wrote nothing (the row moved on since) is told stale by its own
+    row, on the tenant's database, where ``default`` has no row of that key."""
+    away = Profile.objects.using(TENANT).create(pk=10_001, name="away")
+    other = Profile.objects.using(TENANT).create(pk=10_002, name="other")
+    first = enqueue_update(away, using=TENANT, active=True)
+    late = enqueue_update(other, using=TENANT, active=True)
+    moved = Profile.objects.using(TENANT).get(pk=other.pk)
+    moved.active = False
+    moved.save()  # a newer write of the field: the request is stale
+    assert not Profile.objects.using("default").filter(pk__in=[away.pk, other.pk]).exists()
+    queue = django_rq.get_queue("default")
+    assert queue.job_ids[0] == job_id(first.content_type_id, first.object_id, TENANT)
+    SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+    assert queue.count == 0  # the other record was swept
+    assert [log(TENANT).get(pk=r.pk).status for r in (first, late)] == ["applied", "stale"]
+
+
 def test_a_tenants_job_leaves_a_record_whose_row_is_held_and_waits_for_none(redis, postgres_only):
     """The sweep's row locks (SKIP LOCKED) are taken on the tenant's database: a row another transaction
     holds there is left to its own job, and the rest of the page is applied without waiting for it."""
