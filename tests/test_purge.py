@@ -7,17 +7,16 @@ import datetime
 import signal
 import subprocess
 import sys
-import threading
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection, connections, transaction
+from django.db import connection
 from django.test import override_settings
 
 from safeupdates.management.commands import safeupdates_purge
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from tests.workers import ROOT, subprocess_env, wait_until
+from tests.workers import ROOT, RowLock, subprocess_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,21 +129,7 @@ def test_purge_never_waits_for_a_row_another_transaction_holds(postgres_only):
     (nor, so, make the writers queued behind its lock wait)."""
     old = log_rows(20, days_old=3)
     held = old[7]
-    locked, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                ProcessedRequest.objects.select_for_update().get(pk=held)
-                locked.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with RowLock(ProcessedRequest, held):
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")  # a purge that waited would fail here, not hang
         try:
@@ -154,9 +139,6 @@ def test_purge_never_waits_for_a_row_another_transaction_holds(postgres_only):
                 cursor.execute("RESET lock_timeout")
         assert out.startswith("deleted 19 request(s)")
         assert list(ProcessedRequest.objects.filter(pk__in=old).values_list("pk", flat=True)) == [held]
-    finally:
-        release.set()
-        holder.join()
     assert purge("--older-than", "1")[0].startswith("deleted 1 request(s)")
     assert remaining(old) == 0
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 
 import django_rq
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from rq import SimpleWorker
@@ -475,21 +474,7 @@ def test_a_page_skips_a_request_another_transaction_holds(redis, postgres_only):
     held_profile, free_profile = ProfileFactory.create_batch(2)
     held = enqueue_update(held_profile, active=True)
     free = enqueue_update(free_profile, active=True)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                list(ProcessedRequest.objects.select_for_update().filter(pk=held.pk))
-                locked.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with RowLock(ProcessedRequest, held.pk):
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '3s'")  # waiting for the lock would fail the claim
@@ -497,6 +482,3 @@ def test_a_page_skips_a_request_another_transaction_holds(redis, postgres_only):
                 [(held.content_type_id, held.object_id), (free.content_type_id, free.object_id)], 10
             )
         assert [request.pk for request in claimed] == [free.pk]
-    finally:
-        release.set()
-        holder.join()

@@ -87,8 +87,9 @@ def run_threads(target: Callable[[], object], count: int) -> None:
 
 
 class RowLock:
-    """Hold a row lock (``with_lock``) in a thread of its own until released: a job that needs the row
-    then blocks in its UPDATE, where a test can kill its worker or terminate its connection."""
+    """Hold a row lock (``with_lock``, or ``SELECT ... FOR UPDATE`` for a model without it, such as the
+    request log) in a thread of its own until released: a job that needs the row then blocks in its
+    UPDATE, where a test can kill its worker or terminate its connection."""
 
     def __init__(self, model: Any, pk: Any, using: str = "default") -> None:
         self.model, self.pk, self.using = model, pk, using
@@ -96,12 +97,19 @@ class RowLock:
         self._thread = threading.Thread(target=self._hold)
 
     def _hold(self) -> None:
-        from django.db import connections
+        from django.db import connections, transaction
 
+        manager = self.model.objects.using(self.using)
         try:
-            with self.model.objects.using(self.using).with_lock(self.pk):
-                self._locked.set()
-                self._release.wait(60)
+            if hasattr(manager, "with_lock"):
+                with manager.with_lock(self.pk):
+                    self._locked.set()
+                    self._release.wait(60)
+            else:
+                with transaction.atomic(using=self.using):
+                    manager.select_for_update().get(pk=self.pk)
+                    self._locked.set()
+                    self._release.wait(60)
         finally:
             connections.close_all()
 
