@@ -4,7 +4,17 @@ Run from the repository root after ``make mutation``: ``.venv/bin/python -m test
 It reads mutmut's results in ``mutants/`` and changes nothing. A module is "full" when every one of its
 mutants has a verdict, "partial" otherwise (a run stopped by ``MUTATION_BUDGET``); the kill rate is over
 the mutants checked (killed or timed out, over killed, timed out and survived), as ``make mutation``
-prints it for the whole run. ``--survivors`` lists the surviving mutants' names after the table.
+prints it for the whole run. ``--survivors`` lists the surviving mutants' names after the table;
+``--in DIR`` reads ``DIR`` instead of ``mutants/``.
+
+The verdicts outlive ``mutants/``, which stays on the machine that ran them: ``--save DIR`` merges them
+into ``DIR`` (``tests/mutation_results``, in the repository), ``--restore DIR`` puts them back into
+``mutants/`` before a run, and ``make mutation`` does both. mutmut keeps a verdict only while the
+function it mutated hashes the same (its ``hash_by_function_name``), so a run on another machine, days
+later, checks only the mutants of functions changed since and those never checked: a full run can take
+several sessions. A verdict is not redone when only the tests change: a new test may kill a mutant
+still listed as surviving (name it in ``MUTANTS=`` to check it again), and a removed test may let a
+"killed" one live.
 """
 
 from __future__ import annotations
@@ -68,8 +78,65 @@ def _line(module: str, counts: Counter[str]) -> str:
     )
 
 
+def _function(mutant: str) -> str:
+    """The key of ``hash_by_function_name`` of ``mutant`` (``pkg.module.x_name__mutmut_3`` -> ``x_name``)."""
+    return mutant.rsplit("__mutmut_", 1)[0].rpartition(".")[2]
+
+
+def _verdicts(meta: Path) -> tuple[dict[str, int | None], dict[str, str]]:
+    if not meta.exists():
+        return {}, {}
+    data = json.loads(meta.read_text())
+    return data["exit_code_by_key"], data["hash_by_function_name"]
+
+
+def save(into: Path, root: Path = Path("mutants")) -> int:
+    """Merge the verdicts of ``root`` into ``into``: a mutant keeps the verdict of this run, else the one
+    saved before if its function still hashes the same. Returns the number of verdicts saved."""
+    saved = 0
+    for meta in sorted((root / "safeupdates").rglob("*.py.meta")):
+        target = into / meta.relative_to(root)
+        codes, hashes = _verdicts(meta)
+        old_codes, old_hashes = _verdicts(target)
+        merged = {
+            name: code
+            if code is not None or old_hashes.get(_function(name)) != hashes.get(_function(name))
+            else old_codes.get(name)
+            for name, code in sorted(codes.items())
+        }
+        target.parent.mkdir(parents=True, exist_ok=True)
+        content = {"exit_code_by_key": merged, "hash_by_function_name": dict(sorted(hashes.items()))}
+        target.write_text(json.dumps(content, indent=0, ensure_ascii=False) + "\n")
+        saved += sum(code is not None for code in merged.values())
+    return saved
+
+
+def restore(source: Path, root: Path = Path("mutants")) -> int:
+    """Put the verdicts saved in ``source`` where mutmut reads them, unless ``root`` holds its own."""
+    restored = 0
+    for saved in sorted((source / "safeupdates").rglob("*.py.meta")):
+        meta = root / saved.relative_to(source)
+        if meta.exists():
+            continue
+        codes, hashes = _verdicts(saved)
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        empty: dict[str, object] = {
+            "type_check_error_by_key": {},
+            "durations_by_key": {},
+            "estimated_durations_by_key": {},
+        }
+        meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": hashes, **empty}))
+        restored += sum(code is not None for code in codes.values())
+    return restored
+
+
 def main(argv: list[str]) -> None:
-    found = rows()
+    for flag, action, said in (("--restore", restore, "restored from"), ("--save", save, "saved in")):
+        if flag in argv:
+            where = Path(argv[argv.index(flag) + 1])
+            print(f"mutation: {action(where)} verdicts {said} {where}")
+            return
+    found = rows(Path(argv[argv.index("--in") + 1]) if "--in" in argv else Path("mutants"))
     print(table(found))
     if "--survivors" in argv:
         for _module, _counts, survivors in found:

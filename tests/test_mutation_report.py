@@ -1,0 +1,93 @@
+"""The verdicts of ``make mutation`` carried from one machine to the next (tests/mutation_report.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests import mutation_report
+
+GUARD = "safeupdates.guard"
+
+
+def write_meta(root: Path, codes: dict[str, int | None], hashes: dict[str, str]) -> Path:
+    """A meta file of mutmut's for safeupdates/guard.py under ``root``, as mutmut writes it."""
+    meta = root / "safeupdates" / "guard.py.meta"
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    extra = {"type_check_error_by_key": {}, "durations_by_key": {}, "estimated_durations_by_key": {}}
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": hashes, **extra}))
+    return meta
+
+
+def codes_in(root: Path) -> dict[str, int | None]:
+    return json.loads((root / "safeupdates" / "guard.py.meta").read_text())["exit_code_by_key"]
+
+
+def test_verdicts_saved_come_back_where_mutmut_reads_them(tmp_path: Path) -> None:
+    run, saved, fresh = tmp_path / "run", tmp_path / "saved", tmp_path / "fresh"
+    write_meta(run, {f"{GUARD}.x_fetch_one__mutmut_1": 1, f"{GUARD}.x_fetch_one__mutmut_2": 0}, {"x_fetch_one": "a1"})
+
+    assert mutation_report.save(saved, run) == 2
+    assert mutation_report.restore(saved, fresh) == 2
+
+    restored = json.loads((fresh / "safeupdates" / "guard.py.meta").read_text())
+    assert restored["exit_code_by_key"] == {f"{GUARD}.x_fetch_one__mutmut_1": 1, f"{GUARD}.x_fetch_one__mutmut_2": 0}
+    assert restored["hash_by_function_name"] == {"x_fetch_one": "a1"}
+    # Every key mutmut's SourceFileMutationData.load() pops, and no other.
+    assert set(restored) == {
+        "exit_code_by_key",
+        "hash_by_function_name",
+        "type_check_error_by_key",
+        "durations_by_key",
+        "estimated_durations_by_key",
+    }
+    assert mutation_report.rows(fresh)[0][1]["killed"] == 1
+
+
+def test_a_mutant_not_checked_this_time_keeps_its_verdict_while_its_function_is_unchanged(tmp_path: Path) -> None:
+    saved, run = tmp_path / "saved", tmp_path / "run"
+    mutation_report.save(
+        saved,
+        write_meta(
+            tmp_path / "first",
+            {f"{GUARD}.x_fetch_one__mutmut_1": 1, f"{GUARD}.x_write_if_newer__mutmut_1": 1},
+            {"x_fetch_one": "a1", "x_write_if_newer": "b1"},
+        ).parent.parent,
+    )
+    # The next run: x_write_if_newer changed (another hash), neither mutant checked yet, a third one new.
+    write_meta(
+        run,
+        {
+            f"{GUARD}.x_fetch_one__mutmut_1": None,
+            f"{GUARD}.x_write_if_newer__mutmut_1": None,
+            f"{GUARD}.x_write_if_newer__mutmut_2": 0,
+        },
+        {"x_fetch_one": "a1", "x_write_if_newer": "b2"},
+    )
+
+    mutation_report.save(saved, run)
+
+    assert codes_in(saved) == {
+        f"{GUARD}.x_fetch_one__mutmut_1": 1,  # its function unchanged: the verdict stands
+        f"{GUARD}.x_write_if_newer__mutmut_1": None,  # its function changed: to be checked again
+        f"{GUARD}.x_write_if_newer__mutmut_2": 0,  # this run's verdict
+    }
+
+
+def test_this_runs_verdict_wins_and_a_mutant_gone_is_dropped(tmp_path: Path) -> None:
+    saved, run = tmp_path / "saved", tmp_path / "run"
+    write_meta(saved, {f"{GUARD}.x_fetch_one__mutmut_1": 0, f"{GUARD}.x_gone__mutmut_1": 1}, {"x_fetch_one": "a1"})
+    write_meta(run, {f"{GUARD}.x_fetch_one__mutmut_1": 1}, {"x_fetch_one": "a1"})
+
+    mutation_report.save(saved, run)
+
+    assert codes_in(saved) == {f"{GUARD}.x_fetch_one__mutmut_1": 1}
+
+
+def test_a_restore_never_overwrites_the_verdicts_of_a_run_on_this_machine(tmp_path: Path) -> None:
+    saved, run = tmp_path / "saved", tmp_path / "run"
+    write_meta(saved, {f"{GUARD}.x_fetch_one__mutmut_1": 0}, {"x_fetch_one": "a1"})
+    write_meta(run, {f"{GUARD}.x_fetch_one__mutmut_1": 1}, {"x_fetch_one": "a1"})
+
+    assert mutation_report.restore(saved, run) == 0
+    assert codes_in(run) == {f"{GUARD}.x_fetch_one__mutmut_1": 1}
