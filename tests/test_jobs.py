@@ -246,6 +246,17 @@ class TestValuesTheDatabaseRefuses:
         assert queue().count + queue().scheduled_job_registry.count == 1  # RQ's retry
         assert queue().failed_job_registry.count == 0
 
+    def test_in_a_worker_a_request_id_that_is_no_uuid_fails_with_its_retries_left_unused(self, redis):
+        """Bad data fails the same way every time: the job fails at once, no retry scheduled (the
+        worker-process twin is TestWithWorkers' ``..._fails_without_retries``)."""
+        job = queue().enqueue_call(apply_update, args=("not-a-uuid",), **queues.job_options(1, "1"))
+        assert job.retries_left == 2  # SAFEUPDATES_RETRY of the test settings
+        SimpleWorker([queue()], connection=queue().connection).work(burst=True, max_jobs=1)
+        assert job.get_status(refresh=True) == "failed"
+        assert queue().failed_job_registry.count == 1
+        assert queue().count + queue().scheduled_job_registry.count == 0  # no retry
+        assert ProcessedRequest.objects.count() == 0
+
     def test_a_failed_attempt_never_overwrites_a_request_that_is_done(self, redis):
         """A job that fails after another one applied its request (a redelivery) changes nothing."""
         request = enqueue_update(ProfileFactory(), active=True)
