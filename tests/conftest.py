@@ -4,6 +4,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import django_rq
@@ -12,6 +13,20 @@ from django.db import connection, connections
 from redis import Redis
 
 from tests.workers import Workers
+
+
+def _fresh_thread_sensitive_executor() -> None:
+    """In a process forked by mutmut (``make mutation``): a new executor for asgiref's thread-sensitive
+    code (``sync_to_async`` outside ``async_to_sync``). The one inherited from the parent names a thread
+    that the fork left behind, so every async test would wait for it until mutmut's timeout, and each
+    mutant of an async function would count as killed whatever the tests check."""
+    from asgiref.sync import SyncToAsync
+
+    SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
+
+
+if "MUTANT_UNDER_TEST" in os.environ:
+    os.register_at_fork(after_in_child=_fresh_thread_sensitive_executor)
 
 
 @pytest.fixture(autouse=True)
