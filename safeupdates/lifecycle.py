@@ -596,8 +596,8 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                             "outcome": outcome,
                         },
                     )
-                if target is None or not signal.has_listeners(target.model):
-                    continue
+                if target is None or not signal.receivers:
+                    continue  # no receiver at all; send_robust() asks for those of this sender
                 if duplicate:
                     seconds = None
                 elif request.pk is None:  # recorded in one statement: its latency came with it
@@ -616,7 +616,11 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                     latency=seconds,
                 )
 
-        transaction.on_commit(announce, using=using)
+        connection = connections[using]
+        if connection.in_atomic_block or not connection.get_autocommit():
+            transaction.on_commit(announce, using=using)
+        else:  # what on_commit() does in autocommit, without looking the connection up again
+            announce()
 
     def _latencies(self, results: Sequence[Result]) -> dict[int, float]:
         """Seconds from created to processed of the update requests of ``results`` (one read; none if
