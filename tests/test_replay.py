@@ -110,20 +110,24 @@ def test_purge_keeps_pending_and_versions_stay_monotonic(redis):
         call_command("safeupdates_purge", "--batch-size", "0")
 
 
-def test_aenqueue_update(redis):
-    profile = ProfileFactory()
+@pytest.mark.parametrize("by", ["instance", "model and key"])
+def test_aenqueue_update(redis, by):
+    profile, other = ProfileFactory(), ProfileFactory()
+    target = (profile,) if by == "instance" else (Profile, profile.pk)
 
     async def view() -> ProcessedRequest:
         try:
-            return await aenqueue_update(profile, newsletter=True)
+            return await aenqueue_update(*target, newsletter=True)
         finally:
             await sync_to_async(connections.close_all)()
 
     request = asyncio.run(view())
     assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+    assert request.object_id == str(profile.pk)
     apply_all()
     profile.refresh_from_db()
-    assert profile.newsletter is True
+    other.refresh_from_db()
+    assert (profile.newsletter, other.newsletter) == (True, False)
 
 
 def test_document_without_requests_has_nothing_to_replay():
