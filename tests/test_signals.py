@@ -7,9 +7,11 @@ import json
 import logging
 import uuid
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
 
 from safeupdates import enqueue_update, signals
 from safeupdates.jobs import apply_update
@@ -17,7 +19,7 @@ from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
-from tests.testapp.models import Profile
+from tests.testapp.models import Profile, Restaurant
 from tests.testapp.signals import RECORDED_KEY
 from tests.workers import wait_until
 
@@ -104,6 +106,74 @@ class TestInProcess:
         assert (name, sender, atomic) == ("applied", Profile, False)
         assert (kwargs["fields"], kwargs["held"], kwargs["version"]) == (("active",), {"newsletter": newer}, older)
         assert 0 <= kwargs["latency"] < 5  # 0.0 on PostgreSQL: recorded and written by one statement
+
+    @pytest.mark.parametrize("path", ["a pending request's id", "a child of multi-table inheritance"])
+    def test_the_reserving_path_records_and_names_what_it_wrote_what_held_and_where(self, redis, received, path):
+        """Where one statement cannot record and write (the id of a request that enqueue_update() left
+        pending; a model whose fields live in two tables), the request is reserved, written, then
+        recorded: its log row and its signal say what the one-statement path's say."""
+        model = Restaurant if path.startswith("a child") else Profile
+        obj, bystander = model.objects.create(), model.objects.create()
+        field, other = ("seats", "open") if model is Restaurant else ("score", "newsletter")
+        rid = uuid.uuid4()
+        if path.startswith("a pending"):
+            version = enqueue_update(obj, request_id=rid, **{field: 7, other: True}).version
+        else:
+            version = next_version()
+        newer = next_version()
+        model.objects.update_if_newer(obj.pk, version=newer, **{other: False})
+        received.clear()
+
+        result = model.objects.update_if_newer(obj.pk, version=version, request_id=rid, **{field: 7, other: True})
+
+        assert (result.outcome, result.version) == (Outcome.APPLIED, version)
+        [(name, sender, kwargs, atomic)] = received
+        assert (name, sender, atomic, kwargs["pk"], kwargs["using"]) == ("applied", model, False, obj.pk, "default")
+        assert (kwargs["fields"], kwargs["held"], kwargs["version"]) == ((field,), {other: newer}, version)
+        logged = ProcessedRequest.objects.get(request_id=rid)
+        assert (logged.status, logged.error, logged.version) == ("applied", "", version)
+        obj.refresh_from_db()
+        bystander.refresh_from_db()
+        assert (getattr(obj, field), getattr(obj, other), getattr(bystander, field)) == (7, False, 0)
+
+    @pytest.mark.parametrize("mode", ["version", "timestamp"])
+    def test_the_reserving_path_rejects_a_missing_row_with_its_error_and_key(self, received, mode):
+        """Timestamp mode, and a model whose fields live in two tables, record then write: a key with no
+        row is rejected, its error recorded, its signal naming the key."""
+        rid, missing = uuid.uuid4(), 10**9
+        when = {"version": next_version()} if mode == "version" else {"synced_at": timezone.now()}
+        result = Restaurant.objects.update_if_newer(missing, request_id=rid, seats=3, **when)
+        assert result.outcome == Outcome.MISSING
+        [(name, sender, kwargs, _atomic)] = received
+        assert (name, sender, kwargs["pk"], kwargs["fields"], kwargs["held"]) == (
+            "rejected",
+            Restaurant,
+            missing,
+            (),
+            {},
+        )
+        logged = ProcessedRequest.objects.get(request_id=rid)
+        assert (logged.status, logged.error) == ("rejected", "the target object does not exist")
+
+    def test_timestamp_mode_records_what_it_wrote_and_what_held(self, received):
+        """A newer timestamp writes every field given; an older one holds them all, at their versions."""
+        profile = ProfileFactory()
+        now = timezone.now()
+        first, second = uuid.uuid4(), uuid.uuid4()
+        Profile.objects.update_if_newer(profile.pk, synced_at=now, request_id=first, active=True, score=4)
+        Profile.objects.update_if_newer(
+            profile.pk, synced_at=now - timedelta(seconds=1), request_id=second, active=False, score=5
+        )
+        applied, stale = (kwargs for _name, _sender, kwargs, _atomic in received)
+        assert [name for name, *_rest in received] == ["applied", "stale"]
+        assert (applied["pk"], applied["fields"], applied["held"]) == (profile.pk, ("active", "score"), {})
+        written_at = ProcessedRequest.objects.get(request_id=first).version
+        assert (stale["pk"], stale["fields"], stale["held"]) == (
+            profile.pk,
+            (),
+            {"active": written_at, "score": written_at},
+        )
+        assert ProcessedRequest.objects.get(request_id=second).error == ""
 
     def test_a_receiver_for_one_model_connected_late_hears_the_next_write_and_none_once_gone(self):
         """Connecting and disconnecting a receiver is seen by the next write (and by ``listened()``,
