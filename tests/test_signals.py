@@ -257,6 +257,18 @@ class TestInProcess:
         [(name, _sender, kwargs, _atomic)] = received
         assert (name, kwargs["request_id"], kwargs["fields"]) == ("rejected", request.request_id, ())
 
+    def test_a_request_whose_key_is_corrupt_is_signalled_under_its_key_as_stored(self, redis, received):
+        """A key its model cannot read names no row: its rejection, and its duplicate when its job is
+        delivered again, name the key as the log holds it."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        ProcessedRequest.objects.filter(pk=request.pk).update(object_id="abc")
+        assert apply_update(str(request.request_id)) == "1 rejected"
+        assert apply_update(str(request.request_id)) == "nothing pending"
+        assert [(name, sender, kwargs["request_id"], kwargs["pk"]) for name, sender, kwargs, _atomic in received] == [
+            ("rejected", Profile, request.request_id, "abc"),
+            ("duplicate", Profile, request.request_id, "abc"),
+        ]
+
     def test_failed_once_the_retries_are_spent(self, redis, received, refusing_trigger):
         refusing_trigger("40P01")  # a deadlock: transient
         profile = ProfileFactory()
