@@ -30,6 +30,7 @@ from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import ProcessedRequest
 from safeupdates.relay import RelayReport
 from tests.factories import ProfileFactory
+from tests.redis_commands import RedisCommands
 from tests.servers import OwnPostgres, OwnRedis, TcpProxy, missing_servers
 from tests.testapp.batch_jobs import add_score
 from tests.testapp.models import Profile
@@ -78,6 +79,18 @@ class TestWhatTheRelayEnqueues:
         assert "2 due (pending > 0s): enqueued 2 job(s), 0 already queued" in relay_output("--older-than", "0")
         assert {job.id: job_fields(job) for job in queue().jobs} == options
         assert "2 due (pending > 0s): enqueued 0 job(s), 2 already queued" in relay_output("--older-than", "0")
+
+    def test_jobs_plainly_waiting_are_settled_by_the_first_pipeline_alone(self, redis):
+        """A job queued and in the queue needs nothing: one pipeline asks its status and its place, and
+        it is never asked again one by one (a relay pass after an outage settles hundreds)."""
+        for profile in ProfileFactory.create_batch(3):
+            enqueue_update(profile, active=True)
+        with RedisCommands(redis) as sent:
+            output = relay_output("--older-than", "0")
+            lpos, hget = sent["LPOS"], sent["HGET"]
+        assert "3 due (pending > 0s): enqueued 0 job(s), 3 already queued" in output
+        assert (lpos, hget) == (3, 6)  # per record: its place, its job's and its follow-up's status
+        assert queue().count == 3
 
     def test_a_queued_status_without_the_job_in_the_queue_gets_a_new_job(self, redis):
         """A worker took the job off the queue and died before it started it: RQ still says "queued"."""
