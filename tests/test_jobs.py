@@ -257,6 +257,13 @@ class TestValuesTheDatabaseRefuses:
         assert queue().count + queue().scheduled_job_registry.count == 0  # no retry
         assert ProcessedRequest.objects.count() == 0
 
+    def test_a_failed_attempts_error_is_kept_to_its_first_2000_characters(self, redis):
+        request = enqueue_update(ProfileFactory(), active=True)
+        error = "".join(f"{i:05d}" for i in range(700))  # 3,500 characters, each place its own
+        ProcessedRequest.objects.fail(request.request_id, error, final=True)
+        request.refresh_from_db()
+        assert (request.status, request.error) == ("failed", error[:2000])
+
     def test_a_failed_attempt_never_overwrites_a_request_that_is_done(self, redis):
         """A job that fails after another one applied its request (a redelivery) changes nothing."""
         request = enqueue_update(ProfileFactory(), active=True)
