@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
 import signal
 import subprocess
+import types
+from typing import Any
 
 import django_rq
 import pytest
@@ -124,6 +127,49 @@ def test_function_path_of_callables_and_paths():
     assert dotted_path("tests.testapp.jobs.record") == "tests.testapp.jobs.record"
     # A decorated function is enqueued by the path of its wrapper, which workers import.
     assert dotted_path(jobs.charge) == "tests.testapp.jobs.charge"
+
+
+def _helper_as(**names: str) -> Any:
+    """A copy of :func:`helper` with other ``__module__`` / ``__qualname__``: what a worker would import."""
+    copy = types.FunctionType(helper.__code__, helper.__globals__, "helper")
+    for name, value in names.items():
+        setattr(copy, name, value)
+    return copy
+
+
+CANNOT_BE_IMPORTED = "cannot be imported by a worker; pass a function defined at module level (not a lambda, a nested"
+NOT_IMPORTABLE_AS = "is not importable as '{}'; pass a module-level function or its path."
+
+
+@pytest.mark.parametrize(
+    ("func", "message"),
+    [
+        (lambda: None, CANNOT_BE_IMPORTED),
+        (_nested(), CANNOT_BE_IMPORTED),
+        (_helper_as(__module__="__main__"), CANNOT_BE_IMPORTED),
+        (functools.partial(helper), CANNOT_BE_IMPORTED),  # no __qualname__
+        (_helper_as(__module__="tests.no_such_module"), NOT_IMPORTABLE_AS.format("tests.no_such_module.helper")),
+        (_helper_as(__qualname__="no_such_function"), NOT_IMPORTABLE_AS.format("tests.test_controls.no_such_function")),
+        # Its path imports another function: a worker would run that one.
+        (_helper_as(__qualname__="_nested"), NOT_IMPORTABLE_AS.format("tests.test_controls._nested")),
+    ],
+    ids=["lambda", "nested", "__main__", "partial", "no such module", "no such name", "another function"],
+)
+def test_a_callable_a_worker_would_not_import_as_itself_is_refused(func, message):
+    with pytest.raises(InvalidControl) as excinfo:
+        dotted_path(func)
+    assert message in str(excinfo.value)
+
+
+class _Jobs:
+    @classmethod
+    def run(cls) -> None:
+        """A classmethod: each lookup makes a new bound method, equal to the last, never the same."""
+
+
+def test_a_classmethod_is_enqueued_by_its_path_though_each_lookup_makes_another():
+    assert _Jobs.run is not _Jobs.run
+    assert dotted_path(_Jobs.run) == "tests.test_controls._Jobs.run"
 
 
 def test_parse_throttle():
