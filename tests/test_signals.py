@@ -284,6 +284,20 @@ class TestInProcess:
             False,
         )
 
+    def test_a_failed_attempt_is_announced_only_once_no_retry_follows(self, redis, received, caplog):
+        """An attempt that RQ will retry is counted, not announced; the last one is signalled and logged
+        with its error."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        ProcessedRequest.objects.fail(request.request_id, "OperationalError: the first outage", final=False)
+        assert received == []
+        with caplog.at_level(logging.WARNING, logger="safeupdates.lifecycle"):
+            ProcessedRequest.objects.fail(request.request_id, "OperationalError: the last outage", final=True)
+        [(name, sender, kwargs, _atomic)] = received
+        assert (name, sender, kwargs["request_id"]) == ("failed", Profile, request.request_id)
+        [line] = [r.getMessage() for r in caplog.records if str(request.request_id) in r.getMessage()]
+        assert line.startswith(f"safeupdates: request {request.request_id} failed: testapp.Profile")
+        assert line.endswith(": OperationalError: the last outage")
+
     def test_a_receiver_that_raises_changes_nothing(self, received, caplog):
         def raises(sender, **kwargs):
             raise RuntimeError("a receiver that raises")
