@@ -24,6 +24,7 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connections, transaction
 from django.db.models.functions import Now
 from django.test import override_settings
+from django.utils import timezone
 from rq import SimpleWorker
 
 from safeupdates import enqueue_update, signals
@@ -117,6 +118,28 @@ def test_update_if_newer_records_and_checks_versions_in_its_database(redis):
         assert (result.outcome, result.version) == ("applied", version)
         assert list(log(alias).values_list("request_id", "version", "status")) == [(request_id, version, "applied")]
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
+
+
+def test_what_a_stale_request_was_held_by_is_read_on_its_database():
+    """Timestamp mode records after it writes: the versions that held a stale request are read from
+    the row it was about, on its database, not from its twin of the same key elsewhere."""
+    _home, away = twins()
+    now = timezone.now()
+    first = Profile.objects.using(TENANT).update_if_newer(away.pk, synced_at=now, active=True)
+    got: list[dict[str, int]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        got.append(kwargs["held"])
+
+    signals.request_stale.connect(receiver, weak=False, dispatch_uid="tests.routing.stale")
+    try:
+        result = Profile.objects.using(TENANT).update_if_newer(
+            away.pk, synced_at=now - timedelta(seconds=1), request_id=uuid.uuid4(), active=False
+        )
+    finally:
+        signals.request_stale.disconnect(dispatch_uid="tests.routing.stale")
+    assert result.outcome == "stale"
+    assert got == [{"active": first.version}]
 
 
 def test_enqueue_update_writes_the_request_to_the_routers_database(redis):
