@@ -612,6 +612,25 @@ class TestClaimBeforeWrite:
         assert (row.active, row.newsletter) == (recorded.get("active", False), recorded.get("newsletter", False))
         assert row.active != row.newsletter  # exactly one of the two calls wrote
 
+    def test_two_transactions_with_one_new_request_id_write_once_and_both_go_on(self, postgres_only):
+        """The second call's one statement fails on the log's unique request id once the first commits;
+        in the caller's transaction it fails inside a savepoint, so the call finds the duplicate and the
+        transaction goes on to commit what it does next."""
+        profile = ProfileFactory()
+        rid, version = uuid.uuid4(), next_version()
+
+        def call():
+            with transaction.atomic():
+                result = Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
+                Profile.objects.create(name=f"after {result.outcome}")
+            return result
+
+        results, errors = self.race([(profile.pk, call), (profile.pk, call)])
+        assert not errors
+        assert sorted(r.outcome for r in results) == [Outcome.APPLIED, Outcome.DUPLICATE]
+        after = Profile.objects.filter(name__startswith="after ").values_list("name", flat=True)
+        assert sorted(after) == ["after applied", "after duplicate"]
+
     def test_two_calls_with_a_pending_requests_id_apply_it_once(self, postgres_only, redis):
         """The request row is locked before the record is written (issue 19's probe): the second call
         waits for the first one's transaction and finds the request done, a duplicate. Without the lock
