@@ -403,3 +403,36 @@ def test_a_relay_warning_is_logged_under_the_relays_name(caplog):
     [warning] = report.warnings
     assert "queue 'gone', which is not in RQ_QUEUES: delivered on 'default'" in warning
     assert [record.getMessage() for record in caplog.records] == [f"safeupdates relay: {warning}"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_request_waits_for_retry_failed(redis):
+    """A plain relay pass leaves a failed request failed: only ``retry_failed`` (``--retry-failed``)
+    delivers it again."""
+    request = enqueue_update(ProfileFactory(), active=True)
+    redis.flushdb()
+    ProcessedRequest.objects.filter(pk=request.pk).update(status="failed")
+    report = relay(0)
+    request.refresh_from_db()
+    assert (report.revived, report.enqueued, request.status) == (None, 0, "failed")
+    assert relay(0, retry_failed=True).enqueued == 1
+
+
+class _ProfilesOnTheTenant:
+    """Profiles and the request log on the tenant's database; every other model on ``default``."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "tenant" if model in (Profile, ProcessedRequest) else None
+
+    db_for_read = db_for_write
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+def test_the_relay_scans_the_request_log_where_the_router_writes_it(redis):
+    """Without ``using``, the relay asks the router where the request log is written (the primary)."""
+    with override_settings(DATABASE_ROUTERS=[_ProfilesOnTheTenant()]):
+        profile = Profile.objects.create(name="on the tenant")
+        request = enqueue_update(Profile, profile.pk, active=True)
+        assert ProcessedRequest.objects.using("tenant").filter(pk=request.pk).exists()
+        redis.flushdb()
+        assert relay(0).enqueued == 1
