@@ -552,6 +552,21 @@ def test_the_relay_command_delivers_on_the_database_it_is_given(redis):
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
 
 
+def test_retry_failed_revives_the_failed_requests_of_the_database_given(redis):
+    """--retry-failed --database: the failed request of that database is pending again and delivered;
+    a failed request of the same key on ``default`` stays failed."""
+    home, away = twins()
+    there = enqueue_update(Profile, away.pk, using=TENANT, active=True)
+    here = enqueue_update(Profile, home.pk, using="default", active=True)
+    django_rq.get_queue("default").empty()
+    log(TENANT).filter(pk=there.pk).update(status=RequestStatus.FAILED)
+    log("default").filter(pk=here.pk).update(status=RequestStatus.FAILED)
+    report = relay(0, using=TENANT, retry_failed=True)
+    assert (report.revived, report.enqueued) == (1, 1)
+    assert log(TENANT).get(pk=there.pk).status == RequestStatus.PENDING
+    assert log("default").get(pk=here.pk).status == RequestStatus.FAILED
+
+
 def test_the_relay_command_refuses_an_unknown_database():
     with pytest.raises(CommandError, match="--database 'nowhere' is not in DATABASES"):
         call_command("safeupdates_relay", "--database", "nowhere", stdout=StringIO())
