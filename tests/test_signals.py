@@ -220,6 +220,16 @@ class TestInProcess:
             signals.request_applied.disconnect(dispatch_uid="tests.no_sender")
         assert got == [None]
 
+    def test_the_one_statement_path_logs_a_missing_row_with_its_error(self, caplog):
+        """Recorded by its one statement, a request for a key with no row is logged as rejected, with why."""
+        rid = uuid.uuid4()
+        with caplog.at_level(logging.INFO, logger="safeupdates.lifecycle"):
+            result = Profile.objects.update_if_newer(10**9, version=next_version(), request_id=rid, active=True)
+        assert result.outcome == Outcome.MISSING
+        [line] = [r.getMessage() for r in caplog.records if str(rid) in r.getMessage()]
+        assert line.startswith(f"safeupdates: request {rid} rejected: testapp.Profile pk=1000000000")
+        assert line.endswith(": the target object does not exist")
+
     def test_stale_duplicate_and_rejected(self, redis, received):
         profile = ProfileFactory()
         old, rid = next_version(), uuid.uuid4()
