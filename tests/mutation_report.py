@@ -1,11 +1,11 @@
 """The figures of ``make mutation`` per mutated module, as a Markdown table (docs/testing.md).
 
 Run from the repository root after ``make mutation``: ``.venv/bin/python -m tests.mutation_report``.
-It reads mutmut's results in ``mutants/`` and changes nothing. A module is "full" when every one of its
-mutants has a verdict, "partial" otherwise (a run stopped by ``MUTATION_BUDGET``); the kill rate is over
-the mutants checked (killed or timed out, over killed, timed out and survived), as ``make mutation``
-prints it for the whole run. ``--survivors`` lists the surviving mutants' names after the table;
-``--in DIR`` reads ``DIR`` instead of ``mutants/``.
+It reads mutmut's results in ``mutants/`` and, without ``--save`` or ``--restore``, changes nothing.
+A module is "full" when every one of its mutants has a verdict, "partial" otherwise (a run stopped by
+``MUTATION_BUDGET``); the kill rate is over the mutants checked (killed or timed out, over killed,
+timed out and survived), as ``make mutation`` prints it for the whole run. ``--survivors`` lists the
+surviving mutants' names after the table; ``--in DIR`` reads ``DIR`` instead of ``mutants/``.
 
 The verdicts outlive ``mutants/``, which stays on the machine that ran them: ``--save DIR`` merges them
 into ``DIR`` (``tests/mutation_results``, in the repository), ``--restore DIR`` puts them back into
