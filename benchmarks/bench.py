@@ -308,28 +308,9 @@ def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None
             manager.update_if_newer(pk, version=version, active=value)
         return time.perf_counter() - start
 
-    content_type = ContentType.objects.get_for_model(Profile).pk
-    recorded = statements.guarded_update(Profile, ("active",), connection)
-
     def hand_recorded(_index: int) -> float:
-        """update_if_newer(request_id=)'s own statement, hand-written (as section 7's): what any code
-        that records the request and writes the row in one statement can reach at best."""
-        work = [(pk, value, version, uuid.uuid4()) for pk, value, version in todo()]
-        cursor = hand_cursor()
-        start = time.perf_counter()
-        for pk, value, version, request_id in work:
-            params = recorded.recorded_params(
-                pk,
-                [(value, version)],
-                request_id=request_id,
-                content_type_id=content_type,
-                version=version,
-                changes_json=json.dumps({"active": value}),
-                recorded=RECORDED,
-            )
-            cursor.execute(recorded.recorded_sql, params, prepare=True)
-            cursor.fetchone()
-        return time.perf_counter() - start
+        """What any code that records the request and writes the row in one statement can reach at best."""
+        return recorded_by_hand([(pk, value, version, uuid.uuid4()) for pk, value, version in todo()])
 
     contenders: list[tuple[str, Slice]] = [
         ("raw", raw),
@@ -1121,6 +1102,29 @@ def hand_cursor() -> Any:
     return psycopg.Cursor(raw)
 
 
+def recorded_by_hand(work: Sequence[tuple[int, bool, int, uuid.UUID]]) -> float:
+    """Seconds to run ``update_if_newer(pk, version=, request_id=, active=)``'s own statement (the
+    UPDATE of ``Profile.active`` and the INSERT of its request) for each ``(pk, value, version,
+    request_id)`` of ``work``, hand-written: a bare, prepared psycopg cursor and nothing else."""
+    statement = statements.guarded_update(Profile, ("active",), connection)
+    content_type = ContentType.objects.get_for_model(Profile).pk
+    cursor = hand_cursor()
+    start = time.perf_counter()
+    for pk, value, version, request_id in work:
+        params = statement.recorded_params(
+            pk,
+            [(value, version)],
+            request_id=request_id,
+            content_type_id=content_type,
+            version=version,
+            changes_json=json.dumps({"active": value}),
+            recorded=RECORDED,
+        )
+        cursor.execute(statement.recorded_sql, params, prepare=True)
+        cursor.fetchone()
+    return time.perf_counter() - start
+
+
 def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None:
     """Each write of the library against the very statement it runs, hand-written: the SQL text taken
     from :mod:`safeupdates.statements`, executed with a bare, prepared psycopg cursor and nothing else
@@ -1169,23 +1173,7 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
         return time.perf_counter() - start
 
     def hand_recorded(_index: int) -> float:
-        work = [(pk, value, version, uuid.uuid4()) for pk, value, version in todo()]
-        cursor = hand_cursor()
-        sql = guarded_sql.recorded_sql
-        start = time.perf_counter()
-        for pk, value, version, request_id in work:
-            params = guarded_sql.recorded_params(
-                pk,
-                [(value, version)],
-                request_id=request_id,
-                content_type_id=content_type,
-                version=version,
-                changes_json=json.dumps({"active": value}),
-                recorded=RECORDED,
-            )
-            cursor.execute(sql, params, prepare=True)
-            cursor.fetchone()
-        return time.perf_counter() - start
+        return recorded_by_hand([(pk, value, version, uuid.uuid4()) for pk, value, version in todo()])
 
     saved = [LockVersionRow(name=f"write path {i}") for i in range(400)]
     for obj in saved:
