@@ -49,18 +49,20 @@ def test_many_fast_clicks_settle_to_the_last_click(page: Page, workers: Workers)
 
     expect(page.locator("#sync-status")).to_have_attribute("data-settled", "true", timeout=60_000)
     final = {"active": False, "newsletter": False, "dark_mode": True}
+    # The server's truth first: when it is wrong, the message shows every request, not only the page.
+    profile.refresh_from_db()
+    requests = requests_of(profile)
+    log = "\n".join(f"v{r.version} {r.changes} {r.status} {r.error}" for r in requests)
+    shown = page.locator("#error").text_content()
+    assert (profile.toggles(), len(requests)) == (final, 9 + 4 + 1 + 9), f"page error: {shown!r}\n{log}"
     for field, value in final.items():
         expect(page.locator(f"#stored-{field}")).to_have_text("on" if value else "off")
         expect(page.locator(f"#toggle-{field}")).to_have_attribute("aria-checked", str(value).lower())
         expect(page.locator(f"#sync-{field}")).to_have_text("saved")
     expect(page.locator("body")).to_have_class("dark")
 
-    profile.refresh_from_db()
-    assert profile.toggles() == final
     expect(page.locator("#lock-version")).to_have_text(str(profile.lock_version))
-    requests = requests_of(profile)
-    assert len(requests) == 9 + 4 + 1 + 9
-    assert {r.status for r in requests} <= {"applied", "stale"}
+    assert {r.status for r in requests} <= {"applied", "stale"}, log
     for field, value in final.items():
         newest = [r for r in requests if field in r.changes][-1]
         assert (newest.changes[field], newest.status) == (value, "applied")
