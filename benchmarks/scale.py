@@ -71,6 +71,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, for CI-sized machines")
     parser.add_argument("--explain", action="store_true", help="print EXPLAIN (ANALYZE, BUFFERS) of the hot queries")
     parser.add_argument(
+        "--purge-pause",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="safeupdates_purge --pause: seconds between two batches of the purge (default 0)",
+    )
+    parser.add_argument(
         "--only", default="ops,verify,purge", help="parts to run: ops, verify, purge (default all three)"
     )
     args = parser.parse_args(argv)
@@ -594,9 +601,9 @@ def _latencies(seconds: list[float]) -> tuple[float, float, float]:
     return ordered[-1] * 1000, ordered[int(0.99 * (len(ordered) - 1))] * 1000, statistics.median(ordered) * 1000
 
 
-def bench_purge(report: Report, sizes: list[Size], batch_size: int = 1000) -> None:
-    """``safeupdates_purge --older-than 0`` of each size's whole log while a writer enqueues: the purge's
-    time and longest batch, the writer's worst latency; pending requests and task rows kept."""
+def bench_purge(report: Report, sizes: list[Size], pause: float, batch_size: int = 1000) -> None:
+    """``safeupdates_purge --older-than 0 --pause PAUSE`` of each size's whole log while a writer enqueues:
+    the purge's time and longest batch, the writer's worst latency; pending requests and task rows kept."""
     queue = bench_queue()
     for size in sizes:
         with on(size.alias):
@@ -606,7 +613,11 @@ def bench_purge(report: Report, sizes: list[Size], batch_size: int = 1000) -> No
             out = StringIO()
             with Writer(size) as writer:
                 start = time.perf_counter()
-                call_command("safeupdates_purge", "--older-than", "0", "--batch-size", str(batch_size), stdout=out)
+                call_command(
+                    "safeupdates_purge",
+                    *("--older-than", "0", "--batch-size", str(batch_size), "--pause", str(pause)),
+                    stdout=out,
+                )
                 seconds = time.perf_counter() - start
             empty_queue(queue)
             left = dict(
@@ -615,7 +626,8 @@ def bench_purge(report: Report, sizes: list[Size], batch_size: int = 1000) -> No
                 terminal=ProcessedRequest.objects.exclude(status=RequestStatus.PENDING).exclude(kind="task").count(),
             )
         written = len(quiet.latencies) + len(writer.latencies)
-        report.row("3", f"safeupdates_purge of {terminal:,} requests @ {size.label}", "s").figures = [seconds]
+        purged = f"safeupdates_purge --pause {pause:g} of {terminal:,} requests @ {size.label}"
+        report.row("3", purged, "s").figures = [seconds]
         for label, latencies in (("purge running", writer.latencies), (f"{QUIET:g} s without purge", quiet.latencies)):
             worst, p99, median = _latencies(latencies)
             report.row("3", f"  (enqueue_update, {label} @ {size.label}: worst)", "ms").figures = [worst]
@@ -773,7 +785,7 @@ def main(args: argparse.Namespace) -> int:
         if "ops" in parts:
             bench_operations(report, sizes, args.rounds, args.slices, calls=20 if args.quick else 40)
         if "purge" in parts:
-            bench_purge(report, sizes)
+            bench_purge(report, sizes, args.purge_pause)
     finally:
         empty_queue(queue)
     ok = report.print()

@@ -168,3 +168,27 @@ def test_a_killed_purge_finishes_when_run_again_and_keeps_what_it_must(postgres_
     assert out.startswith(f"deleted {left} request(s) older than 1 day(s)")
     assert remaining(old) == 0
     assert remaining(kept) == len(kept)
+
+
+def test_purge_pauses_between_batches_never_after_the_last(monkeypatch):
+    log_rows(25, days_old=3)
+    pauses: list[float] = []
+    monkeypatch.setattr(safeupdates_purge, "pause", pauses.append)
+    out, _err = purge("--older-than", "1", "--batch-size", "10", "--pause", "0.05")
+    # Three batches that deleted rows (10, 10, 5), then one that found none: a pause after each full one.
+    assert pauses == [0.05, 0.05]
+    assert out.startswith("deleted 25 request(s) older than 1 day(s)")
+    assert ProcessedRequest.objects.count() == 0
+    pauses.clear()
+    log_rows(5, days_old=3)
+    purge("--older-than", "1", "--batch-size", "10")
+    assert pauses == []  # no --pause: none
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "61"])
+def test_purge_refuses_a_pause_that_is_not_a_short_number_of_seconds(value):
+    pks = log_rows(3, days_old=3)
+    with pytest.raises(CommandError) as excinfo:
+        purge("--older-than", "1", "--pause", value)
+    assert str(excinfo.value) == f"--pause must be a number of seconds from 0 to 60, not {float(value):g}."
+    assert remaining(pks) == 3

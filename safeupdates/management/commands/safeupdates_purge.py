@@ -20,6 +20,12 @@ MAX_DAYS = 365_000
 #: Seconds between two progress lines.
 PROGRESS_EVERY = 1.0
 
+#: The longest ``--pause`` taken, in seconds.
+MAX_PAUSE = 60.0
+
+#: How the purge waits between two batches (``--pause``).
+pause = time.sleep
+
 
 def _valid_days(days: float) -> bool:
     # NaN fails both comparisons; infinity and larger values would overflow the date arithmetic.
@@ -60,6 +66,15 @@ class Command(BaseCommand):
             "locks of its rows only while it runs (milliseconds at the default); a larger batch deletes "
             "faster and holds them longer.",
         )
+        parser.add_argument(
+            "--pause",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="Seconds to wait after each full batch (default 0, at most 60). The purge has no hurry: a pause "
+            "spreads the write-ahead log its deletions produce, so that the database's checkpoints and disk "
+            "keep up and writers never share a stall with it.",
+        )
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
         parser.add_argument(
             "--database",
@@ -72,6 +87,7 @@ class Command(BaseCommand):
         *args: Any,
         older_than: float | None,
         batch_size: int,
+        pause: float,
         dry_run: bool,
         database: str | None,
         **options: Any,
@@ -84,6 +100,8 @@ class Command(BaseCommand):
             days = older_than
         if batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
+        if not 0 <= pause <= MAX_PAUSE:  # NaN fails both comparisons
+            raise CommandError(f"--pause must be a number of seconds from 0 to {MAX_PAUSE:g}, not {pause:g}.")
         using = database or router.db_for_write(ProcessedRequest)
         if using not in connections:
             raise CommandError(f"--database {using!r} is not in DATABASES.")
@@ -103,7 +121,7 @@ class Command(BaseCommand):
         self.batches, self.longest = 0, 0.0
         started = time.monotonic()
         deleted = [
-            self._purge(using, scope, cutoff, batch_size, total)
+            self._purge(using, scope, cutoff, batch_size, total, pause)
             for (scope, cutoff), total in zip(scopes, counts, strict=True)
         ]
         self.stdout.write(
@@ -116,8 +134,9 @@ class Command(BaseCommand):
         """How many rows of ``scope`` are older than ``cutoff`` (what the batches of :meth:`_purge` match)."""
         return ProcessedRequest.objects.using(using).purgeable(scope, cutoff).count()
 
-    def _purge(self, using: str, scope: str, cutoff: datetime, batch_size: int, total: int) -> int:
-        """Delete the rows of ``scope`` older than ``cutoff``, batch by batch; return how many."""
+    def _purge(self, using: str, scope: str, cutoff: datetime, batch_size: int, total: int, seconds: float) -> int:
+        """Delete the rows of ``scope`` older than ``cutoff``, batch by batch, waiting ``seconds`` after each
+        full one (a batch that deleted fewer rows was most likely the last); return how many."""
         deleted, last_line = 0, time.monotonic()
         batches = ProcessedRequest.objects.using(using).purge(scope, cutoff, batch_size)
         while True:
@@ -131,6 +150,8 @@ class Command(BaseCommand):
             if self.verbosity and time.monotonic() - last_line >= PROGRESS_EVERY:
                 last_line = time.monotonic()
                 self.stderr.write(f"safeupdates purge: {scope}: {self._fraction(deleted, total)}")
+            if seconds and count >= batch_size:
+                pause(seconds)
 
     @staticmethod
     def _fraction(deleted: int, total: int) -> str:
