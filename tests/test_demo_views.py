@@ -248,3 +248,31 @@ def test_whatever_is_posted_the_answer_is_never_a_500(
     assert ProcessedRequest.objects.count() - recorded == (1 if response.status_code == 202 else 0) or (
         response.status_code == 202 and request_id  # a request id recorded before: the same request again
     )
+
+
+def test_the_state_is_never_settled_with_a_value_a_worker_replaced_while_it_was_read(
+    user_client: Client, profile: Profile
+) -> None:
+    """A worker that applies the last request while the page's state is read: the state says either that a
+    request is pending or the applied value, never "nothing pending" beside the value before it. (The page
+    takes "nothing pending" for settled and shows the stored value as final.)"""
+    from django.db import connection
+
+    from safeupdates.apply import apply_update
+
+    assert user_client.post(toggle_url(profile), {"field": "active", "value": "true"}).status_code == 202
+    request = ProcessedRequest.objects.get()
+    applied: list[str] = []
+
+    log_table = ProcessedRequest._meta.db_table
+
+    def worker_before_the_log_is_read(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not applied and log_table in sql:
+            applied.append("running")  # the worker's own statements pass through here too
+            applied.append(apply_update(str(request.request_id)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(worker_before_the_log_is_read):
+        state = user_client.get(reverse("toggles:state", args=[profile.pk])).json()
+    assert applied and ProcessedRequest.objects.get().status == "applied"
+    assert state["pending"] > 0 or state["profile"]["toggles"]["active"] is True, state

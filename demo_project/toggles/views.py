@@ -127,15 +127,22 @@ def state(request: HttpRequest, pk: int) -> JsonResponse:
 
 
 def state_of(profile: Profile) -> dict[str, Any]:
-    """What the page shows: stored values, per-field versions, pending fields and the latest requests."""
-    profile.refresh_from_db()
+    """What the page shows: stored values, per-field versions, pending fields and the latest requests.
+
+    The request log is read before the record: a request a worker applies in between is then either
+    still pending here or in the values read after it. The other way round, the state could say "nothing
+    pending" beside the value the worker had just replaced, and the page take that value for the final one.
+    """
     requests = ProcessedRequest.objects.filter(
         content_type=ContentType.objects.get_for_model(Profile), object_id=str(profile.pk)
     )
+    pending_changes = list(requests.filter(status=RequestStatus.PENDING).values_list("changes", flat=True))
     pending_fields = set()
-    for changes in requests.filter(status=RequestStatus.PENDING).values_list("changes", flat=True):
+    for changes in pending_changes:
         pending_fields.update(changes)
+    total = requests.count()
     latest = list(requests.order_by("-version")[:LATEST])
+    profile.refresh_from_db()
     return {
         "profile": {
             "id": profile.pk,
@@ -144,8 +151,8 @@ def state_of(profile: Profile) -> dict[str, Any]:
             "versions": {name: profile.field_version(name) for name in Profile.safe_update_fields},
             "lock_version": profile.lock_version,
         },
-        "pending": requests.filter(status=RequestStatus.PENDING).count(),
-        "total": requests.count(),
+        "pending": len(pending_changes),
+        "total": total,
         "pending_fields": sorted(pending_fields),
         "requests": [_request_json(r) for r in latest],
     }
