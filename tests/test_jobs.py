@@ -523,6 +523,22 @@ class TestApplyInProcess:
         assert ProcessedRequest.objects.get(pk=second.pk).attempts == 1
         assert ProcessedRequest.objects.get(pk=task.pk).status == "pending"
 
+    def test_an_orphan_another_transaction_holds_is_left_to_it_without_waiting(self, redis, postgres_only):
+        """A request that names no model, its row locked by another job: this job leaves it (that job
+        rejects it), never waiting for the lock, nor rejecting it a second time once the other commits."""
+        orphan = enqueue_update(ProfileFactory(), active=True)
+        ProcessedRequest.objects.filter(pk=orphan.pk).update(content_type=None)
+        with RowLock(ProcessedRequest, orphan.pk):
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '2s'")  # a claim that waited would fail here, not hang
+            try:
+                assert apply_update(str(orphan.request_id)) == "nothing pending"
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("RESET lock_timeout")
+        orphan.refresh_from_db()
+        assert (orphan.status, orphan.attempts) == ("pending", 0)
+
     @pytest.mark.workers
     def test_corrupt_rows_with_a_worker_and_the_relay(self, workers):
         profiles = [ProfileFactory() for _ in range(3)]
