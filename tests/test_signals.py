@@ -10,7 +10,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from safeupdates import enqueue_update, signals
@@ -310,6 +310,25 @@ class TestInProcess:
         [line] = [r.getMessage() for r in caplog.records if str(request.request_id) in r.getMessage()]
         assert line.startswith(f"safeupdates: request {request.request_id} failed: testapp.Profile")
         assert line.endswith(": OperationalError: the last outage")
+
+    def test_a_failure_whose_row_was_purged_meanwhile_is_not_announced(self, redis, received):
+        """The row of a request that failed for good is gone before its outcome is read back (a purge, an
+        admin): nothing to announce, and no error in the worker that recorded the failure."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        log_table = ProcessedRequest._meta.db_table
+        purged: list[bool] = []
+
+        def purge_after_the_update(execute, sql, params, many, context):
+            result = execute(sql, params, many, context)
+            if not purged and sql.lstrip().upper().startswith("UPDATE") and log_table in sql:
+                purged.append(True)
+                ProcessedRequest.objects.filter(pk=request.pk).delete()
+            return result
+
+        with connection.execute_wrapper(purge_after_the_update):
+            ProcessedRequest.objects.fail(request.request_id, "OperationalError: the last outage", final=True)
+        assert purged and not ProcessedRequest.objects.filter(pk=request.pk).exists()
+        assert received == []
 
     def test_a_receiver_that_raises_changes_nothing(self, received, caplog):
         def raises(sender, **kwargs):
