@@ -5,7 +5,7 @@ and 1M requests (100k records), side by side in one run, and the maintenance com
 Run from the repository root (``make bench-scale`` does)::
 
     .venv/bin/python benchmarks/scale.py [--sizes 0,100k,1M] [--records 100k] [--rounds 3] [--quick]
-                                         [--explain] [--only ops,verify,purge]
+                                         [--explain] [--only ops,verify,purge] [--purge-pause SECONDS]
 
 Each size is a database of its own on the benchmark's server (``<BENCH_DATABASE_URL's name>_<size>``,
 copied from the migrated template database and seeded with ``generate_series``, never row by row).
@@ -73,9 +73,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--purge-pause",
         type=float,
-        default=0.0,
+        default=None,
         metavar="SECONDS",
-        help="safeupdates_purge --pause: seconds between two batches of the purge (default 0)",
+        help="safeupdates_purge --pause: seconds after each full batch of the purge (default: the command's)",
     )
     parser.add_argument(
         "--only", default="ops,verify,purge", help="parts to run: ops, verify, purge (default all three)"
@@ -601,7 +601,7 @@ def _latencies(seconds: list[float]) -> tuple[float, float, float]:
     return ordered[-1] * 1000, ordered[int(0.99 * (len(ordered) - 1))] * 1000, statistics.median(ordered) * 1000
 
 
-def bench_purge(report: Report, sizes: list[Size], pause: float, batch_size: int = 1000) -> None:
+def bench_purge(report: Report, sizes: list[Size], pause: float | None, batch_size: int = 1000) -> None:
     """``safeupdates_purge --older-than 0 --pause PAUSE`` of each size's whole log while a writer enqueues:
     the purge's time and longest batch, the writer's worst latency; pending requests and task rows kept."""
     queue = bench_queue()
@@ -615,7 +615,8 @@ def bench_purge(report: Report, sizes: list[Size], pause: float, batch_size: int
                 start = time.perf_counter()
                 call_command(
                     "safeupdates_purge",
-                    *("--older-than", "0", "--batch-size", str(batch_size), "--pause", str(pause)),
+                    *("--older-than", "0", "--batch-size", str(batch_size)),
+                    *(("--pause", str(pause)) if pause is not None else ()),
                     stdout=out,
                 )
                 seconds = time.perf_counter() - start
@@ -626,7 +627,8 @@ def bench_purge(report: Report, sizes: list[Size], pause: float, batch_size: int
                 terminal=ProcessedRequest.objects.exclude(status=RequestStatus.PENDING).exclude(kind="task").count(),
             )
         written = len(quiet.latencies) + len(writer.latencies)
-        purged = f"safeupdates_purge --pause {pause:g} of {terminal:,} requests @ {size.label}"
+        how = "" if pause is None else f" --pause {pause:g}"
+        purged = f"safeupdates_purge{how} of {terminal:,} requests @ {size.label}"
         report.row("3", purged, "s").figures = [seconds]
         for label, latencies in (("purge running", writer.latencies), (f"{QUIET:g} s without purge", quiet.latencies)):
             worst, p99, median = _latencies(latencies)

@@ -174,15 +174,20 @@ def test_purge_pauses_between_batches_never_after_the_last(monkeypatch):
     log_rows(25, days_old=3)
     pauses: list[float] = []
     monkeypatch.setattr(safeupdates_purge, "pause", pauses.append)
-    out, _err = purge("--older-than", "1", "--batch-size", "10", "--pause", "0.05")
-    # Three batches that deleted rows (10, 10, 5), then one that found none: a pause after each full one.
+    out, _err = purge("--older-than", "1", "--batch-size", "10")
+    # Three batches that deleted rows (10, 10, 5), then one that found none: a pause after each full one,
+    # 50 ms unless told otherwise.
     assert pauses == [0.05, 0.05]
     assert out.startswith("deleted 25 request(s) older than 1 day(s)")
     assert ProcessedRequest.objects.count() == 0
     pauses.clear()
-    log_rows(5, days_old=3)
-    purge("--older-than", "1", "--batch-size", "10")
-    assert pauses == []  # no --pause: none
+    log_rows(25, days_old=3)
+    purge("--older-than", "1", "--batch-size", "10", "--pause", "0.2")
+    assert pauses == [0.2, 0.2]
+    pauses.clear()
+    log_rows(25, days_old=3)
+    purge("--older-than", "1", "--batch-size", "10", "--pause", "0")
+    assert pauses == []
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "61"])
