@@ -30,20 +30,14 @@ types: install
 pytest: install
 	$(VENV)/bin/pytest --cov --cov-report=term-missing
 
-# The same suite on SQLite (row-lock tests skip themselves there), on a Redis database of its own
-# (SQLITE_REDIS_URL), which it empties: `make test` runs it beside the PostgreSQL pass.
+# The same suite on SQLite (row-lock tests skip themselves there).
 # The fault scenarios start their own PostgreSQL and Redis whatever DATABASE_URL says: they run once,
 # in the PostgreSQL pass.
-SQLITE_REDIS_URL ?= redis://127.0.0.1:6379/13
 test-sqlite: install
-	DATABASE_URL=sqlite:///test.sqlite3 REDIS_URL=$(SQLITE_REDIS_URL) $(VENV)/bin/pytest -q -m "not faults"
+	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q -m "not faults"
 
-# The README's test command: lint, types, then the suite on PostgreSQL with branch coverage and on SQLite,
-# both at once (each spends most of its time waiting on workers, servers and its database). Each pass's
-# output is printed whole when it ends; `make test` fails if either does.
-test: lint types
-	@echo "make test: the PostgreSQL and SQLite passes run at once; each one's output comes when it ends"
-	$(MAKE) --no-print-directory -k -j2 --output-sync=target pytest test-sqlite
+# The README's test command: lint, types, the suite on PostgreSQL with branch coverage, then on SQLite.
+test: lint types pytest test-sqlite
 
 # Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
 # Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.
