@@ -173,7 +173,7 @@ def test_a_killed_purge_finishes_when_run_again_and_keeps_what_it_must(postgres_
 def test_purge_pauses_between_batches_never_after_the_last(monkeypatch):
     log_rows(25, days_old=3)
     pauses: list[float] = []
-    monkeypatch.setattr(safeupdates_purge, "pause", pauses.append)
+    monkeypatch.setattr(safeupdates_purge, "sleep", pauses.append)
     out, _err = purge("--older-than", "1", "--batch-size", "10")
     # Three batches that deleted rows (10, 10, 5), then one that found none: a pause after each full one,
     # 50 ms unless told otherwise.

@@ -28,7 +28,7 @@ MAX_PAUSE = 60.0
 DEFAULT_PAUSE = 0.05
 
 #: How the purge waits between two batches (``--pause``).
-pause = time.sleep
+sleep = time.sleep
 
 
 def _valid_days(days: float) -> bool:
@@ -155,7 +155,7 @@ class Command(BaseCommand):
                 last_line = time.monotonic()
                 self.stderr.write(f"safeupdates purge: {scope}: {self._fraction(deleted, total)}")
             if seconds and count >= batch_size:
-                pause(seconds)
+                sleep(seconds)
 
     @staticmethod
     def _fraction(deleted: int, total: int) -> str:
