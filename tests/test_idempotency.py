@@ -20,7 +20,7 @@ from django.test import override_settings
 from rq import SimpleWorker, Worker
 from rq.job import JobStatus
 
-from safeupdates import enqueue_update
+from safeupdates import enqueue_update, signals
 from safeupdates.contrib.controls.jobs import InvalidControl, enqueue
 from safeupdates.contrib.idempotent.decorators import SKIPPED, TASK_NAMESPACE, idempotent, task_log_key
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
@@ -269,6 +269,28 @@ def test_a_task_request_id_reused_by_a_client_is_refused_and_harms_nothing(redis
 
 
 @pytest.mark.django_db(transaction=True)
+def test_another_kinds_row_under_the_tasks_key_does_not_make_the_task_skip():
+    """Tasks share the log's ``key`` column with other kinds of rows (a batch item's is
+    ``<batch id>:<index>``): an applied row of another kind under a task's idempotency key is not that
+    task's record."""
+    item = ProcessedRequest.objects.create(kind=RequestKind.BATCH_ITEM, key="b:0", status=RequestStatus.APPLIED)
+    ran = []
+
+    @idempotent(key="{0}")
+    def task(key: str) -> str:
+        ran.append(key)
+        return "ran"
+
+    assert task("b:0") == "ran"
+    assert task("b:0") is SKIPPED
+    assert ran == ["b:0"]
+    record = ProcessedRequest.objects.get(kind=RequestKind.TASK)
+    assert (record.key, record.status) == ("b:0", RequestStatus.APPLIED)
+    item.refresh_from_db()
+    assert item.status == RequestStatus.APPLIED
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_task_is_visible_in_the_admin(admin_client, redis):
     Profile.objects.create(name="C")
     jobs.charge("C")
@@ -369,15 +391,28 @@ def test_a_duplicate_waits_at_most_the_timeout(postgres_only):
     def impatient(name: str) -> str:
         return "ran twice"
 
+    signalled = []
+
+    def receiver(sender, **kwargs):
+        signalled.append((sender, kwargs["surface"], kwargs["using"]))
+
     thread = threading.Thread(target=lambda: (holder("x"), connection.close()))
     thread.start()
+    signals.lock_unavailable.connect(receiver)
     try:
         assert entered.wait(30)
-        with pytest.raises(LockUnavailable, match="slow:x"):
+        with pytest.raises(LockUnavailable) as raised:
             impatient("x")
     finally:
+        signals.lock_unavailable.disconnect(receiver)
         release.set()
         thread.join(30)
+    assert str(raised.value) == (
+        "idempotency key 'slow:x' stayed locked for 1s by another run; "
+        "it is retried by RQ if the job has retries, or call again later."
+    )
+    # The metrics' lock-timeout counter: surface "idempotent", on the request log's database.
+    assert signalled == [(None, "idempotent", "default")]
     assert impatient("x") is SKIPPED
     assert ProcessedRequest.objects.get(key="slow:x").status == RequestStatus.APPLIED
 

@@ -591,6 +591,22 @@ def test_idempotent_using_records_its_task_on_that_database():
     assert not log("default").filter(key="tenant-task:x").exists()
 
 
+def test_idempotent_using_rolls_back_a_failed_body_on_that_database():
+    """The body runs in a savepoint on the database given: its writes there are undone when it raises,
+    though the task's ``failed`` row commits beside them."""
+
+    @idempotent(key="tenant-fail:{name}", using=TENANT)
+    def task(name: str) -> str:
+        Document.objects.using(TENANT).create(title=name)
+        raise ValueError("gateway down")
+
+    with pytest.raises(ValueError, match="gateway down"):
+        task("x")
+    assert not Document.objects.using(TENANT).filter(title="x").exists()
+    record = log(TENANT).get(key="tenant-fail:x")
+    assert (record.status, record.error) == (RequestStatus.FAILED, "ValueError: gateway down")
+
+
 class RequestLogRouter:
     """The request log alone on the tenant's database: a router that looks at the model."""
 
