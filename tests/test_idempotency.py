@@ -319,6 +319,9 @@ def test_purge_keeps_completed_tasks_unless_task_retention_is_set(redis):
     assert charges(redis, "R") == 1
 
     with override_settings(SAFEUPDATES_TASK_RETENTION=1):
+        dry = StringIO()  # what --dry-run counts is what the purge deletes: no task under a day old
+        call_command("safeupdates_purge", "--older-than", "0", "--dry-run", stdout=dry)
+        assert "would delete 0 request(s) older than 0 day(s) and 0 task(s)" in dry.getvalue()
         call_command("safeupdates_purge", "--older-than", "0", stdout=out)
         assert ProcessedRequest.objects.filter(kind=RequestKind.TASK).count() == 1  # not a day old
     with override_settings(SAFEUPDATES_TASK_RETENTION=0):
