@@ -9,6 +9,7 @@ import uuid
 import django_rq
 import pytest
 from django.db import connection, transaction
+from django.db.models import Count
 from django.test import override_settings
 
 from safeupdates.contrib.batches.jobs import fan_out, relay_batches, run_batch_item, run_batch_reduce
@@ -28,6 +29,19 @@ def reduced(batch: Batch) -> bool:
     return batch.reduced_at is not None
 
 
+def state_of(batch: Batch, queue: django_rq.queues.DjangoRQ) -> str:
+    """What a failed wait prints: the batch's counters, its items' statuses, and the queue's jobs."""
+    batch.refresh_from_db()
+    items = ProcessedRequest.objects.filter(request_id__in=batch.items.values("request_id"))
+    statuses = dict(items.values_list("status").annotate(n=Count("pk")).order_by("status"))
+    return (
+        f"batch {batch.status}: {batch.succeeded} succeeded, {batch.failed} failed of {batch.total}, "
+        f"reduced at {batch.reduced_at}; items by status {statuses}; queue: {queue.count} queued, "
+        f"{queue.started_job_registry.count} started, {queue.failed_job_registry.count} failed, "
+        f"{queue.scheduled_job_registry.count} scheduled, {queue.deferred_job_registry.count} deferred"
+    )
+
+
 @pytest.mark.workers
 def test_redelivered_items_and_three_workers_reduce_once(workers):
     profiles = [ProfileFactory() for _ in range(10)]
@@ -44,8 +58,8 @@ def test_redelivered_items_and_three_workers_reduce_once(workers):
     queue.connection.delete(queue.key)
     queue.connection.rpush(queue.key, *ids)
     workers.start(3)
-    assert wait_until(lambda: reduced(batch), 120)
-    assert wait_until(lambda: queue.count == 0, 60)
+    assert wait_until(lambda: reduced(batch), 120), state_of(batch, queue)
+    assert wait_until(lambda: queue.count == 0, 60), state_of(batch, queue)
     for _ in range(3):  # the reduce delivered again, after it ran
         queue.enqueue(run_batch_reduce, str(batch.batch_id))
     assert wait_until(lambda: queue.count == 0, 30)
