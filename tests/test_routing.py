@@ -41,7 +41,7 @@ from safeupdates.versions import _next_from_counter, last_issued, next_version, 
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.testapp.batch_jobs import add_score, record_reduce
 from tests.testapp.models import Document, Profile, Restaurant, Specimen
-from tests.workers import RowLock
+from tests.workers import RowLock, start_threads, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
 
@@ -118,6 +118,49 @@ def test_update_if_newer_records_and_checks_versions_in_its_database(redis):
         assert (result.outcome, result.version) == ("applied", version)
         assert list(log(alias).values_list("request_id", "version", "status")) == [(request_id, version, "applied")]
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
+
+
+def test_two_tenant_transactions_with_one_new_request_id_write_once_and_both_go_on(postgres_only):
+    """The loser of the race for a request id fails on the tenant log's unique index inside a savepoint
+    on the tenant's database, so its transaction there finds the duplicate and goes on to commit what it
+    does next (a savepoint on ``default`` would leave the tenant's transaction aborted)."""
+    _home, away = twins()
+    request_id, version = uuid.uuid4(), next_version(TENANT)
+    results: list[Any] = []
+    errors: list[Exception] = []
+
+    def call() -> None:
+        try:
+            with transaction.atomic(using=TENANT):
+                result = Profile.objects.using(TENANT).update_if_newer(
+                    away.pk, version=version, request_id=request_id, active=True
+                )
+                Document.objects.using(TENANT).create(title=f"after {result.outcome}")
+            results.append(result.outcome)
+        except Exception as exc:
+            errors.append(exc)
+
+    def waiting() -> int:
+        with connections[TENANT].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return cursor.fetchone()[0]
+
+    lock = RowLock(Profile, away.pk, using=TENANT).start()  # both calls line up behind it
+    threads = [t for _ in range(2) for t in start_threads(call, 1)]
+    try:
+        assert wait_until(lambda: waiting() >= 2, 10)
+    finally:
+        lock.release()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
+    assert sorted(results) == ["applied", "duplicate"]
+    after = Document.objects.using(TENANT).values_list("title", flat=True)
+    assert sorted(after) == ["after applied", "after duplicate"]
+    assert list(log(TENANT).values_list("request_id", "status")) == [(request_id, "applied")]
+    assert not log("default").exists()
 
 
 def test_what_a_stale_request_was_held_by_is_read_on_its_database():
