@@ -49,6 +49,30 @@ def test_counter_fallback_takes_a_version_in_one_statement_and_restarts_just_abo
 
 
 @pytest.mark.django_db
+def test_counter_fallback_takes_the_row_another_process_created_after_it_looked():
+    """The counter's row is missing when the first statement looks, and another process creates it before
+    the fallback writes: the fallback takes the next version of that row (inside its transaction), not a
+    second row nor a restart from the floor."""
+    VersionCounter.objects.all().delete()
+    table = connection.ops.quote_name(VersionCounter._meta.db_table)
+    looked = []
+
+    def another_process_creates_the_row(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not looked and sql.lstrip().upper().startswith("UPDATE"):
+            looked.append(sql)  # the first statement found no row: create it now, as a concurrent call would
+            with connection.cursor() as cursor:
+                cursor.execute(f"INSERT INTO {table} (id, value) VALUES (1, 41)")
+        return result
+
+    with connection.execute_wrapper(another_process_creates_the_row):
+        assert _next_from_counter("default") == 42
+    assert looked, "the counter was not read by an UPDATE"
+    assert list(VersionCounter.objects.values_list("pk", "value")) == [(1, 42)]
+    assert _next_from_counter("default") == 43
+
+
+@pytest.mark.django_db
 def test_purging_requests_does_not_move_versions_back(django_user_model):
     from tests.factories import ProfileFactory
 
