@@ -72,6 +72,8 @@ bench-scale: install
 # that way or with Ctrl-C, it still prints the figures so far, and the next run goes on from there.
 # Prints the surviving mutants (`.venv/bin/mutmut show NAME` shows one) and the kill rate.
 # MUTANTS="safeupdates.guard.* safeupdates.versions.*" runs only those mutants (names as listed).
+# With DATABASE_URL=sqlite:... (the survivors of PostgreSQL named in MUTANTS) only the run's kills are
+# saved: a mutant the SQLite pass kills is killed, but its "survived" never replaces PostgreSQL's verdict.
 # The verdicts live on in MUTATION_RESULTS (in the repository; commit them): a run starts from those
 # of earlier runs, on any machine, and checks only the mutants of functions changed since and those
 # never checked (tests/mutation_report.py says how).
@@ -93,7 +95,7 @@ mutation: install
 	$(if $(MUTATION_BUDGET),timeout -s INT -k 120 $(MUTATION_BUDGET)) $(MUTMUT) run --max-children 1 \
 	    $(foreach name,$(MUTANTS),'$(name)') || status=$$?; \
 	$(MUTMUT) export-cicd-stats >/dev/null && $(MUTMUT) results && $(PY) -c '$(KILL_RATE)'; \
-	$(PY) -m tests.mutation_report --save $(MUTATION_RESULTS); \
+	$(PY) -m tests.mutation_report --save $(MUTATION_RESULTS) $(if $(findstring sqlite,$(DATABASE_URL)),--kills-only); \
 	[ $$status = 0 ] || [ $$status = 124 ] || [ $$status = 137 ] || exit $$status
 
 # The documentation site (Sphinx + MyST) in docs/_build/html; any Sphinx warning fails the build.

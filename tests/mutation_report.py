@@ -9,12 +9,13 @@ surviving mutants' names after the table; ``--in DIR`` reads ``DIR`` instead of 
 
 The verdicts outlive ``mutants/``, which stays on the machine that ran them: ``--save DIR`` merges them
 into ``DIR`` (``tests/mutation_results``, in the repository), ``--restore DIR`` puts them back into
-``mutants/`` before a run, and ``make mutation`` does both. mutmut keeps a verdict only while the
-function it mutated hashes the same (its ``hash_by_function_name``), so a run on another machine, days
-later, checks only the mutants of functions changed since and those never checked: a full run can take
-several sessions. A verdict is not redone when only the tests change: a new test may kill a mutant
-still listed as surviving (name it in ``MUTANTS=`` to check it again), and a removed test may let a
-"killed" one live.
+``mutants/`` before a run, and ``make mutation`` does both (after a run on SQLite, ``--save DIR
+--kills-only``: see :func:`save`; ``--in RUN`` reads another run's ``mutants/``). mutmut keeps a
+verdict only while the function it mutated hashes the same (its ``hash_by_function_name``), so a run
+on another machine, days later, checks only the mutants of functions changed since and those never
+checked: a full run can take several sessions. A verdict is not redone when only the tests change: a
+new test may kill a mutant still listed as surviving (name it in ``MUTANTS=`` to check it again), and a
+removed test may let a "killed" one live.
 """
 
 from __future__ import annotations
@@ -90,14 +91,27 @@ def _verdicts(meta: Path) -> tuple[dict[str, int | None], dict[str, str]]:
     return data["exit_code_by_key"], data["hash_by_function_name"]
 
 
-def save(into: Path, root: Path = Path("mutants")) -> int:
+def save(into: Path, root: Path = Path("mutants"), *, kills_only: bool = False) -> int:
     """Merge the verdicts of ``root`` into ``into``: a mutant keeps the verdict of this run, else the one
-    saved before if its function still hashes the same. Returns the number of verdicts saved."""
+    saved before if its function still hashes the same. Returns the number of verdicts saved.
+
+    ``kills_only``: take only this run's kills, of mutants whose function hashes as when saved; every
+    other verdict stays as saved. For a run on SQLite of the mutants that survived on PostgreSQL: the
+    suite is both passes, so a mutant either pass kills is killed, and SQLite's "survived" or "no test"
+    (a PostgreSQL-only test) must not replace PostgreSQL's verdict."""
     saved = 0
     for meta in sorted((root / "safeupdates").rglob("*.py.meta")):
         target = into / meta.relative_to(root)
         codes, hashes = _verdicts(meta)
         old_codes, old_hashes = _verdicts(target)
+        if kills_only:
+            codes = {
+                name: codes[name]
+                if codes.get(name) in KILLED and old_hashes.get(_function(name)) == hashes.get(_function(name))
+                else old_code
+                for name, old_code in old_codes.items()
+            }
+            hashes = old_hashes
         merged = {
             name: code
             if code is not None or old_hashes.get(_function(name)) != hashes.get(_function(name))
@@ -131,11 +145,17 @@ def restore(source: Path, root: Path = Path("mutants")) -> int:
 
 
 def main(argv: list[str]) -> None:
-    for flag, action, said in (("--restore", restore, "restored from"), ("--save", save, "saved in")):
-        if flag in argv:
-            where = Path(argv[argv.index(flag) + 1])
-            print(f"mutation: {action(where)} verdicts {said} {where}")
-            return
+    if "--restore" in argv:
+        where = Path(argv[argv.index("--restore") + 1])
+        print(f"mutation: {restore(where)} verdicts restored from {where}")
+        return
+    if "--save" in argv:
+        where = Path(argv[argv.index("--save") + 1])
+        root = Path(argv[argv.index("--in") + 1]) if "--in" in argv else Path("mutants")
+        kills_only = "--kills-only" in argv
+        count = save(where, root, kills_only=kills_only)
+        print(f"mutation: {count} verdicts saved in {where}{' (kills only)' if kills_only else ''}")
+        return
     found = rows(Path(argv[argv.index("--in") + 1]) if "--in" in argv else Path("mutants"))
     print(table(found))
     if "--survivors" in argv:

@@ -91,3 +91,45 @@ def test_a_restore_never_overwrites_the_verdicts_of_a_run_on_this_machine(tmp_pa
 
     assert mutation_report.restore(saved, run) == 0
     assert codes_in(run) == {f"{GUARD}.x_fetch_one__mutmut_1": 1}
+
+
+def test_a_sqlite_run_adds_its_kills_and_nothing_else(tmp_path: Path) -> None:
+    """``--kills-only``: a mutant PostgreSQL let live that SQLite kills is killed; SQLite's "survived",
+    "no test" or unchecked never replaces a saved verdict, nor does a kill of a function changed since."""
+    saved, run = tmp_path / "saved", tmp_path / "run"
+    write_meta(
+        saved,
+        {
+            f"{GUARD}.x_fetch_one__mutmut_1": 0,
+            f"{GUARD}.x_fetch_one__mutmut_2": 1,
+            f"{GUARD}.x_fetch_one__mutmut_3": 0,
+            f"{GUARD}.x_fetch_one__mutmut_4": None,
+            f"{GUARD}.x_write_if_newer__mutmut_1": 0,
+        },
+        {"x_fetch_one": "a1", "x_write_if_newer": "b1"},
+    )
+    write_meta(
+        run,
+        {
+            f"{GUARD}.x_fetch_one__mutmut_1": 1,  # killed on SQLite
+            f"{GUARD}.x_fetch_one__mutmut_2": 33,  # its test is PostgreSQL-only
+            f"{GUARD}.x_fetch_one__mutmut_3": 0,
+            f"{GUARD}.x_fetch_one__mutmut_4": 0,
+            f"{GUARD}.x_write_if_newer__mutmut_1": 1,  # killed, but in a function changed since it was saved
+        },
+        {"x_fetch_one": "a1", "x_write_if_newer": "b2"},
+    )
+
+    assert mutation_report.save(saved, run, kills_only=True) == 4
+
+    assert codes_in(saved) == {
+        f"{GUARD}.x_fetch_one__mutmut_1": 1,
+        f"{GUARD}.x_fetch_one__mutmut_2": 1,
+        f"{GUARD}.x_fetch_one__mutmut_3": 0,
+        f"{GUARD}.x_fetch_one__mutmut_4": None,
+        f"{GUARD}.x_write_if_newer__mutmut_1": 0,
+    }
+    assert json.loads((saved / "safeupdates" / "guard.py.meta").read_text())["hash_by_function_name"] == {
+        "x_fetch_one": "a1",
+        "x_write_if_newer": "b1",
+    }
