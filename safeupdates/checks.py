@@ -5,14 +5,15 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.db.utils import load_backend
 
 from safeupdates import conf
 
@@ -204,14 +205,34 @@ def check_pooler(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
             id="safeupdates.W004",
         )
         for alias, config in settings.DATABASES.items()
-        if config.get("ENGINE") == "django.db.backends.postgresql" and config.get("DISABLE_SERVER_SIDE_CURSORS")
+        if vendor_of(config) == "postgresql" and config.get("DISABLE_SERVER_SIDE_CURSORS")
     ]
+
+
+_DJANGOS_OWN = {"django.db.backends.postgresql": "postgresql", "django.db.backends.sqlite3": "sqlite"}
+
+
+def vendor_of(config: Mapping[str, Any]) -> str | None:
+    """The vendor of a database's backend (``"postgresql"``, ``"sqlite"`` ...), as its ``ENGINE``'s
+    ``DatabaseWrapper`` says: a backend built on Django's PostgreSQL or SQLite one (PostGIS, SpatiaLite,
+    django-tenants', a wrapper that adds metrics) is what it is built on. The backend is imported, never
+    connected to. If it cannot be imported (psycopg missing, say), Django's own two are still named by
+    their ``ENGINE``, and any other is None."""
+    engine = config.get("ENGINE")
+    if not isinstance(engine, str) or not engine:
+        return None
+    try:
+        wrapper = load_backend(engine).DatabaseWrapper
+    except (ImportError, ImproperlyConfigured, AttributeError):
+        return _DJANGOS_OWN.get(engine)
+    vendor = getattr(wrapper, "vendor", None)
+    return vendor if isinstance(vendor, str) else None
 
 
 @register(Tags.compatibility)
 def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E004: the guarded write supports PostgreSQL and SQLite only (read from settings, no connection)."""
-    supported = {"django.db.backends.postgresql", "django.db.backends.sqlite3"}
+    """E004: the guarded write supports PostgreSQL and SQLite only, and backends built on Django's (read
+    from settings, no connection)."""
     return [
         Error(
             f"Database {alias!r} uses {config.get('ENGINE')!r}; safeupdates supports PostgreSQL and SQLite.",
@@ -219,11 +240,10 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             id="safeupdates.E004",
         )
         for alias, config in settings.DATABASES.items()
-        if config.get("ENGINE") not in supported
+        if vendor_of(config) not in {"postgresql", "sqlite"}
     ]
 
 
-_SQLITE = "django.db.backends.sqlite3"
 _QUICK_START_SQLITE = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
 
 
@@ -241,7 +261,7 @@ def check_sqlite(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
             id="safeupdates.W006",
         )
         for alias, config in settings.DATABASES.items()
-        if config.get("ENGINE") == _SQLITE
+        if vendor_of(config) == "sqlite"
         and str((config.get("OPTIONS") or {}).get("transaction_mode", "")).upper() not in {"IMMEDIATE", "EXCLUSIVE"}
     ]
 
@@ -274,14 +294,14 @@ def sqlite_version_errors(version: tuple[int, ...]) -> list[CheckMessage]:
             id="safeupdates.E014",
         )
         for alias, config in settings.DATABASES.items()
-        if config.get("ENGINE") == _SQLITE
+        if vendor_of(config) == "sqlite"
     ]
 
 
 @register(Tags.compatibility, deploy=True)
 def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W005 (``check --deploy``): the default database is SQLite, which is for development."""
-    if settings.DATABASES.get("default", {}).get("ENGINE") != _SQLITE:
+    if vendor_of(settings.DATABASES.get("default", {})) != "sqlite":
         return []
     return [
         Warning(

@@ -107,6 +107,34 @@ def test_e004_unsupported_database():
         ]
 
 
+@pytest.mark.parametrize(
+    ("engine", "vendor"),
+    [
+        ("django.db.backends.postgresql", "postgresql"),
+        ("django.db.backends.sqlite3", "sqlite"),
+        # Built on Django's own, as PostGIS's, SpatiaLite's or django-tenants' backends are.
+        ("tests.backends.postgresql", "postgresql"),
+        ("tests.backends.sqlite3", "sqlite"),
+    ],
+)
+def test_backends_built_on_djangos_postgresql_or_sqlite_are_supported_and_checked_as_such(settings, engine, vendor):
+    from safeupdates.checks import check_pooler, check_sqlite, vendor_of
+
+    config = {"ENGINE": engine, "NAME": "x", "DISABLE_SERVER_SIDE_CURSORS": True}
+    settings.DATABASES = {"default": config}
+    assert vendor_of(config) == vendor
+    assert check_database() == []
+    # The checks of one vendor apply to a backend built on its Django backend.
+    assert [m.id for m in check_pooler()] == (["safeupdates.W004"] if vendor == "postgresql" else [])
+    assert [m.id for m in check_sqlite()] == (["safeupdates.W006"] if vendor == "sqlite" else [])
+
+
+@pytest.mark.parametrize("engine", ["tests.no_such_backend", "django.db.backends.oracle", "", None])
+def test_e004_a_backend_that_cannot_be_imported_or_named_is_unsupported(settings, engine):
+    settings.DATABASES = {"default": {"ENGINE": engine, "NAME": "x"}}
+    assert [m.id for m in check_database()] == ["safeupdates.E004"]
+
+
 #: One value of each setting that is not valid, and the message: what the setting sets, and what a valid
 #: value looks like (never Python's own text, never a page of the docs, which are not in the wheel).
 E005 = {
