@@ -39,6 +39,9 @@ if django.VERSION < (6, 0):
     INSTALLED_APPS.append("django_tasks")  # the backport of django.tasks
 
 DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's, but a flush between transactional tests DELETEs instead of TRUNCATE (tests/backends/postgresql).
+    DATABASES["default"]["ENGINE"] = "tests.backends.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
     DATABASES["default"].setdefault("TEST", {})["NAME"] = env("SQLITE_TEST_NAME", default="test_safeupdates.sqlite3")
