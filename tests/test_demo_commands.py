@@ -16,6 +16,9 @@ from django.conf import settings
 from django.db import connection
 from redis import Redis
 
+# once: the demo's commands run on databases of their own (a SQLite file, one made on the test server).
+pytestmark = pytest.mark.once
+
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = re.compile(r"^naive: (\d+)/(\d+) fields wrong; safeupdates: (\d+)/(\d+) fields wrong$")
 

@@ -14,6 +14,8 @@ import pytest
 
 from tests.workers import ROOT
 
+pytestmark = pytest.mark.once  # the same in both passes of make test: it builds, it reads no database
+
 # What a build must not read or write in the checkout: environments, caches, earlier builds, and what a
 # test run beside it writes and deletes meanwhile (coverage data files, SQLite databases and journals).
 NOT_COPIED = shutil.ignore_patterns(

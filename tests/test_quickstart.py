@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 _BLOCK = re.compile(r"(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
 
-pytestmark = pytest.mark.workers
+# once: the quick start's project has its own database (SQLite, or one made on DATABASE_URL's server).
+pytestmark = [pytest.mark.workers, pytest.mark.once]
 
 # Not part of the docs: point the project at this test's database and Redis database.
 SETTINGS_FOR_THE_TEST = """
