@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
 import signal
 import threading
@@ -167,6 +169,56 @@ def test_runs_once_then_skips_and_records_the_task(redis):
     assert (record.status, record.attempts, record.error) == (RequestStatus.APPLIED, 1, "")
     assert record.changes == {"function": "tests.testapp.jobs.charge"}
     assert record.processed_at is not None
+
+
+@dataclasses.dataclass
+class Refunder:
+    """A callable object, and a dataclass, with a ``func`` but no ``enqueue()``: shaped a little like a task
+    of Django's Tasks framework, and not one."""
+
+    func: Callable[[str], str]
+
+    def __call__(self, order: str) -> str:
+        return self.func(order)
+
+
+@dataclasses.dataclass
+class Notifier:
+    """A callable dataclass with an ``enqueue()`` of its own but no ``func``: not a task either."""
+
+    gateway: str
+
+    def enqueue(self, order: str) -> None:
+        raise AssertionError("never called")
+
+    def __call__(self, order: str) -> str:
+        return refund(order, gateway=self.gateway)
+
+
+def refund(order: str, *, gateway: str) -> str:
+    return f"refunded {order} through {gateway}"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("callable_", "name"),
+    [
+        (functools.partial(refund, gateway="stripe"), "tests.test_idempotency.refund"),
+        (Refunder(functools.partial(refund, gateway="adyen")), "tests.test_idempotency.Refunder"),
+        (Notifier("mollie"), "tests.test_idempotency.Notifier"),
+    ],
+)
+def test_any_callable_is_guarded_as_a_function_is(callable_, name):
+    """A ``functools.partial`` or a callable object is guarded like a function (and named after its
+    function or class in the log): neither is a task, whatever attributes it has."""
+    guarded = idempotent(key="refund-any:{0}")(callable_)
+    first = guarded("R-9")
+    assert first.startswith("refunded R-9 through ")
+    assert guarded("R-9") is SKIPPED
+    record = ProcessedRequest.objects.get(kind=RequestKind.TASK)
+    assert (record.key, record.status, record.changes) == ("refund-any:R-9", RequestStatus.APPLIED, {"function": name})
+    with pytest.raises(InvalidControl, match=r"does not fit"):
+        idempotent(key="refund-any:{missing}")(callable_)("R-10")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -105,6 +105,7 @@ def idempotent(
             return dataclasses.replace(func, func=decorate(func.func))  # type: ignore[attr-defined,type-var,no-any-return]
         require_app("safeupdates.contrib.idempotent")
         signature = inspect.signature(func)
+        qualname = _name_of(func)[1]
 
         def key_for(*args: Any, **kwargs: Any) -> str:
             if callable(key):
@@ -113,16 +114,14 @@ def idempotent(
                 try:
                     bound = signature.bind(*args, **kwargs)
                 except TypeError as exc:
-                    raise InvalidControl(f"{func.__qualname__}{signature}: {exc}") from None
+                    raise InvalidControl(f"{qualname}{signature}: {exc}") from None
                 bound.apply_defaults()
                 try:
                     value = key.format(*bound.args, **bound.arguments)
                 except (KeyError, IndexError, AttributeError, ValueError) as exc:
-                    raise InvalidControl(
-                        f"key template {key!r} does not fit {func.__qualname__}{signature}: {exc!r}"
-                    ) from None
+                    raise InvalidControl(f"key template {key!r} does not fit {qualname}{signature}: {exc!r}") from None
             if not isinstance(value, str) or not value:
-                raise InvalidControl(f"the key of {func.__qualname__} must be a non-empty string, got {value!r}.")
+                raise InvalidControl(f"the key of {qualname} must be a non-empty string, got {value!r}.")
             return value
 
         @functools.wraps(func)
@@ -145,6 +144,16 @@ def _is_django_task(obj: Any) -> bool:
         and callable(getattr(obj, "enqueue", None))
         and callable(getattr(obj, "func", None))
     )
+
+
+def _name_of(func: Callable[..., Any]) -> tuple[str, str]:
+    """``(module, qualified name)`` of a function; of a ``functools.partial``, of the function it wraps;
+    of any other callable object (an instance with ``__call__``), of its class."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    module = getattr(func, "__module__", None) or type(func).__module__
+    name = getattr(func, "__qualname__", None) or type(func).__qualname__
+    return str(module), str(name)
 
 
 def _run_once(
@@ -181,7 +190,7 @@ def _run_once(
                             ProcessedRequest(
                                 kind=RequestKind.TASK,
                                 key=log_key,
-                                changes={"function": f"{func.__module__}.{func.__qualname__}"},
+                                changes={"function": ".".join(_name_of(func))},
                                 queue=job.origin if job is not None else "",
                             )
                         ],
