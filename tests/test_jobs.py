@@ -539,6 +539,31 @@ class TestApplyInProcess:
         orphan.refresh_from_db()
         assert (orphan.status, orphan.attempts) == ("pending", 0)
 
+    def test_a_request_another_job_held_through_the_claim_is_not_taken_for_an_orphan(self, redis, postgres_only):
+        """Another job holds the record's pending request while this one claims (so the claim finds
+        nothing), then lets it go without applying it (it rolled back): the request still names its
+        model, so this job leaves it pending for the relay; it is no orphan to reject."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        lock = RowLock(ProcessedRequest, request.pk).start()
+        claimed = []
+
+        def the_other_job_rolls_back_after_the_claim(execute, sql, params, many, context):
+            result = execute(sql, params, many, context)
+            if not claimed and "SKIP LOCKED" in sql.upper():
+                claimed.append(sql)
+                lock.release()
+            return result
+
+        try:
+            with connection.execute_wrapper(the_other_job_rolls_back_after_the_claim):
+                assert apply_update(str(request.request_id)) == "nothing pending"
+        finally:
+            if not claimed:
+                lock.release()
+        assert claimed, "the job claimed nothing with SKIP LOCKED"
+        request.refresh_from_db()
+        assert (request.status, request.attempts, request.error) == ("pending", 0, "")
+
     @pytest.mark.workers
     def test_corrupt_rows_with_a_worker_and_the_relay(self, workers):
         profiles = [ProfileFactory() for _ in range(3)]
