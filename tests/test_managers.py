@@ -531,9 +531,10 @@ def test_the_apply_job_asks_the_database_it_writes_which_versions_held_a_request
     assert ProcessedRequest.objects.get(pk=pending.pk).status == RequestStatus.STALE
 
 
-def waiting_on_locks(count: int) -> bool:
-    """True once ``count`` other backends wait for a lock (the statements a test lined up)."""
-    with connections["default"].cursor() as cursor:
+def waiting_on_locks(count: int, using: str = "default") -> bool:
+    """True once ``count`` other backends wait for a lock on database ``using`` (the statements a test
+    lined up)."""
+    with connections[using].cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
         )

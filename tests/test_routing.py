@@ -39,6 +39,7 @@ from safeupdates.queues import job_id
 from safeupdates.validation import clean_changes
 from safeupdates.versions import _next_from_counter, last_issued, next_version, raise_floor
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
+from tests.test_managers import waiting_on_locks
 from tests.testapp.batch_jobs import add_score, record_reduce
 from tests.testapp.models import Document, Profile, Restaurant, Specimen
 from tests.workers import RowLock, start_threads, wait_until
@@ -140,17 +141,10 @@ def test_two_tenant_transactions_with_one_new_request_id_write_once_and_both_go_
         except Exception as exc:
             errors.append(exc)
 
-    def waiting() -> int:
-        with connections[TENANT].cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-            return cursor.fetchone()[0]
-
     lock = RowLock(Profile, away.pk, using=TENANT).start()  # both calls line up behind it
     threads = [t for _ in range(2) for t in start_threads(call, 1)]
     try:
-        assert wait_until(lambda: waiting() >= 2, 10)
+        assert wait_until(lambda: waiting_on_locks(2, using=TENANT), 10)
     finally:
         lock.release()
         for thread in threads:
