@@ -12,6 +12,7 @@ import re
 
 import django_rq
 import pytest
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -482,3 +483,88 @@ def test_a_page_skips_a_request_another_transaction_holds(redis, postgres_only):
                 [(held.content_type_id, held.object_id), (free.content_type_id, free.object_id)], 10
             )
         assert [request.pk for request in claimed] == [free.pk]
+
+
+def test_one_job_sweeps_the_records_waiting_in_its_own_queue(redis):
+    """The records a job takes are those waiting in the queue it runs from, whatever its name."""
+    profiles = ProfileFactory.create_batch(3, active=False)
+    requests = [enqueue_update(profile, queue="fast", active=True) for profile in profiles]
+    assert queue("fast").count == 3
+    assert run_one_job("fast") == "finished"
+    assert queue("fast").count == 0
+    assert statuses(requests) == ["applied"] * 3
+
+
+def test_take_waiting_takes_nothing_outside_a_job(redis):
+    profile = ProfileFactory()
+    enqueue_update(profile, active=True)
+    record = (ContentType.objects.get_for_model(Profile).pk, str(profile.pk))
+    assert queues.take_waiting([record, record]) == [False, False]
+    assert queues.take_waiting([]) == []
+    assert queue().count == 1
+
+
+class TestWaitingAndClaimedRecords:
+    """The two reads of a page: which records wait (``waiting_records``) and which of their requests a
+    page takes (``claim_records``), on a log written here row by row."""
+
+    @staticmethod
+    def log(model, object_id, version, **fields):
+        return ProcessedRequest.objects.create(
+            content_type=ContentType.objects.get_for_model(model),
+            object_id=str(object_id),
+            version=version,
+            queue=fields.pop("queue", "default"),
+            **fields,
+        )
+
+    def test_waiting_records_are_those_with_pending_update_requests_of_the_queue_in_key_order(self):
+        profile_type = ContentType.objects.get_for_model(Profile).pk
+        gadget_type = ContentType.objects.get_for_model(Gadget).pk
+        first, second = sorted([profile_type, gadget_type])
+        first_model, second_model = (Profile, Gadget) if first == profile_type else (Gadget, Profile)
+        # Inserted out of key order; object ids of both content types interleave.
+        self.log(second_model, 1, 10)
+        self.log(first_model, 9, 11)
+        self.log(first_model, 2, 12)
+        self.log(second_model, 7, 13)
+        self.log(first_model, 2, 14)  # a second request of a record: one row for it
+        self.log(first_model, 5, 15, status=RequestStatus.APPLIED)  # nothing pending
+        self.log(first_model, 6, 16, queue="fast")  # another queue's
+        ProcessedRequest.objects.create(object_id="3", version=17, queue="default")  # names no model
+        waiting = ProcessedRequest.objects.waiting_records
+        keys = [(ct, object_id) for ct, object_id, _request_id in waiting("default", None, 10)]
+        assert keys == [(first, "2"), (first, "9"), (second, "1"), (second, "7")]
+        assert [key[:2] for key in waiting("default", (first, "2"), 10)] == keys[1:]
+        assert [key[:2] for key in waiting("default", (first, "9"), 2)] == keys[2:]
+        assert [key[:2] for key in waiting("default", (second, "1"), 10)] == keys[3:]
+        assert waiting("default", (second, "7"), 10) == []
+        assert [key[:2] for key in waiting("fast", None, 10)] == [(first, "6")]
+        pending = ProcessedRequest.objects.filter(status=RequestStatus.PENDING)
+        for content_type_id, object_id, request_id in waiting("default", None, 10):
+            assert pending.filter(content_type_id=content_type_id, object_id=object_id, request_id=request_id).exists()
+
+    def test_a_claim_takes_the_oldest_requests_of_each_record_in_key_order(self):
+        profile_type = ContentType.objects.get_for_model(Profile).pk
+        gadget_type = ContentType.objects.get_for_model(Gadget).pk
+        first, second = sorted([profile_type, gadget_type])
+        first_model, second_model = (Profile, Gadget) if first == profile_type else (Gadget, Profile)
+        # Each record's requests inserted newest first; versions of the records interleave.
+        for model, object_id, versions in [
+            (second_model, 1, [40, 30, 20]),
+            (first_model, 2, [41, 31, 21]),
+            (first_model, 1, [42, 32, 22]),
+        ]:
+            for version in versions:
+                self.log(model, object_id, version)
+        self.log(first_model, 1, 5, status=RequestStatus.APPLIED)  # done: never claimed again
+        with transaction.atomic():
+            claimed = ProcessedRequest.objects.claim_records([(second, "1"), (first, "2"), (first, "1")], 2)
+        assert [(r.content_type_id, r.object_id, r.version) for r in claimed] == [
+            (first, "1", 22),
+            (first, "1", 32),
+            (first, "2", 21),
+            (first, "2", 31),
+            (second, "1", 20),
+            (second, "1", 30),
+        ]
