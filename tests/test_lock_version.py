@@ -120,6 +120,18 @@ class TestDeferred:
         assert row.field_version("active") == profile.lock_version
         assert Profile.objects.update_if_newer(profile.pk, version=pending, active=True).outcome == "applied"
 
+    def test_a_deferred_save_marks_the_fields_it_wrote_and_never_the_version_fields(self):
+        """Saved with a field deferred, an instance writes (and marks) each field it loaded, its two
+        version fields aside: those are the versions, not fields with a version of their own."""
+        profile = ProfileFactory(name="a")
+        partial = Profile.objects.defer("active").get(pk=profile.pk)
+        partial.name = "b"
+        partial.save()
+        row = Profile.objects.get(pk=profile.pk)
+        loaded = {f.name for f in Profile._meta.concrete_fields if not f.primary_key} - {"active"}
+        assert set(row.field_versions) == {"*"} | loaded - {"lock_version", "field_versions"}
+        assert all(row.field_versions[name] == row.lock_version for name in row.field_versions if name != "*")
+
     def test_a_deferred_instance_with_lock_version_is_still_checked(self):
         profile = ProfileFactory(name="a")
         partial = Profile.objects.only("name", "lock_version").get(pk=profile.pk)

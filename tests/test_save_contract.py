@@ -382,6 +382,26 @@ class TestAChangedPrimaryKey:
         tag.save()
         assert Tag.objects.get(pk="other").label == "changed"
 
+    def test_refreshed_and_given_a_new_key_it_inserts_a_row_under_it(self) -> None:
+        """A refresh reloads the row of the instance's key: a key changed after it is a new row, as
+        for an instance just loaded."""
+        Tag.objects.create(code="old", label="x")
+        tag = Tag.objects.get(pk="old")
+        tag.refresh_from_db()
+        tag.code = "new"
+        tag.label = "y"
+        tag.save()
+        assert dict(Tag.objects.values_list("code", "label")) == {"old": "x", "new": "y"}
+
+    def test_refresh_takes_djangos_arguments_by_position(self) -> None:
+        tag = Tag.objects.create(code="old", label="x")
+        Tag.objects.filter(pk="old").update(label="elsewhere")
+        tag.label = "unsaved"
+        tag.refresh_from_db(None, ["lock_version"])  # using, fields: only lock_version is reloaded
+        assert tag.label == "unsaved"
+        tag.refresh_from_db("default", ["label"])
+        assert tag.label == "elsewhere"
+
     @pytest.mark.urls("tests.save_admin")
     def test_in_the_admin_change_form(self, admin_client: Any) -> None:
         Tag.objects.create(code="old", label="x")

@@ -14,6 +14,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from safeupdates import enqueue_update, signals
+from safeupdates.contrib.prometheus import metrics
 from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest
@@ -78,6 +79,31 @@ class TestInProcess:
         for _name, kwargs in got.values():
             assert (kwargs["pk"], kwargs["job_id"], kwargs["using"]) == (profile.pk, None, "default")
             assert isinstance(kwargs["latency"], float) and 0 <= kwargs["latency"] < 60
+
+    def test_a_receiver_of_one_model_hears_what_its_row_held(self, redis):
+        """A receiver connected for the model alone (``sender=Profile``) is told, as one for every
+        model is, which version the row held a field at."""
+        heard: dict[str, dict] = {}
+
+        def receiver(sender, request_id, held, **kwargs):
+            heard[str(request_id)] = held
+
+        profile = ProfileFactory()
+        held_by_row = enqueue_update(profile, newsletter=True)
+        direct = next_version()
+        Profile.objects.update_if_newer(profile.pk, version=direct, newsletter=False)
+        written = enqueue_update(profile, active=True)
+        # The only receiver: the metrics' receivers (of every model) disconnected for the while.
+        for name, signal in signals.OUTCOME_SIGNALS.items():
+            signal.disconnect(dispatch_uid=f"safeupdates.prometheus.{name}")
+        signals.request_stale.connect(receiver, sender=Profile, weak=False, dispatch_uid="tests.profile_only")
+        try:
+            assert not any(signal.has_listeners(None) for signal in signals.OUTCOME_SIGNALS.values())
+            assert apply_update(str(written.request_id)) == "1 applied, 1 stale"
+        finally:
+            signals.request_stale.disconnect(sender=Profile, dispatch_uid="tests.profile_only")
+            metrics.connect()
+        assert heard == {str(held_by_row.request_id): {"newsletter": direct}}
 
     def test_no_signal_before_the_commit_nor_for_a_rolled_back_write(self, received):
         profile = ProfileFactory()
