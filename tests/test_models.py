@@ -204,6 +204,20 @@ def test_a_save_writes_its_own_row_only_when_rows_share_a_lock_version():
     assert Document.objects.filter(pk=first.pk).exists()
 
 
+def test_the_instances_bulk_create_returns_save_as_loaded_ones():
+    """bulk_create() marks its instances saved without loading them (no from_db()): their next save is
+    checked against the row they made, as a loaded instance's, and a stale one is refused."""
+    first, second = Document.objects.bulk_create([Document(title="a"), Document(title="b")])
+    first.title = "changed"
+    first.save()
+    assert Document.objects.get(pk=first.pk).title == "changed"
+    Document.objects.get(pk=second.pk).save()  # the row moves on
+    second.title = "lost"
+    with pytest.raises(StaleObjectError):
+        second.save()
+    assert Document.objects.get(pk=second.pk).title == "b"
+
+
 def test_a_field_never_written_has_version_zero():
     document = Document.objects.bulk_create([Document(title="a")])[0]
     document.refresh_from_db()
