@@ -1115,3 +1115,17 @@ def test_stress_kills_flush_duplicates_shuffle(workers, redis):
         if key not in newest or newest[key].version < request.version:
             newest[key] = request
     assert {r.status for r in newest.values()} == {"applied"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [RequestStatus.PENDING, RequestStatus.FAILED])
+def test_finish_records_only_a_jobs_own_outcomes(status):
+    """A job's outcomes are applied, stale or rejected; anything else is a bug of the caller, refused
+    with its status named, and nothing of the batch is recorded."""
+    from safeupdates.lifecycle import Result
+
+    applied, odd = (ProcessedRequest.objects.create(object_id="1", version=v) for v in (1, 2))
+    batch = [Result(applied, RequestStatus.APPLIED), Result(odd, status)]
+    with pytest.raises(ValueError, match=rf"^finish\(\) records applied, stale or rejected, not {status!r}$"):
+        ProcessedRequest.objects.finish(batch, None)
+    assert set(ProcessedRequest.objects.values_list("status", "attempts")) == {(RequestStatus.PENDING, 0)}
