@@ -5,7 +5,8 @@ It reads mutmut's results in ``mutants/`` and, without ``--save`` or ``--restore
 A module is "full" when every one of its mutants has a verdict, "partial" otherwise (a run stopped by
 ``MUTATION_BUDGET``); the kill rate is over the mutants checked (killed or timed out, over killed,
 timed out and survived), as ``make mutation`` prints it for the whole run. ``--survivors`` lists the
-surviving mutants' names after the table; ``--in DIR`` reads ``DIR`` instead of ``mutants/``.
+surviving mutants' names after the table; ``--unchecked`` prints only the names of the mutants not
+checked yet, one per line; ``--in DIR`` reads ``DIR`` instead of ``mutants/``.
 
 The verdicts outlive ``mutants/``, which stays on the machine that ran them: ``--save DIR`` merges them
 into ``DIR`` (``tests/mutation_results``, in the repository), ``--restore DIR`` puts them back into
@@ -52,6 +53,16 @@ def rows(root: Path = Path("mutants")) -> list[tuple[str, Counter[str], list[str
                 counts["other"] += 1  # suspicious, segfault, skipped: neither killed nor survived
         found.append((module, counts, sorted(survivors)))
     return found
+
+
+def unchecked(root: Path = Path("mutants")) -> list[str]:
+    """The names of the mutants without a verdict, module by module: a list to split between runs
+    (``make mutation MUTANTS="..."`` in two worktrees checks each part once; see docs/testing.md)."""
+    names = []
+    for meta in sorted((root / "safeupdates").rglob("*.py.meta")):
+        codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        names += sorted(name for name, code in codes.items() if code is None)
+    return names
 
 
 def table(found: list[tuple[str, Counter[str], list[str]]]) -> str:
@@ -149,14 +160,17 @@ def main(argv: list[str]) -> None:
         where = Path(argv[argv.index("--restore") + 1])
         print(f"mutation: {restore(where)} verdicts restored from {where}")
         return
+    root = Path(argv[argv.index("--in") + 1]) if "--in" in argv else Path("mutants")
     if "--save" in argv:
         where = Path(argv[argv.index("--save") + 1])
-        root = Path(argv[argv.index("--in") + 1]) if "--in" in argv else Path("mutants")
         kills_only = "--kills-only" in argv
         count = save(where, root, kills_only=kills_only)
         print(f"mutation: {count} verdicts saved in {where}{' (kills only)' if kills_only else ''}")
         return
-    found = rows(Path(argv[argv.index("--in") + 1]) if "--in" in argv else Path("mutants"))
+    if "--unchecked" in argv:
+        print("\n".join(unchecked(root)))
+        return
+    found = rows(root)
     print(table(found))
     if "--survivors" in argv:
         for _module, _counts, survivors in found:

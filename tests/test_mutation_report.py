@@ -133,3 +133,14 @@ def test_a_sqlite_run_adds_its_kills_and_nothing_else(tmp_path: Path) -> None:
         "x_fetch_one": "a1",
         "x_write_if_newer": "b1",
     }
+
+
+def test_the_mutants_not_checked_are_listed_by_name_to_split_between_runs(tmp_path: Path, capsys) -> None:
+    write_meta(
+        tmp_path,
+        {f"{GUARD}.x_fetch_one__mutmut_2": None, f"{GUARD}.x_fetch_one__mutmut_1": 1, f"{GUARD}.x_a__mutmut_1": None},
+        {"x_fetch_one": "a1", "x_a": "b1"},
+    )
+    assert mutation_report.unchecked(tmp_path) == [f"{GUARD}.x_a__mutmut_1", f"{GUARD}.x_fetch_one__mutmut_2"]
+    mutation_report.main(["--unchecked", "--in", str(tmp_path)])
+    assert capsys.readouterr().out.split() == [f"{GUARD}.x_a__mutmut_1", f"{GUARD}.x_fetch_one__mutmut_2"]
