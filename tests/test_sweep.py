@@ -80,7 +80,7 @@ def test_a_sweep_applies_records_of_a_model_whose_first_column_is_not_its_key(re
     assert sorted(Ticket.objects.values_list("label", flat=True)) == [f"new T-{n}" for n in range(4)]
 
 
-@pytest.mark.parametrize(("limit", "left"), [(0, 4), (2, 2)])
+@pytest.mark.parametrize(("limit", "left"), [(0, 4), (1, 3), (2, 2)])
 def test_a_job_sweeps_at_most_sweep_records_others(redis, limit, left):
     profiles = ProfileFactory.create_batch(5, active=False)
     toggle_each(profiles)
