@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import django
 import pytest
 from django.db import connection, models, transaction
 from django.db.models import F, Value
@@ -145,6 +146,19 @@ def test_expressions_take_the_orms_path_with_the_same_check() -> None:
     with pytest.raises(StaleObjectError):
         ours.save()
     assert Specimen.objects.get(pk=ours.pk).big == 42
+
+
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="Django 6.0 returns an expression's value from the UPDATE")
+@pytest.mark.parametrize("update_fields", [None, ["score"]], ids=["whole", "update_fields"])
+def test_an_expressions_value_comes_back_from_the_save_itself_as_djangos_does(update_fields: Any) -> None:
+    """Django 6 asks the UPDATE to return what an expression stored; the checked save returns it after
+    its versions, so the instance holds the value with no query more (else Django defers the field)."""
+    profile = Profile.objects.create(name="p", score=1)
+    profile.score = F("score") + 1
+    profile.save(update_fields=update_fields)
+    with CaptureQueriesContext(connection) as after:
+        assert profile.score == 2
+    assert after.captured_queries == []
 
 
 def test_a_whole_save_with_an_expression_writes_every_field_at_its_version() -> None:
