@@ -568,3 +568,27 @@ class TestWaitingAndClaimedRecords:
             (second, "1", 20),
             (second, "1", 30),
         ]
+
+
+def test_a_sweep_whose_first_take_fails_ends_and_its_job_still_finishes(redis, caplog):
+    """Redis refuses the sweep's first take (another client made the queue's key a string once the job
+    was taken): nothing was taken, nothing is owed, and the job, whose own record is applied, finishes."""
+    own, other = ProfileFactory.create_batch(2, active=False)
+    mine = enqueue_update(own, active=True)
+    theirs = enqueue_update(other, active=True)
+
+    def corrupt_the_queue(sender, pk, **kwargs):
+        if pk == own.pk:  # sent after the job's own record committed, before its sweep
+            redis.set(queue().key, "not a list")
+
+    job_id = queue().job_ids[0]
+    signals.request_applied.connect(corrupt_the_queue, sender=Profile, weak=False, dispatch_uid="tests.corrupt")
+    try:
+        with caplog.at_level(logging.WARNING, logger="safeupdates"):
+            SimpleWorker([queue()], connection=redis).work(burst=True, max_jobs=1)
+    finally:
+        signals.request_applied.disconnect(sender=Profile, dispatch_uid="tests.corrupt")
+        redis.delete(queue().key)
+    assert queue().fetch_job(job_id) is None  # finished (an apply job keeps no result); a failed one stays
+    assert "a sweep stopped; the 0 record(s) it owed get their jobs back" in caplog.text
+    assert statuses([mine, theirs]) == ["applied", "pending"]  # the relay's, its job lost with the list
