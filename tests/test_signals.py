@@ -82,11 +82,13 @@ class TestInProcess:
 
     def test_a_receiver_of_one_model_hears_what_its_row_held(self, redis):
         """A receiver connected for the model alone (``sender=Profile``) is told, as one for every
-        model is, which version the row held a field at."""
+        model is, which version the row held a field at, and the request's latency."""
         heard: dict[str, dict] = {}
+        latencies: list[float] = []
 
-        def receiver(sender, request_id, held, **kwargs):
+        def receiver(sender, request_id, held, latency, **kwargs):
             heard[str(request_id)] = held
+            latencies.append(latency)
 
         profile = ProfileFactory()
         held_by_row = enqueue_update(profile, newsletter=True)
@@ -104,6 +106,7 @@ class TestInProcess:
             signals.request_stale.disconnect(sender=Profile, dispatch_uid="tests.profile_only")
             metrics.connect()
         assert heard == {str(held_by_row.request_id): {"newsletter": direct}}
+        assert len(latencies) == 1 and isinstance(latencies[0], float) and 0 <= latencies[0] < 60
 
     def test_no_signal_before_the_commit_nor_for_a_rolled_back_write(self, received):
         profile = ProfileFactory()
