@@ -121,6 +121,20 @@ def test_update_if_newer_records_and_checks_versions_in_its_database(redis):
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
 
 
+def test_update_if_newer_tells_stale_from_missing_by_the_row_in_its_database():
+    """Nothing written: whether there is a row is asked of the database written to, never of default."""
+    only_home = Profile.objects.using("default").create(name="home only")
+    result = Profile.objects.using(TENANT).update_if_newer(only_home.pk, version=next_version(TENANT), active=True)
+    assert result.outcome == "missing"
+    only_away = Profile.objects.using(TENANT).create(pk=only_home.pk + 1000, name="away only")
+    older = next_version(TENANT)
+    newer = next_version(TENANT)
+    assert Profile.objects.using(TENANT).update_if_newer(only_away.pk, version=newer, active=True).applied
+    result = Profile.objects.using(TENANT).update_if_newer(only_away.pk, version=older, active=False)
+    assert result.outcome == "stale"
+    assert not Profile.objects.using("default").filter(pk=only_away.pk).exists()
+
+
 def test_two_tenant_transactions_with_one_new_request_id_write_once_and_both_go_on(postgres_only):
     """The loser of the race for a request id fails on the tenant log's unique index inside a savepoint
     on the tenant's database, so its transaction there finds the duplicate and goes on to commit what it
