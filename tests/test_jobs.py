@@ -139,6 +139,12 @@ class TestEnqueueValidation:
         assert ProcessedRequest.objects.count() == 0
         assert queue().count == 0
 
+    def test_a_queue_not_configured_is_refused_with_the_ones_that_are(self, redis):
+        with pytest.raises(InvalidUpdate) as refused:
+            enqueue_update(ProfileFactory(), queue="nope", active=True)
+        assert str(refused.value) == "queue 'nope' is not in RQ_QUEUES; pass one of: default, fast, slow."
+        assert ProcessedRequest.objects.count() == 0
+
     def test_a_primary_key_longer_than_the_logs_object_id(self, redis):
         tag = Tag.objects.create(code="t" * 300)
         with pytest.raises(
