@@ -41,7 +41,7 @@ from safeupdates.versions import _next_from_counter, last_issued, next_version, 
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.test_managers import waiting_on_locks
 from tests.testapp.batch_jobs import add_score, record_reduce
-from tests.testapp.models import Document, Profile, Restaurant, Specimen
+from tests.testapp.models import ActiveOnlyProfile, Document, Profile, Restaurant, Specimen
 from tests.workers import RowLock, start_threads, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
@@ -330,6 +330,20 @@ def test_a_save_of_a_childs_own_fields_checks_and_writes_on_its_database():
     row = Restaurant.objects.using(TENANT).get(pk=home.pk)
     assert (row.seats, row.lock_version, row.field_versions["seats"]) == (5, loaded.lock_version, loaded.lock_version)
     assert Restaurant.objects.using("default").get(pk=home.pk).seats == 1
+
+
+def test_a_proxys_request_goes_where_the_router_sends_its_concrete_models_writes(redis):
+    """The job writes the concrete model's row: its request is recorded, and applied, on the database
+    the router gives writes of that model, whatever the proxy it was enqueued through."""
+    home, away = twins()
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.ProfilesOnTheTenant"]):
+        request = enqueue_update(ActiveOnlyProfile, away.pk, active=True)
+        assert request._state.db == TENANT
+        assert log(TENANT).filter(request_id=request.request_id).exists()
+        assert not log("default").exists()
+        run_jobs()
+    assert Profile.objects.using(TENANT).get(pk=away.pk).active
+    assert not Profile.objects.using("default").get(pk=home.pk).active
 
 
 def test_a_delete_goes_where_the_router_sends_the_model():
