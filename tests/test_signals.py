@@ -280,8 +280,9 @@ class TestInProcess:
             ("rejected", str(missing)),
             ("duplicate", str(rid)),
         ]
-        stale, duplicate, rejected, _again = (kwargs for _n, _s, kwargs, _a in received)
+        stale, duplicate, rejected, double_submit = (kwargs for _n, _s, kwargs, _a in received)
         assert stale["held"] == {"active": newer}
+        assert (double_submit["pk"], double_submit["version"]) == (profile.pk, old)
         assert (duplicate["fields"], duplicate["held"], duplicate["latency"]) == ((), {}, None)
         assert (rejected["pk"], rejected["fields"], rejected["held"]) == (10**9, (), {})
 

@@ -77,6 +77,7 @@ def test_the_job_continues_the_trace_of_its_enqueue(redis, spans):
     enqueue, apply = enqueue_and_apply_spans(spans)
     assert enqueue.attributes["safeupdates.request_id"] == str(request.request_id)
     assert enqueue.attributes["safeupdates.model"] == "testapp.Profile"
+    assert enqueue.attributes["safeupdates.pk"] == str(profile.pk)
     assert apply.attributes["safeupdates.request_id"] == str(request.request_id)
 
 
