@@ -518,11 +518,13 @@ class TestWaitingAndClaimedRecords:
             **fields,
         )
 
+    @staticmethod
+    def two_models_in_key_order():
+        """``(content_type_id, model)`` of Profile and of Gadget, the lower content type id first."""
+        return sorted((ContentType.objects.get_for_model(model).pk, model) for model in (Profile, Gadget))
+
     def test_waiting_records_are_those_with_pending_update_requests_of_the_queue_in_key_order(self):
-        profile_type = ContentType.objects.get_for_model(Profile).pk
-        gadget_type = ContentType.objects.get_for_model(Gadget).pk
-        first, second = sorted([profile_type, gadget_type])
-        first_model, second_model = (Profile, Gadget) if first == profile_type else (Gadget, Profile)
+        (first, first_model), (second, second_model) = self.two_models_in_key_order()
         # Inserted out of key order; object ids of both content types interleave.
         self.log(second_model, 1, 10)
         self.log(first_model, 9, 11)
@@ -545,10 +547,7 @@ class TestWaitingAndClaimedRecords:
             assert pending.filter(content_type_id=content_type_id, object_id=object_id, request_id=request_id).exists()
 
     def test_a_claim_takes_the_oldest_requests_of_each_record_in_key_order(self):
-        profile_type = ContentType.objects.get_for_model(Profile).pk
-        gadget_type = ContentType.objects.get_for_model(Gadget).pk
-        first, second = sorted([profile_type, gadget_type])
-        first_model, second_model = (Profile, Gadget) if first == profile_type else (Gadget, Profile)
+        (first, first_model), (second, second_model) = self.two_models_in_key_order()
         # Each record's requests inserted newest first; versions of the records interleave.
         for model, object_id, versions in [
             (second_model, 1, [40, 30, 20]),
