@@ -48,12 +48,17 @@ def enqueue_update(
     The request is written to database ``using``: by default the router's database for writes of the
     model (given an instance, with it as the hint, as ``save()`` does: an instance stays on its database).
     Its job carries that database, so the worker applies it there.
+
+    Given an instance, the request is for its row: a ``pk`` naming another row is refused
+    (:class:`~safeupdates.exceptions.InvalidUpdate`), as is an unsaved instance without one.
     """
     hints: dict[str, Any] = {}
+    instance = None
     if isinstance(obj_or_model, models.Model):
         model: type[models.Model] = type(obj_or_model)
-        pk = obj_or_model.pk if pk is None else pk
-        hints["instance"] = obj_or_model
+        instance = obj_or_model
+        pk = instance.pk if pk is None else pk
+        hints["instance"] = instance
     elif isinstance(obj_or_model, type) and issubclass(obj_or_model, models.Model):
         model = obj_or_model
     else:
@@ -68,6 +73,8 @@ def enqueue_update(
     cleaned = clean_changes(model, changes, allowed=allowed, using=using)
     model = model._meta.concrete_model or model
     pk = clean_pk(model, pk)
+    if instance is not None and pk != instance.pk:
+        _refuse_another_row(model, instance, pk)
     object_id = object_id_of(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
     queue_name = _queue_name(queue)
@@ -94,6 +101,19 @@ def enqueue_update(
 
     transaction.on_commit(deliver_on_commit, using=using, robust=True)
     return record
+
+
+def _refuse_another_row(model: type[models.Model], instance: models.Model, pk: Any) -> None:
+    """Refuse ``enqueue_update(instance, pk)`` where ``pk`` names another row than the instance: the request
+    would write ``pk``'s row, routed as the instance's, and which of the two the caller meant is a guess.
+    The instance's own key in another form (``"5"`` for ``5``) is the same row, and accepted."""
+    if instance.pk is not None and clean_pk(model, instance.pk) == pk:
+        return
+    given = "an unsaved instance" if instance.pk is None else f"the instance pk={instance.pk!r}"
+    raise InvalidUpdate(
+        f"{model._meta.label}: enqueue_update() was given {given} and pk={pk!r}, another row: pass the "
+        "instance alone, or the model class and the key."
+    )
 
 
 async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> ProcessedRequest:

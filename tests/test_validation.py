@@ -137,6 +137,21 @@ def test_an_integral_float_primary_key_is_the_integer(profile):
     assert row(Profile, profile.pk)["score"] == 7
 
 
+def test_an_instance_and_another_rows_primary_key_are_refused(redis, profile, django_capture_on_commit_callbacks):
+    # enqueue_update(instance, pk) would write pk's row, routed by the instance: whichever the caller meant,
+    # one of the two is wrong, so neither is guessed.
+    other = Profile.objects.create(name="other", score=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        given = r"testapp.Profile: enqueue_update\(\) was given"
+        with refused(rf"{given} the instance pk={profile.pk} and pk={other.pk}, another row", profile, other):
+            enqueue_update(profile, other.pk, active=True)
+        with refused(rf"{given} an unsaved instance and pk={other.pk}", other):
+            enqueue_update(Profile(name="new"), other.pk, active=True)
+        # The instance's own key, in any form the key field converts, names the same row: accepted.
+        queued = enqueue_update(profile, str(profile.pk), active=True)
+    assert queued.object_id == str(profile.pk)
+
+
 def test_a_nul_character_in_a_char_primary_key_is_refused(update):
     tag = Tag.objects.create(code="a", label="x")
     with refused("NUL", tag):
