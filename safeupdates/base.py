@@ -138,8 +138,14 @@ class LockVersionMixin(models.Model):
             names = _written_by_name(type(self))
         connection = connections[using]
         expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
-        from_row, blind = not self._state.adding, False
-        if self._state.adding:
+        # Loaded from its row, or refreshed from it (Django's refresh_from_db() leaves _state.adding set). A
+        # copy of a loaded instance with its key cleared (Django's way to copy a row) is a new instance.
+        from_row = not self._state.adding or (self._safeupdates_has_key and self.pk is not None)
+        blind = False
+        if from_row and self._key_changed():
+            # Its key names another row, which this instance never loaded.
+            blind = True
+        elif not from_row:
             parent = self._loaded_parent()
             if parent is not None:
                 # A multi-table child created for a parent that was loaded: the parent's row is checked.
@@ -148,8 +154,6 @@ class LockVersionMixin(models.Model):
             else:
                 # No version seen, none given (an explicit lock_version is checked as given).
                 blind = not self.lock_version
-        elif self._key_changed():
-            blind = True
         save = _Save(
             expected=expected,
             # On PostgreSQL the UPDATE or INSERT takes its version from the sequence inside the
@@ -627,8 +631,9 @@ class LockVersionMixin(models.Model):
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         super().refresh_from_db(*args, **kwargs)
-        if "lock_version" in self.__dict__:
-            # Reloaded from the row of its key: that is the row it saw.
+        fields = kwargs["fields"] if "fields" in kwargs else args[1] if len(args) > 1 else None
+        if "lock_version" in self.__dict__ and (fields is None or "lock_version" in fields):
+            # Its lock_version reloaded from the row of its key: that is the row it saw.
             self._safeupdates_uncommitted = ()
             self._safeupdates_key, self._safeupdates_has_key = self.pk, True
 

@@ -413,6 +413,63 @@ class TestAChangedPrimaryKey:
         assert Tag.objects.filter(pk="old").exists()  # as Django's admin leaves it
 
 
+class TestANewInstanceRefreshedFromARow:
+    """``Tag(code=...)`` then ``refresh_from_db()``: Django leaves ``_state.adding`` set, but the instance
+    loaded its row (and its lock_version) as ``Tag.objects.get()`` would have: it is checked as loaded."""
+
+    def refreshed(self, code: str) -> Tag:
+        tag = Tag(code=code)
+        tag.refresh_from_db()
+        assert tag._state.adding  # Django's refresh_from_db() leaves it
+        return tag
+
+    def test_its_save_is_checked_against_the_row(self) -> None:
+        Tag.objects.create(code="t", label="a")
+        tag, other = self.refreshed("t"), Tag.objects.get(pk="t")
+        tag.label = "b"
+        tag.save()
+        other.label = "c"
+        with pytest.raises(StaleObjectError) as raised:
+            other.save()
+        assert not isinstance(raised.value, NeverLoadedError)
+        assert Tag.objects.get(pk="t").label == "b"
+
+    def test_a_row_deleted_since_is_stale_not_inserted_again(self) -> None:
+        Tag.objects.create(code="t", label="a")
+        tag = self.refreshed("t")
+        Tag.objects.filter(pk="t").delete()
+        tag.label = "b"
+        with pytest.raises(StaleObjectError, match=r"^testapp.Tag pk='t' was deleted after it was loaded"):
+            tag.save()
+        assert not Tag.objects.filter(pk="t").exists()
+
+    def test_a_new_key_that_exists_was_never_loaded(self) -> None:
+        Tag.objects.create(code="t", label="a")
+        Tag.objects.create(code="taken", label="kept")
+        tag = self.refreshed("t")
+        tag.code = "taken"
+        with pytest.raises(NeverLoadedError, match=r"^testapp.Tag pk='taken' exists, and this instance never"):
+            tag.save()
+        assert dict(Tag.objects.values_list("code", "label")) == {"t": "a", "taken": "kept"}
+
+    def test_refreshed_without_its_lock_version_it_never_loaded_the_row(self) -> None:
+        Tag.objects.create(code="t", label="a")
+        for fields in (["label"], ("code", "label")):
+            tag = Tag(code="t")
+            tag.refresh_from_db(fields=fields)
+            tag.label = "b"
+            with pytest.raises(NeverLoadedError):
+                tag.save()
+        assert Tag.objects.get(pk="t").label == "a"
+
+    def test_a_new_key_that_matches_no_row_inserts_it_as_django_does(self) -> None:
+        Tag.objects.create(code="t", label="a")
+        tag = self.refreshed("t")
+        tag.code, tag.label = "new", "b"
+        tag.save()
+        assert dict(Tag.objects.values_list("code", "label")) == {"t": "a", "new": "b"}
+
+
 class TestAChildOfALoadedParent:
     def test_create_with_the_parent_link(self) -> None:
         place = Place.objects.create(name="corner", open=True)
