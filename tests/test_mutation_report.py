@@ -144,3 +144,27 @@ def test_the_mutants_not_checked_are_listed_by_name_to_split_between_runs(tmp_pa
     assert mutation_report.unchecked(tmp_path) == [f"{GUARD}.x_a__mutmut_1", f"{GUARD}.x_fetch_one__mutmut_2"]
     mutation_report.main(["--unchecked", "--in", str(tmp_path)])
     assert capsys.readouterr().out.split() == [f"{GUARD}.x_a__mutmut_1", f"{GUARD}.x_fetch_one__mutmut_2"]
+
+
+def test_a_mutant_mypy_rejects_is_killed_and_counted_apart(tmp_path: Path) -> None:
+    """mutmut's 37: the mutated copy fails ``type_check_command`` (mypy), which ``make test`` runs, so the
+    change could not pass CI. It counts as killed, and the table says how many were mypy's."""
+    run, saved = tmp_path / "run", tmp_path / "saved"
+    codes = {
+        f"{GUARD}.x_fetch_one__mutmut_1": 37,
+        f"{GUARD}.x_fetch_one__mutmut_2": 1,
+        f"{GUARD}.x_fetch_one__mutmut_3": 0,
+        f"{GUARD}.x_fetch_one__mutmut_4": None,
+    }
+    write_meta(run, codes, {"x_fetch_one": "a1"})
+    ((_module, counts, _survivors),) = mutation_report.rows(run)
+    assert (counts["killed"], counts["by mypy"], counts["survived"], counts["unchecked"]) == (2, 1, 1, 1)
+    assert mutation_report.table(mutation_report.rows(run)).splitlines()[:3] == [
+        "| module | mutants | checked | killed | of which by mypy | survived | no test | kill rate | extent |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| safeupdates.guard | 4 | 3 | 2 | 1 | 1 | 0 | 67% | partially (3/4) |",
+    ]
+    # A SQLite run's (kills only) takes mypy's verdict as well: it does not depend on the database.
+    write_meta(saved, {name: None for name in codes}, {"x_fetch_one": "a1"})
+    mutation_report.save(saved, run, kills_only=True)
+    assert codes_in(saved) == {**codes, f"{GUARD}.x_fetch_one__mutmut_3": None}
