@@ -236,8 +236,10 @@ class LockVersionMixin(models.Model):
             return None
         link = concrete._meta.get_ancestor_link(root)
         parent = None if link is None else link.get_cached_value(self, None)
-        if parent is None or parent._state.adding or parent.pk != self.pk or "lock_version" not in parent.__dict__:
+        if parent is None or parent.pk != self.pk or "lock_version" not in parent.__dict__:
             return None
+        if parent._state.adding and not getattr(parent, "_safeupdates_has_key", False):
+            return None  # neither loaded nor refreshed from its row
         return parent
 
     def _key_changed(self) -> bool:

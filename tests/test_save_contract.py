@@ -490,6 +490,22 @@ class TestAChildOfALoadedParent:
         row = Restaurant.objects.get(pk=place.pk)
         assert (row.name, row.open, row.seats) == ("corner", True, 5)
 
+    def test_a_parent_refreshed_from_its_row_is_loaded(self) -> None:
+        stored = Place.objects.create(name="corner", open=True)
+        place = Place(pk=stored.pk)
+        place.refresh_from_db()  # Django leaves place._state.adding set
+        Restaurant.objects.create(place_ptr=place, name="corner", open=True, seats=3)
+        assert Restaurant.objects.get(pk=stored.pk).seats == 3
+        other = Place.objects.create(name="other")
+        moved = Place(pk=other.pk)
+        moved.refresh_from_db()
+        Place.objects.update_if_newer(other.pk, version=next_version(), name="moved on")
+        with pytest.raises(StaleObjectError) as raised, transaction.atomic():
+            Restaurant.objects.create(place_ptr=moved, name="other", seats=3)
+        assert not isinstance(raised.value, NeverLoadedError)
+        assert Place.objects.get(pk=other.pk).name == "moved on"
+        assert not Restaurant.objects.filter(pk=other.pk).exists()
+
     def test_a_parent_that_moved_on_is_stale(self) -> None:
         place = Place.objects.create(name="corner")
         Place.objects.update_if_newer(place.pk, version=next_version(), name="moved on")
