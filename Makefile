@@ -82,13 +82,6 @@ MUTATION_RESULTS ?= tests/mutation_results
 MUTATION_BUDGET ?=
 MUTANTS ?=
 MUTMUT := $(VENV)/bin/mutmut
-KILL_RATE := import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
-	checked = sum(s[k] for k in ("killed", "timeout", "survived", "suspicious", "no_tests", "segfault", \
-	"caught_by_type_check")); \
-	killed, survived, untested = s["killed"] + s["timeout"] + s["caught_by_type_check"], s["survived"], s["no_tests"]; \
-	tested = s["total"] - s["skipped"]; \
-	print(f"mutation: {killed}/{checked} mutants killed, kill rate {killed / max(checked, 1):.1%} " \
-	f"({survived} survived, {untested} without a test; {checked} of {tested} checked)")
 
 mutation: install
 	$(PY) -m pip install --quiet -r requirements-mutation.txt
@@ -97,7 +90,7 @@ mutation: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(if $(MUTATION_BUDGET),timeout -s INT -k 120 $(MUTATION_BUDGET)) \
 	    $(MUTMUT) run --max-children 1 \
 	    $(foreach name,$(MUTANTS),'$(name)') || status=$$?; \
-	$(MUTMUT) export-cicd-stats >/dev/null && $(MUTMUT) results && $(PY) -c '$(KILL_RATE)'; \
+	$(MUTMUT) results; $(PY) -m tests.mutation_report --summary; \
 	$(PY) -m tests.mutation_report --save $(MUTATION_RESULTS) $(if $(findstring sqlite,$(DATABASE_URL)),--kills-only); \
 	[ $$status = 0 ] || [ $$status = 124 ] || [ $$status = 137 ] || exit $$status
 

@@ -3,10 +3,11 @@
 Run from the repository root after ``make mutation``: ``.venv/bin/python -m tests.mutation_report``.
 It reads mutmut's results in ``mutants/`` and, without ``--save`` or ``--restore``, changes nothing.
 A module is "full" when every one of its mutants has a verdict, "partial" otherwise (a run stopped by
-``MUTATION_BUDGET``); the kill rate is over the mutants checked (killed or timed out, over killed,
-timed out and survived), as ``make mutation`` prints it for the whole run. ``--survivors`` lists the
+``MUTATION_BUDGET``); the kill rate is over the mutants checked (killed, timed out or rejected by mypy, over those
+and the survivors), as ``make mutation`` prints it for the whole run. ``--survivors`` lists the
 surviving mutants' names after the table; ``--unchecked`` prints only the names of the mutants not
-checked yet, one per line; ``--in DIR`` reads ``DIR`` instead of ``mutants/``.
+checked yet, one per line; ``--summary`` prints the whole run's figures in one line; ``--in DIR`` reads
+``DIR`` instead of ``mutants/``.
 
 The verdicts outlive ``mutants/``, which stays on the machine that ran them: ``--save DIR`` merges them
 into ``DIR`` (``tests/mutation_results``, in the repository), ``--restore DIR`` puts them back into
@@ -83,6 +84,20 @@ def table(found: list[tuple[str, Counter[str], list[str]]]) -> str:
         lines.append(_line(module, counts))
     lines.append(_line("all", totals))
     return "\n".join(lines)
+
+
+def summary(found: list[tuple[str, Counter[str], list[str]]]) -> str:
+    """The run's figures in a line, the kill rate as in the table (killed over killed and survived)."""
+    totals: Counter[str] = Counter()
+    for _module, counts, _survivors in found:
+        totals.update(counts)
+    judged = totals["killed"] + totals["survived"]
+    rate = totals["killed"] / judged if judged else 0.0
+    return (
+        f"mutation: {totals['killed']}/{judged} mutants killed, kill rate {rate:.1%} ({totals['by mypy']} by mypy, "
+        f"{totals['survived']} survived, {totals['no test']} without a test; "
+        f"{totals['total'] - totals['unchecked']} of {totals['total']} checked)"
+    )
 
 
 def _line(module: str, counts: Counter[str]) -> str:
@@ -174,6 +189,9 @@ def main(argv: list[str]) -> None:
         kills_only = "--kills-only" in argv
         count = save(where, root, kills_only=kills_only)
         print(f"mutation: {count} verdicts saved in {where}{' (kills only)' if kills_only else ''}")
+        return
+    if "--summary" in argv:
+        print(summary(rows(root)))
         return
     if "--unchecked" in argv:
         print("\n".join(unchecked(root)))

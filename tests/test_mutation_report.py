@@ -168,3 +168,22 @@ def test_a_mutant_mypy_rejects_is_killed_and_counted_apart(tmp_path: Path) -> No
     write_meta(saved, {name: None for name in codes}, {"x_fetch_one": "a1"})
     mutation_report.save(saved, run, kills_only=True)
     assert codes_in(saved) == {**codes, f"{GUARD}.x_fetch_one__mutmut_3": None}
+
+
+def test_the_summary_line_counts_mypys_verdicts_as_kills(tmp_path: Path, capsys) -> None:
+    """``make mutation``'s last line (mutmut's own export has no count of the mutants mypy rejected)."""
+    write_meta(
+        tmp_path,
+        {
+            f"{GUARD}.x_fetch_one__mutmut_1": 37,
+            f"{GUARD}.x_fetch_one__mutmut_2": 1,
+            f"{GUARD}.x_fetch_one__mutmut_3": 0,
+            f"{GUARD}.x_fetch_one__mutmut_4": None,
+            f"{GUARD}.x_fetch_one__mutmut_5": 33,
+        },
+        {"x_fetch_one": "a1"},
+    )
+    mutation_report.main(["--summary", "--in", str(tmp_path)])
+    assert capsys.readouterr().out == (
+        "mutation: 2/3 mutants killed, kill rate 66.7% (1 by mypy, 1 survived, 1 without a test; 4 of 5 checked)\n"
+    )
