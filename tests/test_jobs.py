@@ -471,7 +471,7 @@ class TestApplyInProcess:
         [
             ({"object_id": "abc"}, "invalid primary key"),
             ({"version": None}, "has no version"),
-            ("model", "no longer exists"),
+            ("model", "model gone no longer exists"),
             ({"content_type_id": 987654}, "content type 987654 no longer exists"),
         ],
     )
