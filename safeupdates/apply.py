@@ -12,7 +12,6 @@ import logging
 import time
 import uuid
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,20 +268,19 @@ class _Decision:
     winners: dict[str, tuple[int, int, Any]] = field(default_factory=dict)
 
 
-def _decide(batch: list[ProcessedRequest], using: str, *, savepoint: bool = True) -> tuple[list[Result], Target | None]:
+def _decide(batch: list[ProcessedRequest], using: str) -> tuple[list[Result], Target | None]:
     """Write the claimed requests ``batch`` of one record, newest version per field, in a savepoint;
-    the outcome of each, and the record they target (None: a content type that is gone). Without a
-    ``savepoint`` (the caller has one) any database error propagates."""
+    the outcome of each, and the record they target (None: a content type that is gone)."""
     decision = _validate(batch, using)
     if not decision.winners:
         return decision.rejected, decision.target
     assert decision.target is not None
     try:
         # A savepoint: a value the database refuses (a constraint, a trigger) must not sink the batch.
-        with transaction.atomic(using=using) if savepoint else nullcontext():
+        with transaction.atomic(using=using):
             written = _write(decision.target.model, decision.pk, decision.winners, using)
     except DatabaseError as exc:
-        if is_transient(exc) or not savepoint:
+        if is_transient(exc):
             raise  # RQ retries the job; nothing here is the requests' fault
         return [*decision.rejected, *_one_by_one(decision.target.model, decision.pk, decision.valid, using)], (
             decision.target
