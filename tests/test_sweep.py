@@ -16,6 +16,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from redis.exceptions import ResponseError
 from rq import SimpleWorker
 from rq.job import JobStatus
 
@@ -589,5 +590,7 @@ def test_a_sweep_whose_first_take_fails_ends_and_its_job_still_finishes(redis, c
         signals.request_applied.disconnect(sender=Profile, dispatch_uid="tests.corrupt")
         redis.delete(queue().key)
     assert queue().fetch_job(job_id) is None  # finished (an apply job keeps no result); a failed one stays
-    assert "a sweep stopped; the 0 record(s) it owed get their jobs back" in caplog.text
+    (stopped,) = [record for record in caplog.records if "a sweep stopped" in record.getMessage()]
+    assert stopped.getMessage() == "safeupdates: a sweep stopped; the 0 record(s) it owed get their jobs back"
+    assert stopped.exc_info and isinstance(stopped.exc_info[1], ResponseError)  # Redis's WRONGTYPE, logged
     assert statuses([mine, theirs]) == ["applied", "pending"]  # the relay's, its job lost with the list
