@@ -175,6 +175,28 @@ def test_a_record_whose_write_spans_tables_is_left_to_its_own_job(redis):
     assert Restaurant.objects.get(pk=restaurant.pk).serves_pizza
 
 
+def test_a_page_of_records_left_to_their_own_jobs_does_not_stop_the_sweep(redis, monkeypatch):
+    """The next page starts after the last record of the page before, taken or not: a full page of
+    records the sweep leaves (a multi-table child's) is not read again, and the records after it are swept."""
+    monkeypatch.setattr(apply, "SWEEP_PAGE", 2)
+    own = ProfileFactory(active=False)
+    enqueue_update(own, active=True)  # the job that sweeps
+    restaurants = [Restaurant.objects.create(name=f"R{n}") for n in range(2)]
+    left = [enqueue_update(restaurant, serves_pizza=True) for restaurant in restaurants]
+    # A record after both restaurants' in the sweep's order (content type id, then object id).
+    after = ContentType.objects.get_for_model(Restaurant).pk
+    later = [
+        enqueue_update(Profile, ProfileFactory(active=False).pk, active=True)
+        if ContentType.objects.get_for_model(Profile).pk > after
+        else enqueue_update(Ticket.objects.create(number="T-1", label="old"), label="new")
+    ]
+    assert later[0].content_type_id > after
+    assert run_one_job() == "finished"
+    assert statuses(later) == ["applied"]  # swept, from the second page
+    assert statuses(left) == ["pending", "pending"]
+    assert sorted(queue().job_ids) == sorted(queues.job_id(r.content_type_id, r.object_id) for r in left)
+
+
 @pytest.mark.parametrize(
     ("corrupt", "error"),
     [({"content_type_id": 0}, "content type 0 no longer exists"), ({"object_id": "-1x"}, "invalid primary key")],
