@@ -41,7 +41,7 @@ from safeupdates.versions import next_version
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.redis_commands import RedisCommands
-from tests.testapp.models import ActiveOnlyProfile, Profile, Tag
+from tests.testapp.models import ActiveOnlyProfile, Profile, Tag, Vehicle
 from tests.workers import ROOT, RowLock, subprocess_env, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
@@ -469,8 +469,8 @@ class TestApplyInProcess:
     @pytest.mark.parametrize(
         ("corrupt", "error"),
         [
-            ({"object_id": "abc"}, "invalid primary key"),
-            ({"version": None}, "has no version"),
+            ({"object_id": "abc"}, "testapp.Profile: invalid primary key 'abc': “abc” value must be an integer."),
+            ({"version": None}, "the request has no version."),
             ("model", "model gone no longer exists"),
             ({"content_type_id": 987654}, "content type 987654 no longer exists"),
         ],
@@ -484,7 +484,25 @@ class TestApplyInProcess:
         ProcessedRequest.objects.filter(pk=request.pk).update(**corrupt)
         assert apply_update(str(request.request_id)) == "1 rejected"
         request.refresh_from_db()
-        assert request.status == "rejected" and error in request.error
+        assert (request.status, request.error) == ("rejected", error)
+
+    def test_a_request_for_a_model_without_safe_update_fields_changes_nothing(self, redis):
+        """A log row naming a model that has no ``safe_update_fields`` (one that stopped being a
+        SafeUpdateModel, or a row written by hand) is rejected: a job may change no field of it."""
+        from django.contrib.contenttypes.models import ContentType
+
+        vehicle = Vehicle.objects.create(wheels=4)
+        request = enqueue_update(ProfileFactory(), active=True)
+        ProcessedRequest.objects.filter(pk=request.pk).update(
+            content_type=ContentType.objects.get_for_model(Vehicle), object_id=str(vehicle.pk), changes={"wheels": 18}
+        )
+        assert apply_update(str(request.request_id)) == "1 rejected"
+        request.refresh_from_db()
+        assert request.error == (
+            "testapp.Vehicle.wheels is not in testapp.Vehicle.safe_update_fields (); add it there to let queued "
+            "jobs change it."
+        )
+        assert Vehicle.objects.get(pk=vehicle.pk).wheels == 4
 
     @pytest.mark.parametrize(
         ("corrupt", "error"),
