@@ -41,7 +41,7 @@ from safeupdates.versions import _next_from_counter, last_issued, next_version, 
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.test_managers import waiting_on_locks
 from tests.testapp.batch_jobs import add_score, record_reduce
-from tests.testapp.models import ActiveOnlyProfile, Document, Profile, Restaurant, Specimen
+from tests.testapp.models import ActiveOnlyProfile, Bookmark, Document, Profile, Restaurant, Specimen
 from tests.workers import RowLock, start_threads, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
@@ -223,6 +223,29 @@ def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(r
     run_jobs()
     assert log(TENANT).get(pk=request.pk).status == RequestStatus.APPLIED
     assert Profile.objects.using(TENANT).get(pk=away.pk).active
+
+
+def test_a_foreign_key_is_checked_on_the_database_the_request_is_written_to(redis):
+    """A foreign key's target must exist where the row is written, when the request is enqueued and again
+    when its job applies it: the tenant's document, which ``default`` lacks, is accepted; one deleted from
+    the tenant's database before the job ran is refused by the job, nothing written."""
+    document = Document.objects.using(TENANT).create(title="tenant's")
+    gone = Document.objects.using(TENANT).create(title="deleted before the job")
+    assert not Document.objects.using("default").filter(pk__in=[document.pk, gone.pk]).exists()
+    kept, emptied = (Bookmark.objects.using(TENANT).create(label=label) for label in ("kept", "emptied"))
+    with tenant():
+        applied = enqueue_update(Bookmark, kept.pk, document=document.pk)
+        refused = enqueue_update(Bookmark, emptied.pk, document=gone.pk)
+    Document.objects.using(TENANT).filter(pk=gone.pk).delete()
+    run_jobs()
+    assert log(TENANT).get(pk=applied.pk).status == RequestStatus.APPLIED
+    assert Bookmark.objects.using(TENANT).get(pk=kept.pk).document_id == document.pk
+    rejected = log(TENANT).get(pk=refused.pk)
+    assert (rejected.status, rejected.error) == (
+        RequestStatus.REJECTED,
+        f"testapp.Bookmark.document={gone.pk} is invalid: document instance with id {gone.pk} is not a valid choice.",
+    )
+    assert Bookmark.objects.using(TENANT).get(pk=emptied.pk).document_id is None
 
 
 def test_a_tenants_job_sweeps_the_tenants_records_but_those_whose_write_spans_tables(redis):

@@ -142,6 +142,18 @@ class Refund(Invoice):
         return f"refund {self.pk}"
 
 
+class Bookmark(SafeUpdateModel):
+    """A foreign key that queued jobs may change: its target must exist on the database written to."""
+
+    document = models.ForeignKey(Document, null=True, on_delete=models.SET_NULL, related_name="+")
+    label = models.CharField(max_length=40, default="")
+
+    safe_update_fields = ("document", "label")
+
+    def __str__(self) -> str:
+        return self.label
+
+
 class Chapter(LockVersionMixin):
     """A row with its own lock_version, edited inline on its document's admin page."""
 
