@@ -507,10 +507,10 @@ class TestApplyInProcess:
     @pytest.mark.parametrize(
         ("corrupt", "error"),
         [
-            ({"changes": "active"}, "changes must be a JSON object of field: value, not str"),
-            ({"changes": ["active", True]}, "changes must be a JSON object of field: value, not list"),
-            ({"changes": 7}, "changes must be a JSON object of field: value, not int"),
-            ({"content_type": None}, "the request names no model (content_type is NULL)"),
+            ({"changes": "active"}, "changes must be a JSON object of field: value, not str."),
+            ({"changes": ["active", True]}, "changes must be a JSON object of field: value, not list."),
+            ({"changes": 7}, "changes must be a JSON object of field: value, not int."),
+            ({"content_type": None}, "the request names no model (content_type is NULL)."),
         ],
     )
     def test_a_corrupt_row_is_rejected_and_its_record_applied(self, redis, corrupt, error):
@@ -526,7 +526,7 @@ class TestApplyInProcess:
         statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
         assert statuses == {good.pk: "applied", bad.pk: "rejected", later.pk: "applied"}
         bad.refresh_from_db()
-        assert error in bad.error and bad.attempts == 1
+        assert (bad.error, bad.attempts) == (error, 1)
         profile.refresh_from_db()
         assert (profile.active, profile.newsletter, profile.dark_mode) == (True, False, True)
         assert relay_pending(0) == 0  # nothing left for the relay to deliver again and again
