@@ -227,18 +227,30 @@ def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(r
 
 def test_a_foreign_key_is_checked_on_the_database_the_request_is_written_to(redis):
     """A foreign key's target must exist where the row is written, when the request is enqueued and again
-    when its job applies it: the tenant's document, which ``default`` lacks, is accepted; one deleted from
-    the tenant's database before the job ran is refused by the job, nothing written."""
+    when its job applies it: the tenant's document, which ``default`` lacks, is accepted, and one only on
+    ``default`` refused; one deleted from the tenant's database before the job ran is refused by the job,
+    nothing written."""
     document = Document.objects.using(TENANT).create(title="tenant's")
     gone = Document.objects.using(TENANT).create(title="deleted before the job")
     assert not Document.objects.using("default").filter(pk__in=[document.pk, gone.pk]).exists()
     kept, emptied = (Bookmark.objects.using(TENANT).create(label=label) for label in ("kept", "emptied"))
+    home_only = Document.objects.using("default").create(pk=gone.pk + 1000, title="default's")
     with tenant():
-        applied = enqueue_update(Bookmark, kept.pk, document=document.pk)
+        earlier = enqueue_update(Bookmark, kept.pk, document=document.pk)
         refused = enqueue_update(Bookmark, emptied.pk, document=gone.pk)
+    # Given the database (using=) outside the tenant's context, where Django's own reads go to default:
+    # the target is looked for where the request is written, not where the router reads.
+    logged = log(TENANT).count()
+    with pytest.raises(
+        InvalidUpdate,
+        match=rf"^testapp.Bookmark.document={home_only.pk} is invalid: document instance with id {home_only.pk} is",
+    ):
+        enqueue_update(Bookmark, kept.pk, using=TENANT, document=home_only.pk)
+    assert log(TENANT).count() == logged
+    applied = enqueue_update(Bookmark, kept.pk, using=TENANT, document=document.pk)  # the tenant's only: accepted
     Document.objects.using(TENANT).filter(pk=gone.pk).delete()
     run_jobs()
-    assert log(TENANT).get(pk=applied.pk).status == RequestStatus.APPLIED
+    assert [log(TENANT).get(pk=r.pk).status for r in (earlier, applied)] == ["stale", "applied"]  # newest wins
     assert Bookmark.objects.using(TENANT).get(pk=kept.pk).document_id == document.pk
     rejected = log(TENANT).get(pk=refused.pk)
     assert (rejected.status, rejected.error) == (
