@@ -140,8 +140,7 @@ def save(into: Path, root: Path = Path("mutants"), *, kills_only: bool = False) 
         if kills_only:
             codes = {
                 name: codes[name]
-                if codes.get(name) in KILLED | BY_MYPY
-                and old_hashes.get(_function(name)) == hashes.get(_function(name))
+                if codes.get(name) in REJECTED and old_hashes.get(_function(name)) == hashes.get(_function(name))
                 else old_code
                 for name, old_code in old_codes.items()
             }
