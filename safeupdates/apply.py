@@ -326,7 +326,10 @@ def _validate(batch: list[ProcessedRequest], using: str) -> _Decision:
         content_type = None
     model = None if content_type is None else content_type.model_class()
     if model is None:
-        missing = f"content type {batch[0].content_type_id}" if content_type is None else f"model {content_type}"
+        if content_type is None:
+            missing = f"content type {batch[0].content_type_id}"
+        else:  # not str(content_type): Django 6.1 renders a missing model's as "app | model"
+            missing = f"model {content_type.app_label}.{content_type.model}"
         return _Decision(None, rejected=[_rejected(r, f"{missing} no longer exists") for r in batch])
 
     try:

@@ -471,7 +471,7 @@ class TestApplyInProcess:
         [
             ({"object_id": "abc"}, "testapp.Profile: invalid primary key 'abc': “abc” value must be an integer."),
             ({"version": None}, "the request has no version."),
-            ("model", "model gone no longer exists"),
+            ("model", "model gone.gone no longer exists"),
             ({"content_type_id": 987654}, "content type 987654 no longer exists"),
         ],
     )
