@@ -65,6 +65,23 @@ def workers(redis: Redis, transactional_db: None) -> Iterator[Workers]:
     pool.stop()
 
 
+@pytest.hookimpl(trylast=True)  # after ``-k`` and ``-m`` deselected theirs
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test database is set up in a run that starts processes (tests marked ``workers``).
+
+    On Django 6.1 each ``manage.py`` command a test starts (rqworker, the relay, runserver) runs the
+    system checks, which connect to every database in ``DATABASES``; pytest-django sets up only the
+    databases the selected tests ask for. The first test that starts processes asks for all of them, which
+    costs nothing when other tests already do."""
+    starts_processes = next((item for item in items if item.get_closest_marker("workers")), None)
+    if starts_processes is None:
+        return
+    marker = starts_processes.get_closest_marker("django_db")
+    kwargs = dict(marker.kwargs) if marker else {}
+    if kwargs.get("databases") != "__all__":
+        starts_processes.add_marker(pytest.mark.django_db(**{**kwargs, "databases": "__all__"}), append=False)
+
+
 @pytest.fixture
 def postgres_only() -> None:
     if connection.vendor != "postgresql":

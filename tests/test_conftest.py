@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from django.db import connections
 
 from tests.conftest import skipped_groups
 from tests.workers import ROOT
@@ -83,3 +84,39 @@ def test_the_fault_scenarios_settings_name_only_the_database_a_scenario_starts(p
             assert done.returncode == 0, done.stderr[-2000:]
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{alone}"')
+
+
+@pytest.mark.workers
+@pytest.mark.django_db(transaction=True)
+def test_a_test_that_starts_processes_has_every_test_database():
+    """On Django 6.1 each ``manage.py`` command a test starts (rqworker, the relay, runserver) runs the
+    system checks, which connect to every database in ``DATABASES``. A run of tests that need only the
+    default database still has the tenant's test database when one of them starts processes: without it,
+    ``-k`` picking one worker test failed with ``database "test_safeupdates_tenant" does not exist``."""
+    for alias in connections:  # a connection of its own, as another process has: the test's may not query
+        raw = connections[alias].get_new_connection(connections[alias].get_connection_params())
+        try:
+            assert raw.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            raw.close()
+
+
+@pytest.mark.django_db
+def test_a_run_of_one_worker_test_alone_sets_up_every_test_database(postgres_only):
+    """:func:`test_a_test_that_starts_processes_has_every_test_database` run on its own, in a session of
+    its own on a database of its own (whose tenant database no other test creates)."""
+    from tests.workers import subprocess_env, worker_db_url
+
+    server, name = worker_db_url().rsplit("/", 1)
+    env = subprocess_env(DATABASE_URL=f"{server}/{name}_alone_{os.getpid()}")
+    test = "tests/test_conftest.py::test_a_test_that_starts_processes_has_every_test_database"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--no-cov", "--create-db", test],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout, done.stdout
