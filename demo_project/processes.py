@@ -314,3 +314,24 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: f
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def wait_while_progressing(
+    predicate: Callable[[], bool], progress: Callable[[], object], stall: float = 60.0, interval: float = 0.05
+) -> bool:
+    """Poll ``predicate`` until it is true; give up only once ``progress()`` (what the work has done so
+    far: counts of jobs, rows ...) has stayed the same for ``stall`` seconds. Return the predicate's last value.
+
+    For waits on hundreds of jobs, whose time no bound fits: under coverage (which follows every forked
+    work horse) a job takes ten times as long, and a loaded machine slows it as much again; a stuck run
+    still fails as soon as a small one would."""
+    seen = progress()
+    deadline = time.monotonic() + stall
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+        now = progress()
+        if now != seen:
+            seen, deadline = now, time.monotonic() + stall
+    return bool(predicate())

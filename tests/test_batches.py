@@ -21,7 +21,7 @@ from tests.factories import ProfileFactory
 from tests.testapp.batch_jobs import add_score, failing_reduce, hold_until_released, record_reduce
 from tests.testapp.jobs import record
 from tests.testapp.models import Profile, ReduceRun
-from tests.workers import start_threads, wait_until
+from tests.workers import start_threads, wait_until, wait_while_progressing
 
 
 def reduced(batch: Batch) -> bool:
@@ -58,7 +58,10 @@ def test_redelivered_items_and_three_workers_reduce_once(workers):
     queue.connection.delete(queue.key)
     queue.connection.rpush(queue.key, *ids)
     workers.start(3)
-    assert wait_until(lambda: reduced(batch), 120), state_of(batch, queue)
+    # 400 jobs, each in a work horse of its own: no bound on the time fits both a laptop and a loaded
+    # machine under coverage (over 120 s), so the wait fails only when the queue stops moving.
+    moving = lambda: (queue.count, queue.finished_job_registry.count, queue.failed_job_registry.count)  # noqa: E731
+    assert wait_while_progressing(lambda: reduced(batch), moving, stall=60), state_of(batch, queue)
     assert wait_until(lambda: queue.count == 0, 60), state_of(batch, queue)
     for _ in range(3):  # the reduce delivered again, after it ran
         queue.enqueue(run_batch_reduce, str(batch.batch_id))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from tests.workers import run_threads, start_threads
+from tests.workers import run_threads, start_threads, wait_while_progressing
 
 
 def boom() -> None:
@@ -20,3 +22,16 @@ def test_joining_a_started_thread_raises_what_it_raised():
     [thread] = start_threads(boom, 1)
     with pytest.raises(ValueError, match="raised in a thread"):
         thread.join()
+
+
+def test_a_wait_on_work_that_progresses_outlasts_its_stall_bound():
+    """The work ends after 40 polls (two seconds), twenty times the stall bound: each poll sees progress."""
+    polls = itertools.count()
+    done = iter([False] * 40 + [True])
+    assert wait_while_progressing(lambda: next(done), lambda: next(polls), stall=0.1, interval=0.05)
+
+
+def test_a_wait_on_work_that_stalls_gives_up_after_the_stall_bound():
+    answers = []
+    assert not wait_while_progressing(lambda: answers.append(False), lambda: "the same", stall=0.2, interval=0.05)
+    assert len(answers) >= 2  # polled until the bound, then once more

@@ -14,6 +14,7 @@ from demo_project.processes import (
     kill_tree,
     subprocess_env,
     wait_until,
+    wait_while_progressing,
 )
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "start_threads",
     "subprocess_env",
     "wait_until",
+    "wait_while_progressing",
     "worker_db_url",
 ]
 
