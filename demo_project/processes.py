@@ -277,8 +277,8 @@ class TaskWorkers(Workers):
         for _ in range(count):
             index = len(self.procs)
             args = ["db_worker", "--backend", self.backend, "--queue-name", ",".join(queues), "--interval", "0.05"]
-            # --skip-checks: like rqworker, a worker does not run the system checks (which may connect to
-            # every database of DATABASES on Django 6.1).
+            # --skip-checks: on Django 6.1 the system checks connect to every database of DATABASES
+            # (docs/deployment.md), and a task worker needs only the one its backend names.
             args += ["--no-startup-delay", "--no-reload", "--skip-checks", "--worker-id", self.worker_id(index)]
             args += ["-v", str(1 if verbosity is None else verbosity)]
             if burst:
