@@ -27,8 +27,9 @@ lint: install
 types: install
 	$(VENV)/bin/mypy
 
+# --durations: the slowest tests, in every log (CI's 30 minutes are mostly a few dozen worker tests).
 pytest: install
-	$(VENV)/bin/pytest --cov --cov-report=term-missing
+	$(VENV)/bin/pytest --cov --cov-report=term-missing --durations=25
 
 # The same suite on SQLite (row-lock tests skip themselves there).
 # The fault scenarios start their own PostgreSQL and Redis whatever DATABASE_URL says, and the tests marked
