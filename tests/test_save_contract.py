@@ -452,15 +452,33 @@ class TestANewInstanceRefreshedFromARow:
             tag.save()
         assert dict(Tag.objects.values_list("code", "label")) == {"t": "a", "taken": "kept"}
 
-    def test_refreshed_without_its_lock_version_it_never_loaded_the_row(self) -> None:
+    @pytest.mark.parametrize(
+        ("args", "kwargs"), [((), {"fields": ["label"]}), ((), {"fields": ("code", "label")}), ((None, ["label"]), {})]
+    )
+    def test_refreshed_without_its_lock_version_it_never_loaded_the_row(self, args: Any, kwargs: Any) -> None:
         Tag.objects.create(code="t", label="a")
-        for fields in (["label"], ("code", "label")):
-            tag = Tag(code="t")
-            tag.refresh_from_db(fields=fields)
-            tag.label = "b"
-            with pytest.raises(NeverLoadedError):
-                tag.save()
+        tag = Tag(code="t")
+        tag.refresh_from_db(*args, **kwargs)
+        tag.label = "b"
+        with pytest.raises(NeverLoadedError):
+            tag.save()
         assert Tag.objects.get(pk="t").label == "a"
+
+    @pytest.mark.parametrize(
+        ("args", "kwargs"),
+        [((), {"fields": ["label", "lock_version"]}), (("default", ["lock_version"]), {}), (("default",), {})],
+    )
+    def test_refreshed_with_its_lock_version_it_loaded_the_row(self, args: Any, kwargs: Any) -> None:
+        """Django's arguments by name or by position (``using``, ``fields``): ``fields`` naming
+        ``lock_version``, or none, reloads the version the instance's save is checked by."""
+        Tag.objects.create(code="t", label="a")
+        tag = Tag(code="t")
+        tag.refresh_from_db(*args, **kwargs)
+        Tag.objects.filter(pk="t").delete()
+        tag.label = "b"
+        with pytest.raises(StaleObjectError, match=r"^testapp.Tag pk='t' was deleted after it was loaded"):
+            tag.save()
+        assert not Tag.objects.filter(pk="t").exists()
 
     def test_a_new_key_that_matches_no_row_inserts_it_as_django_does(self) -> None:
         Tag.objects.create(code="t", label="a")
