@@ -674,6 +674,22 @@ class TestApplyInProcess:
         assert relay_pending(0) == 1
         assert queue().count == 1
 
+    def test_another_redis_error_at_commit_is_not_raised_to_the_committed_caller(self, redis):
+        """Not only a lost connection: whatever enqueuing the job raises after the commit leaves the request
+        for the relay. The caller's ``atomic()``, whose commit holds, does not raise (it would be taken for
+        a failure and retried), and its other on-commit work runs."""
+        profile = ProfileFactory()
+        redis.set(queue().key, "not a list")  # every push to the queue: WRONGTYPE
+        ran = []
+        with transaction.atomic():
+            request = enqueue_update(profile, active=True)
+            transaction.on_commit(lambda: ran.append("the caller's own"))
+        assert ran == ["the caller's own"]
+        assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+        redis.delete(queue().key)
+        assert relay_pending(0) == 1
+        assert queue().count == 1
+
     def test_queue_name_is_registered_once_and_by_the_relay(self, redis, monkeypatch):
         """RQ adds the queue to its set of queues on every enqueue, in a round trip of its own;
         enqueue_update does it once per process, and every relay delivery does it again."""

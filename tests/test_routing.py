@@ -216,6 +216,22 @@ def test_enqueue_update_of_an_instance_follows_its_database(redis):
     assert not log("default").exists()
 
 
+def test_a_tenants_request_is_delivered_when_the_tenants_transaction_commits(redis):
+    """Its job is enqueued on the commit of the transaction that wrote the request, on the tenant's
+    database, never before it (the job would find no request, and leave it to the relay), and never for
+    a request rolled back."""
+    _home, away = twins()
+    queue = django_rq.get_queue("default")
+    with pytest.raises(RuntimeError), transaction.atomic(using=TENANT):
+        enqueue_update(away, active=False)
+        raise RuntimeError("the caller failed after enqueueing")
+    assert (queue.count, log(TENANT).count()) == (0, 0)
+    with transaction.atomic(using=TENANT):
+        request = enqueue_update(away, active=True)
+        assert queue.count == 0
+    assert queue.job_ids == [job_id(request.content_type_id, request.object_id, TENANT)]
+
+
 def test_the_apply_job_of_a_tenants_request_applies_it_on_the_tenants_database(redis):
     _home, away = twins()
     with tenant():

@@ -143,7 +143,8 @@ def test_an_instance_and_another_rows_primary_key_are_refused(redis, profile, dj
     other = Profile.objects.create(name="other", score=1)
     with django_capture_on_commit_callbacks(execute=True):
         given = r"testapp.Profile: enqueue_update\(\) was given"
-        with refused(rf"{given} the instance pk={profile.pk} and pk={other.pk}, another row", profile, other):
+        whole = rf"{given} the instance pk={profile.pk} and pk={other.pk}, another row: pass the instance alone, or "
+        with refused(whole + r"the model class and the key\.$", profile, other):
             enqueue_update(profile, other.pk, active=True)
         with refused(rf"{given} an unsaved instance and pk={other.pk}", other):
             enqueue_update(Profile(name="new"), other.pk, active=True)
