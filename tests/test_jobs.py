@@ -443,6 +443,25 @@ class TestApplyInProcess:
         profile.refresh_from_db()
         assert profile.score == count
 
+    def test_a_record_of_exactly_a_batch_is_no_duplicate_of_itself(self, redis, monkeypatch):
+        """The job finds the record's requests all applied when it looks for a second batch: that is the
+        end of its work, not a redelivery of a request already done (no ``request_duplicate``)."""
+        from safeupdates import apply
+
+        monkeypatch.setattr(apply, "BATCH_SIZE", 3)
+        profile = ProfileFactory()
+        with transaction.atomic():
+            requests = [enqueue_update(profile, score=n) for n in range(1, 4)]
+        duplicates = []
+        signals.request_duplicate.connect(lambda **kwargs: duplicates.append(kwargs), weak=False, dispatch_uid="t")
+        try:
+            assert apply_update(str(requests[0].request_id)) == "1 applied, 2 stale"
+            assert duplicates == []
+            assert apply_update(str(requests[0].request_id)) == "nothing pending"  # delivered again: one
+            assert [d["request_id"] for d in duplicates] == [requests[0].request_id]
+        finally:
+            signals.request_duplicate.disconnect(dispatch_uid="t")
+
     def test_a_field_held_by_a_newer_write_is_not_logged_as_written(self, redis):
         """The guarded write wins ``newsletter`` but not ``active``, which a direct save wrote after the
         request got its version: the request for ``active`` is stale, not applied."""
