@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import random
 import re
@@ -843,6 +844,30 @@ def test_an_error_without_a_sqlstate_is_transient_if_it_is_operational():
         lost, bad = OperationalError("lost"), DatabaseError("refused")
         lost.__cause__, bad.__cause__ = _DriverError(sqlstate), _DriverError(sqlstate)
         assert is_transient(lost) and not is_transient(bad), sqlstate
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("object_id", "key"),
+    [
+        ("5", "5"),
+        ("a-Z_9", "a-Z_9"),
+        ("k" * 64, "k" * 64),
+        ("k" * 65, _sha1("k" * 65)),  # RQ's ids are short
+        ("a b", _sha1("a b")),  # and of letters, digits, - and _ only
+        ("a:b", _sha1("a:b")),
+        ("é", _sha1("é")),
+    ],
+)
+def test_a_job_id_holds_a_short_key_as_it_is_and_any_other_as_its_digest(object_id, key):
+    """Every apply job of one record shares its id (RQ's ``unique=True`` keeps one of them waiting); the
+    records of two databases never share one."""
+    assert queues.job_id(7, object_id) == f"safeupdates-7-{key}"
+    assert queues.job_id(7, object_id, "tenant2") == f"safeupdates_tenant2-7-{key}"
+    assert queues.job_id(7, object_id, "a-b") == f"safeupdates__{_sha1('a-b')[:20]}-7-{key}"
 
 
 class _DriverError(Exception):
