@@ -67,4 +67,6 @@ def test_an_outage_logs_one_line_per_request_and_a_summary(own_redis, caplog, mo
         [back] = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert back.getMessage().startswith(f"safeupdates: Redis at {where} is reachable again after ")
         assert back.getMessage().endswith("; 4 request(s) saved meanwhile wait for the relay (safeupdates_relay).")
+        after = float(back.getMessage().split(" reachable again after ", 1)[1].split(" s;", 1)[0])
+        assert 1 <= after <= time.monotonic() - down_at + 1  # since the first failure (0.6 s slept), rounded
         assert relay_pending(0) == 1  # the first record, whose jobs were lost; the second one's job waits
