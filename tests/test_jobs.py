@@ -148,10 +148,13 @@ class TestEnqueueValidation:
 
     def test_a_primary_key_longer_than_the_logs_object_id(self, redis):
         tag = Tag.objects.create(code="t" * 300)
-        with pytest.raises(
-            InvalidUpdate, match=r"has 300 characters, and the request log's object_id holds at most 255"
-        ):
+        with pytest.raises(InvalidUpdate) as refused:
             enqueue_update(tag, label="x")
+        assert str(refused.value) == (
+            "testapp.Tag: primary key 'tttttttttt...' has 300 characters, and the request log's object_id holds "
+            "at most 255: requests of this row cannot be recorded. Update it without request_id "
+            "(update_if_newer()), or give the model a shorter primary key."
+        )
         assert ProcessedRequest.objects.count() == 0
         assert queue().count == 0
         short = Tag.objects.create(code="t" * 255)
@@ -868,6 +871,10 @@ def test_a_job_id_holds_a_short_key_as_it_is_and_any_other_as_its_digest(object_
     assert queues.job_id(7, object_id) == f"safeupdates-7-{key}"
     assert queues.job_id(7, object_id, "tenant2") == f"safeupdates_tenant2-7-{key}"
     assert queues.job_id(7, object_id, "a-b") == f"safeupdates__{_sha1('a-b')[:20]}-7-{key}"
+    # An alias of up to 32 ASCII letters and digits as it is, any other as a digest.
+    assert queues.job_id(7, object_id, "t" * 32) == f"safeupdates_{'t' * 32}-7-{key}"
+    for alias in ("t" * 33, "tenanté"):
+        assert queues.job_id(7, object_id, alias) == f"safeupdates__{_sha1(alias)[:20]}-7-{key}"
 
 
 class _DriverError(Exception):

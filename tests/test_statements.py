@@ -25,3 +25,10 @@ def test_a_guarded_update_for_another_database_vendor_names_the_database():
         SafeUpdatesError, match=r"^safeupdates supports PostgreSQL and SQLite; database 'legacy' is oracle\.$"
     ):
         guarded_update(Profile, ["active"], legacy)  # type: ignore[arg-type]
+
+
+def test_a_guarded_update_of_a_name_that_is_no_identifier_is_refused():
+    """Field names are spliced into the statement's JSON keys: anything but an identifier is refused, whatever
+    validated it upstream."""
+    with pytest.raises(SafeUpdatesError, match=r"^not a field name: 'active; --'$"):
+        guarded_update(Profile, ["active; --"], connection)
