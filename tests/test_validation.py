@@ -189,7 +189,11 @@ def test_a_primary_key_too_long_for_the_request_log_is_refused(redis, entry_poin
         (True, r"Gadget.count=True is a bool"),
         (float("inf"), r"Gadget.count=inf is not a whole number"),
         (float("nan"), r"Gadget.count=nan is not a whole number"),
-        (2**31, r"Gadget.count=2147483648 is out of range"),
+        (
+            2**31,
+            r"Gadget.count=2147483648 is out of range: a IntegerField column holds -2147483648 to 2147483647; "
+            r"use a wider field \(BigIntegerField\) if the value is right\.",
+        ),
         (-(2**31) - 1, r"Gadget.count=-2147483649 is out of range"),
         (2**63, r"Gadget.count=9223372036854775808 is out of range"),
         (-(2**63) - 1, r"Gadget.count=-9223372036854775809 is out of range"),
@@ -215,7 +219,11 @@ def test_integer_field_bounds_and_whole_numbers_are_accepted(gadget):
     "value", [float("nan"), float("inf"), float("-inf"), Decimal("NaN"), Decimal("-Infinity"), "nan", "inf"]
 )
 def test_nan_and_infinity_are_refused_for_a_float_field(update, gadget, value):
-    with refused(r"Gadget.ratio=.* is not a finite number", gadget):
+    whole = (
+        r"Gadget.ratio=.* is not a finite number: NaN and infinity cannot be carried by the request log's JSON "
+        r"nor compared; pass a finite number \(or None, for a nullable field\)\."
+    )
+    with refused(whole, gadget):
         update(Gadget, gadget.pk, ratio=value)
 
 
@@ -341,6 +349,13 @@ def test_a_naive_datetime_is_refused_under_use_tz(update, gadget):
         update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4))
     with refused(r"Gadget.seen_at='2026-01-02T03:04' is naive while USE_TZ=True", gadget):
         update(Gadget, gadget.pk, seen_at="2026-01-02T03:04")
+
+
+def test_a_nullable_datetime_is_cleared_with_none(gadget):
+    gadget.seen_at = datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.UTC)
+    gadget.save()
+    assert via_update(Gadget, gadget.pk, seen_at=None).applied
+    assert row(Gadget, gadget.pk)["seen_at"] is None
 
 
 def test_an_aware_datetime_is_refused_without_use_tz(update, gadget):
