@@ -306,32 +306,25 @@ class TaskWorkers(Workers):
         raise NotImplementedError("db_workers are not RQ workers")
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout: float = 60.0,
+    interval: float = 0.05,
+    *,
+    progress: Callable[[], object] | None = None,
+) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value.
+
+    With ``progress`` (what the work has done so far: counts of jobs, rows ...), the timeout counts from
+    its last change instead. For waits on hundreds of jobs, whose time no bound fits: under coverage
+    (which follows every forked work horse) a job takes ten times as long, and a loaded machine slows it
+    as much again; a stuck run still fails as soon as a small one would."""
+    seen = progress() if progress is not None else None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
         time.sleep(interval)
-    return bool(predicate())
-
-
-def wait_while_progressing(
-    predicate: Callable[[], bool], progress: Callable[[], object], stall: float = 60.0, interval: float = 0.05
-) -> bool:
-    """Poll ``predicate`` until it is true; give up only once ``progress()`` (what the work has done so
-    far: counts of jobs, rows ...) has stayed the same for ``stall`` seconds. Return the predicate's last value.
-
-    For waits on hundreds of jobs, whose time no bound fits: under coverage (which follows every forked
-    work horse) a job takes ten times as long, and a loaded machine slows it as much again; a stuck run
-    still fails as soon as a small one would."""
-    seen = progress()
-    deadline = time.monotonic() + stall
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-        now = progress()
-        if now != seen:
-            seen, deadline = now, time.monotonic() + stall
+        if progress is not None and (now := progress()) != seen:
+            seen, deadline = now, time.monotonic() + timeout
     return bool(predicate())

@@ -21,7 +21,7 @@ from tests.factories import ProfileFactory
 from tests.testapp.batch_jobs import add_score, failing_reduce, hold_until_released, record_reduce
 from tests.testapp.jobs import record
 from tests.testapp.models import Profile, ReduceRun
-from tests.workers import start_threads, wait_until, wait_while_progressing
+from tests.workers import start_threads, wait_until
 
 
 def reduced(batch: Batch) -> bool:
@@ -59,9 +59,12 @@ def test_redelivered_items_and_three_workers_reduce_once(workers):
     queue.connection.rpush(queue.key, *ids)
     workers.start(3)
     # 400 jobs, each in a work horse of its own: no bound on the time fits both a laptop and a loaded
-    # machine under coverage (over 120 s), so the wait fails only when the queue stops moving.
-    moving = lambda: (queue.count, queue.finished_job_registry.count, queue.failed_job_registry.count)  # noqa: E731
-    assert wait_while_progressing(lambda: reduced(batch), moving, stall=60), state_of(batch, queue)
+    # machine under coverage (over 120 s), so the wait fails only when the queue stops moving for 60 s.
+    assert wait_until(
+        lambda: reduced(batch),
+        60,
+        progress=lambda: (queue.count, queue.finished_job_registry.count, queue.failed_job_registry.count),
+    ), state_of(batch, queue)
     assert wait_until(lambda: queue.count == 0, 60), state_of(batch, queue)
     for _ in range(3):  # the reduce delivered again, after it ran
         queue.enqueue(run_batch_reduce, str(batch.batch_id))

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tests.workers import run_threads, start_threads, wait_while_progressing
+from tests.workers import run_threads, start_threads, wait_until
 
 
 def boom() -> None:
@@ -24,14 +24,14 @@ def test_joining_a_started_thread_raises_what_it_raised():
         thread.join()
 
 
-def test_a_wait_on_work_that_progresses_outlasts_its_stall_bound():
-    """The work ends after 40 polls (two seconds), twenty times the stall bound: each poll sees progress."""
+def test_a_wait_on_work_that_progresses_outlasts_its_timeout():
+    """The work ends after 40 polls (two seconds), twenty times the timeout: each poll sees progress."""
     polls = itertools.count()
     done = iter([False] * 40 + [True])
-    assert wait_while_progressing(lambda: next(done), lambda: next(polls), stall=0.1, interval=0.05)
+    assert wait_until(lambda: next(done), 0.1, 0.05, progress=lambda: next(polls))
 
 
-def test_a_wait_on_work_that_stalls_gives_up_after_the_stall_bound():
+def test_a_wait_on_work_that_stalls_gives_up_after_its_timeout():
     answers = []
-    assert not wait_while_progressing(lambda: answers.append(False), lambda: "the same", stall=0.2, interval=0.05)
+    assert not wait_until(lambda: answers.append(False), 0.2, 0.05, progress=lambda: "the same")
     assert len(answers) >= 2  # polled until the bound, then once more

@@ -14,7 +14,6 @@ from demo_project.processes import (
     kill_tree,
     subprocess_env,
     wait_until,
-    wait_while_progressing,
 )
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "start_threads",
     "subprocess_env",
     "wait_until",
-    "wait_while_progressing",
     "worker_db_url",
 ]
 
