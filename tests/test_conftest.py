@@ -7,10 +7,13 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+import pytest_django.plugin
 from django.db import connections
 
+from tests import mutation_order
 from tests.conftest import skipped_groups
 from tests.workers import ROOT
 
@@ -120,3 +123,24 @@ def test_a_run_of_one_worker_test_alone_sets_up_every_test_database(postgres_onl
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout, done.stdout
+
+
+def test_the_mutation_runs_order_reads_pytest_djangos_groups_as_it_does(request):
+    """The groups of this session's tests, as pytest-django computes them (its sort key, caught)."""
+
+    class CaughtKey(list[pytest.Item]):
+        def sort(self, *, key: Any = None, reverse: bool = False) -> None:
+            self.key = key
+
+    items = CaughtKey(request.session.items)
+    pytest_django.plugin.pytest_collection_modifyitems(items)
+    assert [mutation_order.group(item) for item in items] == [items.key(item) for item in items]
+
+
+def test_a_mutants_tests_run_quickest_first_within_their_groups(request):
+    items = list(request.session.items)
+    durations = {item.nodeid: -index for index, item in enumerate(items)}  # the slowest first
+    mutation_order.quickest_first(items, durations)
+    keys = [(mutation_order.group(item), durations[item.nodeid]) for item in items]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(items)
