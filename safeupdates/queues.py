@@ -403,9 +403,10 @@ def unreachable_redis(queue_name: str) -> Iterator[None]:
 def _where(queue_name: str) -> str:
     """The address of queue ``queue_name``'s Redis server, without a password."""
     options = get_queue(queue_name).connection.connection_pool.connection_kwargs
+    db = options.get("db") or 0  # django-rq passes db=None for a URL that names none: redis-py's 0
     if options.get("path"):
-        return f"unix://{options['path']}?db={options.get('db', 0)}"
-    return f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        return f"unix://{options['path']}?db={db}"
+    return f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{db}"
 
 
 #: Seconds between two summaries of an outage of Redis in the log (see :func:`deliver_or_leave_for_relay`).

@@ -436,3 +436,19 @@ def test_the_relay_scans_the_request_log_where_the_router_writes_it(redis):
         assert ProcessedRequest.objects.using("tenant").filter(pk=request.pk).exists()
         redis.flushdb()
         assert relay(0).enqueued == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        ("unix://{dir}/no.sock?db=5", "unix://{dir}/no.sock?db=5"),
+        ("unix://{dir}/no.sock", "unix://{dir}/no.sock?db=0"),
+        ("redis://127.0.0.1:1", "redis://127.0.0.1:1/0"),
+    ],
+)
+def test_an_unreachable_queue_is_named_by_its_server_and_database(settings, tmp_path, url, where):
+    """Its Redis on a unix socket, or a URL that names no database (django-rq then passes ``db=None``)."""
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "elsewhere": {"URL": url.format(dir=tmp_path)}}
+    with pytest.raises(jobs.BackendUnavailable) as raised:
+        queues.scheduler_state("elsewhere")
+    assert (raised.value.backend, raised.value.where) == ("Redis", where.format(dir=tmp_path))
