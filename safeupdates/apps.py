@@ -13,7 +13,7 @@ class SafeUpdatesConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from safeupdates import checks  # noqa: F401  (registers the system checks)
-        from safeupdates.versions import raise_floor
+        from safeupdates.versions import floor_after_migrate
 
         # After every migrate: the source may have been dropped and created again at 1.
-        post_migrate.connect(raise_floor, sender=self, dispatch_uid="safeupdates.raise_floor")
+        post_migrate.connect(floor_after_migrate, sender=self, dispatch_uid="safeupdates.raise_floor")

@@ -24,7 +24,15 @@ from safeupdates.internals import update_returning
 from safeupdates.meta import holds_versions, request_log, version_counter
 from safeupdates.statements import SEQUENCE_NAME
 
-__all__ = ["MAX_VERSION", "SEQUENCE_NAME", "ensure_issued", "last_issued", "next_version", "raise_floor"]
+__all__ = [
+    "MAX_VERSION",
+    "SEQUENCE_NAME",
+    "ensure_issued",
+    "floor_after_migrate",
+    "last_issued",
+    "next_version",
+    "raise_floor",
+]
 
 #: The largest version a ``BigIntegerField`` holds.
 MAX_VERSION = 2**63 - 1
@@ -118,8 +126,20 @@ def _stored_floor(using: str) -> int:
     return highest
 
 
+def floor_after_migrate(using: str = "default", plan: Any = None, **kwargs: Any) -> None:
+    """The ``post_migrate`` receiver: :func:`raise_floor` after a ``migrate``.
+
+    ``flush`` sends ``post_migrate`` too, without a ``plan`` (and every ``TransactionTestCase`` of a
+    project flushes after each test). It empties the tables and leaves the sequence where it was; the
+    counter row it deletes is created again above what is stored (:func:`_next_from_counter`). No floor
+    to look for, then, and no query per versioned table.
+    """
+    if plan is not None:
+        raise_floor(using)
+
+
 def raise_floor(using: str = "default", **kwargs: Any) -> None:
-    """Move the source above every version stored (a ``post_migrate`` receiver).
+    """Move the source above every version stored (after every ``migrate``: :func:`floor_after_migrate`).
 
     ``migrate safeupdates zero`` drops the sequence (or the counter table) while the rows of the models
     that use the app keep their versions; without this, the source would start again at 1 and every
