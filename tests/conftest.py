@@ -48,6 +48,31 @@ def _cold_statement_caches() -> None:
                     clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _flush_makes_no_permissions() -> Iterator[None]:
+    """After each transactional test Django flushes every table and sends ``post_migrate``; auth's receiver
+    then creates every permission again: most of a flush's time. In this suite it runs after a
+    ``migrate`` only (a ``plan`` given, as ``safeupdates.versions.floor_after_migrate`` does). The tests
+    that need permissions are not transactional: they find those the test database's ``migrate`` created.
+    Content types are still created again after a flush, as a deployed project has them: created on
+    first use instead, inside a test's open transaction, they would hold back every other connection's
+    write that names them until it ends."""
+    from django.contrib.auth.management import create_permissions
+    from django.db.models.signals import post_migrate
+
+    uid = "django.contrib.auth.management.create_permissions"
+
+    def after_migrate_only(*args: Any, plan: Any = None, **kwargs: Any) -> None:
+        if plan is not None:
+            create_permissions(*args, plan=plan, **kwargs)
+
+    post_migrate.disconnect(create_permissions, dispatch_uid=uid)
+    post_migrate.connect(after_migrate_only, dispatch_uid=uid, weak=False)
+    yield
+    post_migrate.disconnect(dispatch_uid=uid)
+    post_migrate.connect(create_permissions, dispatch_uid=uid)
+
+
 @pytest.fixture
 def redis() -> Iterator[Redis]:
     """The tests' Redis database, emptied before and after the test."""

@@ -144,3 +144,20 @@ def test_a_mutants_tests_run_quickest_first_within_their_groups(request):
     keys = [(mutation_order.group(item), durations[item.nodeid]) for item in items]
     assert keys == sorted(keys)
     assert len(set(keys)) == len(items)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_makes_no_permissions_and_keeps_the_content_types(redis):
+    """``_flush_makes_no_permissions``: after a flush no permission is made again; the content types are,
+    before any test code runs (a request logged after the flush names one that was already there)."""
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.management import call_command
+
+    from safeupdates import enqueue_update
+    from tests.factories import ProfileFactory
+
+    call_command("flush", interactive=False, verbosity=0)
+    assert not Permission.objects.exists()
+    types = set(ContentType.objects.values_list("pk", flat=True))
+    assert enqueue_update(ProfileFactory(), active=False).content_type_id in types
