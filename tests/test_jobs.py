@@ -1226,3 +1226,48 @@ def test_finish_records_only_a_jobs_own_outcomes(status):
     with pytest.raises(ValueError, match=rf"^finish\(\) records applied, stale or rejected, not {status!r}$"):
         ProcessedRequest.objects.finish(batch, None)
     assert set(ProcessedRequest.objects.values_list("status", "attempts")) == {(RequestStatus.PENDING, 0)}
+
+
+# --- a delivery: the record's job, its follow-up job, then a job of the request's own (mutation survivors) ---
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_whose_records_job_waits_with_nothing_pending_is_left_to_that_job(redis):
+    """The record's job still waits in the queue, but its requests were applied meanwhile (as a sweep applies
+    a record whose job waits): the next request, the only one pending, is left to that job, which reads it
+    when it starts. No follow-up job (``deliver_with_outcome`` 44 enqueued one)."""
+    profile = ProfileFactory()
+    enqueue_update(profile, active=True)
+    [job] = queue().jobs
+    assert apply_update(job.args[0]) == "1 applied"
+    second = enqueue_update(profile, active=False)
+    assert queue().job_ids == [job.id]
+    assert apply_update(job.args[0]) == "1 applied"
+    second.refresh_from_db()
+    assert second.status == RequestStatus.APPLIED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_whose_records_two_jobs_have_started_gets_a_job_of_its_own(redis):
+    """The record's job and its follow-up job have both started (a worker cut off mid-job leaves a job so):
+    either may have read the pending requests already, so the next request gets a job of its own, with
+    its id, its database and the caller's meta (``deliver_with_outcome`` 60 to 66 dropped them)."""
+    from rq.job import JobStatus
+
+    profile = ProfileFactory()
+    content_type = ContentType.objects.get_for_model(Profile).pk
+    record_job = queues.job_id(content_type, str(profile.pk))
+    enqueue_update(profile, active=True)
+    queue().fetch_job(record_job).set_status(JobStatus.STARTED)
+    enqueue_update(profile, active=False)
+    queue().fetch_job(f"{record_job}-next").set_status(JobStatus.STARTED)
+    request = enqueue_update(profile, newsletter=True)
+    [own] = [job for job in queue().jobs if job.id not in (record_job, f"{record_job}-next")]
+    assert (own.func_name, own.args, own.kwargs) == (queues.APPLY_UPDATE, (str(request.request_id),), {})
+    job, outcome = queues.deliver_with_outcome(
+        request.request_id, content_type, str(profile.pk), "default", meta={"trace": "of the caller"}
+    )
+    assert outcome == queues.ENQUEUED and job is not None
+    stored = queue().fetch_job(job.id)
+    assert (stored.args, stored.kwargs, stored.meta.get("trace")) == ((str(request.request_id),), {}, "of the caller")
+    assert apply_update(*stored.args) == "2 applied, 1 stale"  # the older "active" is stale

@@ -452,3 +452,14 @@ def test_an_unreachable_queue_is_named_by_its_server_and_database(settings, tmp_
     with pytest.raises(jobs.BackendUnavailable) as raised:
         queues.scheduler_state("elsewhere")
     assert (raised.value.backend, raised.value.where) == ("Redis", where.format(dir=tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [("redis://:1/2", "redis://localhost:1/2"), ("redis://127.0.0.2/3", "redis://127.0.0.2:6379/3")],
+)
+def test_a_queue_whose_url_names_no_host_or_no_port_is_named_by_redis_pys_defaults(settings, url, where):
+    """redis-py connects to localhost and to port 6379 where the URL names neither (``_where`` 15 to 28
+    named other defaults); its address says where it really connects."""
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "elsewhere": {"URL": url}}
+    assert queues._where("elsewhere") == where
