@@ -1271,3 +1271,15 @@ def test_a_request_whose_records_two_jobs_have_started_gets_a_job_of_its_own(red
     stored = queue().fetch_job(job.id)
     assert (stored.args, stored.kwargs, stored.meta.get("trace")) == ((str(request.request_id),), {}, "of the caller")
     assert apply_update(*stored.args) == "2 applied, 1 stale"  # the older "active" is stale
+    # A request of another database: its job carries that database (``deliver_with_outcome`` 61 dropped it).
+    for _ in range(2):  # that database's record job and follow-up job, started
+        started, _outcome = queues.deliver_with_outcome(
+            request.request_id, content_type, str(profile.pk), "default", using="tenant"
+        )
+        assert started is not None
+        started.set_status(JobStatus.STARTED)
+    own, outcome = queues.deliver_with_outcome(
+        request.request_id, content_type, str(profile.pk), "default", using="tenant"
+    )
+    assert outcome == queues.ENQUEUED and own is not None
+    assert queue().fetch_job(own.id).kwargs == {"using": "tenant"}

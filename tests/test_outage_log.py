@@ -45,6 +45,8 @@ def test_an_outage_logs_one_line_per_request_and_a_summary(own_redis, caplog, mo
             message = record.getMessage()
             assert f"(testapp.Profile pk={profile.pk}) is saved, but Redis at {where} is unreachable" in message
             assert message.endswith("the relay will deliver it.")
+            # and why (the mutant that logged None instead survived)
+            assert f"is unreachable (Error 111 connecting to 127.0.0.1:{own_redis.port}." in message
             assert record.levelno == logging.WARNING and record.exc_info is None
             assert record.request_id == str(request.request_id)
         summary = lines[3].getMessage()
