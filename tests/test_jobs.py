@@ -1270,6 +1270,16 @@ def test_a_request_whose_records_two_jobs_have_started_gets_a_job_of_its_own(red
     assert outcome == queues.ENQUEUED and job is not None
     stored = queue().fetch_job(job.id)
     assert (stored.args, stored.kwargs, stored.meta.get("trace")) == ((str(request.request_id),), {}, "of the caller")
+    # ... and the options of every apply job: its timeout, retries, no result kept (67 dropped them).
+    first = queue().fetch_job(record_job)
+    assert (stored.timeout, stored.result_ttl, stored.retries_left, stored.retry_intervals, stored.description) == (
+        first.timeout,
+        first.result_ttl,
+        first.retries_left,
+        first.retry_intervals,
+        first.description,
+    )
+    assert stored.result_ttl == 0 and stored.retries_left
     assert apply_update(*stored.args) == "2 applied, 1 stale"  # the older "active" is stale
     # A request of another database: its job carries that database (``deliver_with_outcome`` 61 dropped it).
     for _ in range(2):  # that database's record job and follow-up job, started
