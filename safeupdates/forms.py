@@ -79,7 +79,11 @@ class SafeUpdateFormMixin(forms.Form):
 
     def _safeupdates_checked(self) -> bool:
         instance = getattr(self, "instance", None)
-        return isinstance(instance, LockVersionMixin) and instance.pk is not None and not instance._state.adding
+        if not isinstance(instance, LockVersionMixin) or instance.pk is None:
+            return False
+        # Loaded from its row, or given it by refresh_from_db() (which leaves _state.adding set), and not
+        # since moved to another key (a copy saved as a new row): what save() checks.
+        return (not instance._state.adding or instance._safeupdates_has_key) and not instance._key_changed()
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}

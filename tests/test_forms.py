@@ -86,6 +86,37 @@ def test_the_form_saves_at_the_version_it_was_shown_with() -> None:
     assert Profile.objects.get(pk=profile.pk).name == "a"
 
 
+def test_a_new_instance_given_its_row_by_refresh_from_db_is_checked_as_a_loaded_one() -> None:
+    """Django's ``refresh_from_db()`` leaves ``_state.adding`` set; save() checks such an instance as a
+    loaded one, and so does the form: it carries a token, and a write since it was shown is a form error,
+    not an overwrite."""
+    profile = ProfileFactory(name="a")
+    shown = Profile(pk=profile.pk)
+    shown.refresh_from_db()
+    token = ProfileForm(instance=shown).initial.get("safeupdates_token")
+    assert token
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)
+    posted = Profile(pk=profile.pk)
+    posted.refresh_from_db()
+    bound = ProfileForm({"name": "b", "score": 0, "safeupdates_token": token}, instance=posted)
+    assert not bound.is_valid()
+    assert "was changed by someone else" in bound.non_field_errors()[0]
+    assert Profile.objects.get(pk=profile.pk).name == "a"
+
+
+def test_a_copy_of_a_loaded_instance_under_a_new_key_is_a_new_object() -> None:
+    """Django's way to copy a row (key cleared, ``_state.adding`` set), given a key of its own: a create
+    form, never "deleted after you opened it"."""
+    copy = Profile.objects.get(pk=ProfileFactory(name="a").pk)
+    copy.pk = None
+    copy._state.adding = True
+    copy.pk = Profile.objects.order_by("-pk").values_list("pk", flat=True)[0] + 1000
+    form = ProfileForm({"name": "copy", "score": 0}, instance=copy)
+    assert "safeupdates_token" not in form.initial
+    assert form.is_valid(), form.errors
+    assert Profile.objects.get(pk=form.save().pk).name == "copy"
+
+
 def test_new_objects_are_not_checked() -> None:
     form = ProfileForm({"name": "n", "score": 0})
     assert form.is_valid()
