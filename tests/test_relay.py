@@ -463,3 +463,24 @@ def test_a_queue_whose_url_names_no_host_or_no_port_is_named_by_redis_pys_defaul
     named other defaults); its address says where it really connects."""
     settings.RQ_QUEUES = {**settings.RQ_QUEUES, "elsewhere": {"URL": url}}
     assert queues._where("elsewhere") == where
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_of_the_same_name_on_another_redis_is_listed_there_too(settings, redis):
+    """RQ lists a queue (its set of queues: ``rq info``, django-rq's pages, ``Queue.all()``) once a job was
+    enqueued on it. safeupdates adds the name once per Redis client, not once per process
+    (``_enqueue_unique`` 2 did): a queue moved to another server is listed there too."""
+    from redis import Redis
+    from rq import Queue
+
+    missing = missing_servers()
+    if missing:
+        pytest.skip(missing)
+    server = OwnRedis().start()
+    try:
+        enqueue_update(ProfileFactory(), active=True)  # listed on the tests' Redis
+        settings.RQ_QUEUES = {**settings.RQ_QUEUES, "default": {"URL": server.url}}
+        enqueue_update(ProfileFactory(), active=True)
+        assert [q.name for q in Queue.all(connection=Redis.from_url(server.url))] == ["default"]
+    finally:
+        server.destroy()
