@@ -1280,6 +1280,7 @@ def test_a_request_whose_records_two_jobs_have_started_gets_a_job_of_its_own(red
         first.description,
     )
     assert stored.result_ttl == 0 and stored.retries_left
+    assert stored.failure_ttl == 7 * 24 * 3600  # a failed job is kept 7 days (docs/limits.md)
     assert apply_update(*stored.args) == "2 applied, 1 stale"  # the older "active" is stale
     # A request of another database: its job carries that database (``deliver_with_outcome`` 61 dropped it).
     for _ in range(2):  # that database's record job and follow-up job, started
