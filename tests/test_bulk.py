@@ -99,6 +99,23 @@ def test_updates_of_one_row_merge_per_field_by_version(profile: Profile) -> None
     assert profile.lock_version > v3
 
 
+def test_of_two_updates_of_one_field_with_the_same_version_the_first_counts(profile: Profile) -> None:
+    """As applied one by one: the second then finds its version there already, and is stale
+    (``newest_per_field`` 7 let the last one win)."""
+    one_by_one = Profile.objects.create(name="")
+    version = next_version()
+    result = Profile.objects.bulk_update_if_newer(
+        [(profile.pk, version, {"name": "first"}), (profile.pk, version, {"name": "second"})]
+    )
+    assert result == BulkResult(applied=1, stale=1, missing=0)
+    profile.refresh_from_db()
+    assert profile.name == "first"
+    for name in ("first", "second"):
+        Profile.objects.update_if_newer(one_by_one.pk, version=version, name=name)
+    one_by_one.refresh_from_db()
+    assert one_by_one.name == profile.name
+
+
 def test_an_older_update_of_another_field_is_not_dropped(profile: Profile) -> None:
     """The seeds' row-level guard would drop it: per-field versions keep it."""
     old, new = next_version(), next_version()

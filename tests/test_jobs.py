@@ -1294,3 +1294,14 @@ def test_a_request_whose_records_two_jobs_have_started_gets_a_job_of_its_own(red
     )
     assert outcome == queues.ENQUEUED and own is not None
     assert queue().fetch_job(own.id).kwargs == {"using": "tenant"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_enqueues_at_once_also_inside_a_transaction(settings, redis):
+    """django-rq's default commit mode (``on_db_commit``) holds an ``enqueue_call()`` made inside a
+    transaction until it commits, and returns None. safeupdates' queues enqueue at once: its callers choose
+    the moment, for example in ``on_commit`` (``get_queue`` 10 left django-rq's default)."""
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "at-once": settings.RQ_QUEUES["default"]}  # built anew
+    with transaction.atomic():
+        job = queues.get_queue("at-once").enqueue_call(print, args=("now",))
+        assert job is not None and redis.exists(job.key)
