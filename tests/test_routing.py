@@ -776,3 +776,13 @@ def test_the_relay_delivers_a_tenants_batch_on_its_database(redis):
     batch = Batch.objects.using(TENANT).get(batch_id=batch.batch_id)
     assert batch.succeeded == 2
     assert batch.reduced_at is not None
+
+
+def test_the_floor_of_a_database_is_read_from_that_databases_tables(redis):
+    """``raise_floor(alias)`` moves that database's source above the versions stored in that database's
+    rows, not the default database's (``_stored_floor`` 25 read the default's)."""
+    _home, away = twins()
+    above = max(last_issued(TENANT), last_issued("default")) + 1000
+    Profile.objects.using(TENANT).filter(pk=away.pk).update(lock_version=above)
+    raise_floor(TENANT)
+    assert next_version(TENANT) > above
