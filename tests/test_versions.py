@@ -160,6 +160,41 @@ def test_the_floor_counts_the_request_log(sequence, redis) -> None:
     assert next_version() > logged
 
 
+@pytest.mark.django_db
+def test_a_source_that_has_handed_out_nothing_has_issued_no_version(sequence) -> None:
+    """A source created again (``migrate safeupdates zero`` + ``migrate`` over tables holding no version)
+    has handed out nothing: its last version is 0, and version 1 is read and refused, never taken as
+    issued (``last_issued`` 23 and ``ensure_issued`` 8 took an empty source's last version as 1)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT setval('{SEQUENCE_NAME}', 1, false)")  # a new sequence: nextval() is 1
+    else:
+        VersionCounter.objects.filter(pk=1).delete()
+    raise_floor()  # the post_migrate receiver: nothing stored to move above; this process's cache dropped
+    assert last_issued() == 0
+    with pytest.raises(InvalidUpdate, match=r"version 1 has not been handed out .* \(last: 0\)"):
+        ensure_issued(1)
+    assert next_version() == 1
+    ensure_issued(1)
+
+
+@pytest.mark.django_db
+def test_the_floor_reads_only_the_tables_this_database_has(sequence) -> None:
+    """A router can keep a versioned model off a database, which then has no table for it: the floor
+    reads the tables there are, and a ``migrate`` of that database goes on (``_stored_floor`` 6 read
+    every model's table, and failed on the first one missing)."""
+    from tests.django_contract.models import Car
+    from tests.factories import ProfileFactory
+
+    profile = ProfileFactory()
+    Car.objects.create(make="Fiat", model="500")
+    with connection.cursor() as cursor:  # inside the test's transaction: there again after it
+        cursor.execute(f"DROP TABLE {connection.ops.quote_name(Car._meta.db_table)}")
+    sequence(1)
+    raise_floor()
+    assert next_version() > profile.lock_version
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_newest_version_handed_out_costs_no_query_to_check(postgres_only: None) -> None:
     from tests.factories import ProfileFactory
