@@ -179,6 +179,35 @@ def test_a_source_that_has_handed_out_nothing_has_issued_no_version(sequence) ->
 
 
 @pytest.mark.django_db
+def test_the_floor_never_moves_the_source_down() -> None:
+    """A version handed out and never stored is above every stored one: the floor leaves the source
+    where it is (``raise_floor`` 34 moved SQLite's counter down to what is stored, and the versions
+    above it were handed out again)."""
+    from tests.factories import ProfileFactory
+
+    ProfileFactory()
+    handed_out = next_version()
+    raise_floor()
+    assert next_version() > handed_out
+
+
+@pytest.mark.django_db
+def test_the_floor_makes_the_counters_row_again_at_what_is_stored() -> None:
+    """Where the counter table is the source (SQLite), a ``flush`` deletes its one row; the floor after a
+    ``migrate`` makes it again at the highest version stored (``raise_floor`` 28 and 29 made it at 0, or
+    under a key the counter never reads)."""
+    from tests.factories import ProfileFactory
+
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL's source is its sequence")
+    profile = ProfileFactory()
+    VersionCounter.objects.all().delete()
+    raise_floor()
+    assert list(VersionCounter.objects.values_list("pk", "value")) == [(1, profile.lock_version)]
+    assert next_version() == profile.lock_version + 1
+
+
+@pytest.mark.django_db
 def test_the_floor_reads_only_the_tables_this_database_has(sequence) -> None:
     """A router can keep a versioned model off a database, which then has no table for it: the floor
     reads the tables there are, and a ``migrate`` of that database goes on (``_stored_floor`` 6 read
