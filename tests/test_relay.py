@@ -8,6 +8,7 @@ import logging
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -102,6 +103,37 @@ class TestWhatTheRelayEnqueues:
         [job] = queue().jobs
         assert job.args == (str(request.request_id),)
         assert apply_update(job.args[0]) == "1 applied"
+
+    def test_only_a_forced_delivery_looks_for_a_queued_job_in_the_queue(self, redis):
+        """A delivery at commit takes RQ's "queued" at its word; only the relay's forced delivery also
+        looks for the job in the queue, and enqueues one when it is not there (``deliver`` 1 and 15,
+        ``deliver_with_outcome`` 1: forced by default, or ``force`` not passed on)."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        [job_id] = queue().job_ids
+        redis.lrem(queue().key, 0, job_id)  # taken off the queue by a worker killed before it started it
+        record = (request.request_id, request.content_type_id, request.object_id, "default")
+        assert queues.deliver(*record) is None
+        assert queues.deliver_with_outcome(*record) == (None, queues.WAITING)
+        assert queue().count == 0
+        job = queues.deliver(*record, force=True)
+        assert job is not None
+        assert queue().job_ids == [job.id]
+        assert apply_update(job.args[0]) == "1 applied"
+
+    def test_a_delivery_outside_a_burst_asks_no_jobs_status_first(self, redis):
+        """Outside a burst (no other request of the record pending) a delivery is one unique enqueue:
+        the status of the record's job is asked first only where the job is likely queued (``deliver``
+        2, ``deliver_with_outcome`` 2 and ``deliver_or_leave_for_relay`` 1 asked it by default)."""
+        content_type_id = ContentType.objects.get_for_model(Profile).pk
+        record = (uuid.uuid4(), content_type_id, "1", "default")
+        with RedisCommands(redis) as sent:
+            assert queues.deliver(*record) is not None
+            assert queues.deliver_with_outcome(uuid.uuid4(), content_type_id, "2", "default")[1] == queues.ENQUEUED
+            assert queues.deliver_or_leave_for_relay(uuid.uuid4(), content_type_id, "3", "default", what="3")
+            assert sent["HGET"] == 0
+            sent.reset()
+            assert queues.deliver(*record, likely_queued=True) is None
+            assert sent["HGET"] == 1
 
     def test_a_record_on_a_queue_no_longer_configured_does_not_stop_the_others(self, redis, caplog):
         """Its queue was removed from RQ_QUEUES: the record is delivered on SAFEUPDATES_QUEUE, with a
