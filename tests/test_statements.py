@@ -32,3 +32,25 @@ def test_a_guarded_update_of_a_name_that_is_no_identifier_is_refused():
     validated it upstream."""
     with pytest.raises(SafeUpdatesError, match=r"^not a field name: 'active; --'$"):
         guarded_update(Profile, ["active; --"], connection)
+
+
+def test_a_guarded_update_takes_the_rows_new_lock_version_where_there_is_no_sequence():
+    """SQLite has no sequence to take the row's new lock_version from inside the statement: its caller
+    passes one, and a call without it is refused with the reason. PostgreSQL takes it in the statement."""
+    statement = guarded_update(Profile, ["active"], connection)
+    given = {"pk": 1, "value0": True, "version0": 5}
+    if connection.vendor == "postgresql":
+        assert statement.params(1, [(True, 5)]) == statement.params(1, [(True, 5)], lock_version=6) == given
+        return
+    with pytest.raises(
+        SafeUpdatesError, match=r"^a guarded update on this database needs the row's new lock_version\.$"
+    ):
+        statement.params(1, [(True, 5)])
+    assert statement.params(1, [(True, 5)], lock_version=6) == {**given, "lock_version": 6}
+
+
+@pytest.mark.parametrize("returned", ['{"active": 5}', b'{"active": 5}', {"active": 5}])
+def test_the_versions_a_guarded_update_returns_are_read_as_text_or_as_json_decoded(returned):
+    """The statement returns the row's new field_versions: psycopg 3 (as safeupdates reads it) and SQLite
+    give text, a driver that decodes JSON itself (psycopg2's jsonb) a dict."""
+    assert guarded_update(Profile, ["active"], connection).load_versions(returned) == {"active": 5}
