@@ -124,9 +124,23 @@ def _verdicts(meta: Path) -> tuple[dict[str, int | None], dict[str, str]]:
     return data["exit_code_by_key"], data["hash_by_function_name"]
 
 
+def _checked(meta: Path) -> set[str]:
+    """The mutants that the run (or runs) writing ``meta`` checked: mutmut records how long each mutant it
+    ran took, and mypy's error for each one mypy rejected. A verdict :func:`restore` put back has neither."""
+    if not meta.exists():
+        return set()
+    data = json.loads(meta.read_text())
+    return set(data.get("durations_by_key", {})) | set(data.get("type_check_error_by_key", {}))
+
+
 def save(into: Path, root: Path = Path("mutants"), *, kills_only: bool = False) -> int:
     """Merge the verdicts of ``root`` into ``into``: a mutant keeps the verdict of this run, else the one
     saved before if its function still hashes the same. Returns the number of verdicts saved.
+
+    A verdict is this run's only if the run checked the mutant (:func:`_checked`), not if it was put back
+    from ``into`` when the run started: two runs that started from the same verdicts, each checking
+    mutants by name (survivors against new tests), merge in either order without the later one putting
+    back the verdicts the earlier one changed.
 
     ``kills_only``: take only this run's kills, of mutants whose function hashes as when saved; every
     other verdict stays as saved. For a run on SQLite of the mutants that survived on PostgreSQL: the
@@ -137,20 +151,21 @@ def save(into: Path, root: Path = Path("mutants"), *, kills_only: bool = False) 
         target = into / meta.relative_to(root)
         codes, hashes = _verdicts(meta)
         old_codes, old_hashes = _verdicts(target)
+        checked = _checked(meta)
+        unchanged = {name for name in codes if old_hashes.get(_function(name)) == hashes.get(_function(name))}
         if kills_only:
-            codes = {
-                name: codes[name]
-                if codes.get(name) in REJECTED and old_hashes.get(_function(name)) == hashes.get(_function(name))
-                else old_code
-                for name, old_code in old_codes.items()
+            merged = {
+                name: codes[name] if name in checked and codes.get(name) in REJECTED and name in unchanged else old_code
+                for name, old_code in sorted(old_codes.items())
             }
             hashes = old_hashes
-        merged = {
-            name: code
-            if code is not None or old_hashes.get(_function(name)) != hashes.get(_function(name))
-            else old_codes.get(name)
-            for name, code in sorted(codes.items())
-        }
+        else:
+            merged = {
+                name: code
+                if name in checked or name not in unchanged or old_codes.get(name) is None
+                else old_codes[name]
+                for name, code in sorted(codes.items())
+            }
         target.parent.mkdir(parents=True, exist_ok=True)
         content = {"exit_code_by_key": merged, "hash_by_function_name": dict(sorted(hashes.items()))}
         target.write_text(json.dumps(content, indent=0, ensure_ascii=False) + "\n")

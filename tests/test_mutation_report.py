@@ -10,11 +10,16 @@ from tests import mutation_report
 GUARD = "safeupdates.guard"
 
 
-def write_meta(root: Path, codes: dict[str, int | None], hashes: dict[str, str]) -> Path:
-    """A meta file of mutmut's for safeupdates/guard.py under ``root``, as mutmut writes it."""
+def write_meta(
+    root: Path, codes: dict[str, int | None], hashes: dict[str, str], checked: set[str] | None = None
+) -> Path:
+    """A meta file of mutmut's for safeupdates/guard.py under ``root``, as mutmut writes it: a run that
+    checked ``checked`` (default: every mutant with a verdict), each with the time it took."""
     meta = root / "safeupdates" / "guard.py.meta"
     meta.parent.mkdir(parents=True, exist_ok=True)
-    extra = {"type_check_error_by_key": {}, "durations_by_key": {}, "estimated_durations_by_key": {}}
+    ran = {name for name, code in codes.items() if code is not None} if checked is None else checked
+    durations = {name: 1.5 for name in sorted(ran)}
+    extra = {"type_check_error_by_key": {}, "durations_by_key": durations, "estimated_durations_by_key": {}}
     meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": hashes, **extra}))
     return meta
 
@@ -82,6 +87,31 @@ def test_this_runs_verdict_wins_and_a_mutant_gone_is_dropped(tmp_path: Path) -> 
     mutation_report.save(saved, run)
 
     assert codes_in(saved) == {f"{GUARD}.x_fetch_one__mutmut_1": 1}
+
+
+def test_two_runs_from_the_same_verdicts_merge_in_either_order(tmp_path: Path) -> None:
+    """Two runs at once, each started from the saved verdicts and each checking survivors by name: the
+    verdicts a run only put back when it started never undo what the other run found."""
+    one, two = f"{GUARD}.x_fetch_one__mutmut_1", f"{GUARD}.x_fetch_one__mutmut_2"
+    hashes = {"x_fetch_one": "a1"}
+    for order in ("AB", "BA"):
+        saved = tmp_path / order / "saved"
+        write_meta(saved, {one: 0, two: 0}, hashes)
+        runs = {
+            "A": write_meta(tmp_path / order / "A", {one: 1, two: 0}, hashes, checked={one}).parent.parent,
+            "B": write_meta(tmp_path / order / "B", {one: 0, two: 1}, hashes, checked={two}).parent.parent,
+        }
+        for name in order:
+            mutation_report.save(saved, runs[name])
+        assert codes_in(saved) == {one: 1, two: 1}, order
+        mutation_report.save(
+            saved, write_meta(tmp_path / order / "C", {one: 0, two: 0}, hashes, checked={one}).parent.parent
+        )
+        assert codes_in(saved) == {one: 0, two: 1}  # checked again (the tests changed): this run's verdict
+        # A SQLite run started before C was merged: the kill of `one` it put back is not its own.
+        sqlite = write_meta(tmp_path / order / "sqlite", {one: 1, two: 1}, hashes, checked=set()).parent.parent
+        mutation_report.save(saved, sqlite, kills_only=True)
+        assert codes_in(saved) == {one: 0, two: 1}
 
 
 def test_a_restore_never_overwrites_the_verdicts_of_a_run_on_this_machine(tmp_path: Path) -> None:
