@@ -390,3 +390,14 @@ def test_datetimes_of_the_right_kind_are_accepted(gadget):
     with override_settings(USE_TZ=False):
         assert via_update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4)).applied
         assert row(Gadget, gadget.pk)["seen_at"] == datetime.datetime(2026, 1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("data", [{"k": "a\x00"}, {"a\x00": 1}, [{"k": ["\x00"]}], ("x", {"k": {"j": "\x00"}})])
+def test_a_nul_character_anywhere_in_json_is_refused(data):
+    """PostgreSQL's jsonb cannot store ``\\u0000`` either: a NUL in a key, a value or an item, at any depth,
+    is refused before anything is written (``_has_nul`` 6 looked at a mapping's keys only)."""
+    from safeupdates.validation import clean_changes
+    from tests.testapp.models import Specimen
+
+    with pytest.raises(InvalidUpdate, match=r"^testapp\.Specimen\.data=.* contains a NUL character \(\\x00\)"):
+        clean_changes(Specimen, {"data": data})
