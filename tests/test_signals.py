@@ -434,3 +434,26 @@ def django_rq_failed() -> int:
     import django_rq
 
     return django_rq.get_queue("default").failed_job_registry.count
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_outcome_is_one_log_line_at_its_level_naming_its_fields(redis, caplog):
+    """An applied request is one INFO line naming the fields it wrote, comma-separated; a rejected one a
+    WARNING with its error (``_announce`` 38, 40, 41, 50: every line a WARNING, a rejection an INFO, the
+    fields joined otherwise)."""
+    profile = ProfileFactory()
+    applied = enqueue_update(profile, active=True, name="written")
+    rejected = enqueue_update(ProfileFactory(), active=True)
+    ProcessedRequest.objects.filter(pk=rejected.pk).update(changes={"nope": 1})
+    with caplog.at_level(logging.INFO, logger="safeupdates"):
+        apply_update(str(applied.request_id))
+        apply_update(str(rejected.request_id))
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.getMessage().startswith("safeupdates: request")]
+    assert lines[0] == (
+        logging.INFO,
+        f"safeupdates: request {applied.request_id} applied: testapp.Profile pk={profile.pk} "
+        f"version={applied.version} fields=active,name",
+    )
+    assert lines[1][0] == logging.WARNING
+    assert lines[1][1].startswith(f"safeupdates: request {rejected.request_id} rejected: testapp.Profile pk=")
+    assert len(lines) == 2
