@@ -439,8 +439,8 @@ def django_rq_failed() -> int:
 @pytest.mark.django_db(transaction=True)
 def test_each_outcome_is_one_log_line_at_its_level_naming_its_fields(redis, caplog):
     """An applied request is one INFO line naming the fields it wrote, comma-separated; a rejected one a
-    WARNING with its error (``_announce`` 38, 40, 41, 50: every line a WARNING, a rejection an INFO, the
-    fields joined otherwise)."""
+    WARNING (``_announce`` 38, 40, 41, 50: every line a WARNING, a rejection an INFO, the fields joined
+    otherwise)."""
     profile = ProfileFactory()
     applied = enqueue_update(profile, active=True, name="written")
     rejected = enqueue_update(ProfileFactory(), active=True)
