@@ -476,7 +476,7 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     if db.is_lock_unavailable(exc):
         signals.lock_unavailable.send_robust(sender=None, surface="job", using=using)
     try:
-        if connection.in_atomic_block:
+        if db.in_transaction(connection):
             return  # called synchronously inside a transaction: the caller decides
         connection.close_if_unusable_or_obsolete()
         ProcessedRequest.objects.using(using).fail(rid, f"{type(exc).__name__}: {exc}", final=final)

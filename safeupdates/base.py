@@ -17,6 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.translation import gettext_lazy as _
 
+from safeupdates.db import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
 from safeupdates.guard import fetch_one, statement_cursor
 from safeupdates.internals import (
@@ -162,7 +163,7 @@ class LockVersionMixin(models.Model):
             names=names,
             blind=blind,
             from_row=from_row,
-            in_transaction=connection.in_atomic_block,
+            in_transaction=in_transaction(connection),
         )
         # No savepoint: the check writes nothing when it fails, so a StaleObjectError leaves the caller's
         # transaction as it was, and an error that is not ours leaves it broken, as Django's save does.
@@ -178,7 +179,7 @@ class LockVersionMixin(models.Model):
             else:
                 super().save(*args, **kwargs)
         except BaseException as error:
-            if save.written and not savepoint and (save.committed or connection.in_atomic_block):
+            if save.written and not savepoint and (save.committed or save.in_transaction):
                 # The row carries the new version: committed (a post_save receiver failed), or written in
                 # the caller's transaction, which decides.
                 self._track_commit(connection, save)
@@ -189,7 +190,7 @@ class LockVersionMixin(models.Model):
                 else:
                     self.field_versions = loaded_versions
             if error is save.refusal:
-                if connection.in_atomic_block and not savepoint:
+                if save.in_transaction and not savepoint:
                     # Django's save marked the caller's transaction for rollback as the check's error
                     # went through it; the check wrote nothing.
                     forget_rollback(connection, error)
@@ -260,7 +261,7 @@ class LockVersionMixin(models.Model):
         next save would raise a false StaleObjectError. So that save also accepts the versions before.
         """
         self._safeupdates_key, self._safeupdates_has_key = self.pk, True
-        if save.committed or not connection.in_atomic_block:
+        if save.committed or not save.in_transaction:
             self._safeupdates_uncommitted = ()
             return
         for version in save.expected:
@@ -272,17 +273,19 @@ class LockVersionMixin(models.Model):
             if self.lock_version == new_version:
                 self._safeupdates_uncommitted = ()
 
-        transaction.on_commit(committed, using=connection.alias)
+        after_commit(committed, connection.alias)
 
     def _wrote(self, connection: BaseDatabaseWrapper, save: _Save, lock_version: int, versions: dict[str, Any]) -> None:
         """The save's statement wrote the versions table: take its versions, and note when it commits."""
         self.lock_version, self.field_versions = lock_version, versions
         save.written = True
-        if not connection.in_atomic_block:
-            save.committed = True  # autocommit: the statement committed
-        elif not save.in_transaction:
+        if save.in_transaction:
+            return  # the caller's transaction decides
+        if connection.in_atomic_block:
             # Django's own transaction around a multi-table save in autocommit: committed with it.
             transaction.on_commit(save.commit, using=connection.alias)
+        else:
+            save.committed = True  # autocommit: the statement committed
 
     def _refuse(self, save: _Save, error: StaleObjectError) -> StaleObjectError:
         save.refusal = error
@@ -542,7 +545,7 @@ class LockVersionMixin(models.Model):
         if collector is None:
             # Nothing cascades, no signal receivers, no parent table: Django would run one DELETE.
             return self._checked_delete(connection, expected)
-        if not connection.in_atomic_block:
+        if not in_transaction(connection):
             key = deleted_before_any_receiver(collector, versions_model(type(self)))
             if key is not None:
                 return self._delete_checked_in_place(connection, collector, key, self.pk, expected)

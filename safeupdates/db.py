@@ -1,25 +1,59 @@
-"""Database helpers shared by the modules: the database's clock, scoped lock timeouts, lock errors.
+"""Database helpers shared by the modules: the database's clock, scoped lock timeouts, lock errors, and
+the caller's transaction (an ``atomic()`` block, or autocommit turned off by hand).
 
 Time comes from the database, never from a worker's or a web process's clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connections, models
+from django.db import connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import ExpressionWrapper
 from django.db.models.functions import Now
 
 from safeupdates import statements
 
-__all__ = ["LOCK_NOT_AVAILABLE", "database_now", "is_lock_unavailable", "local_lock_timeout", "older_than"]
+__all__ = [
+    "LOCK_NOT_AVAILABLE",
+    "after_commit",
+    "database_now",
+    "in_transaction",
+    "is_lock_unavailable",
+    "local_lock_timeout",
+    "older_than",
+]
 
 #: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
 LOCK_NOT_AVAILABLE = "55P03"
+
+
+def in_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """True if a statement on ``connection`` runs in a transaction its caller commits or rolls back: an
+    ``atomic()`` block, or autocommit turned off by hand (``transaction.set_autocommit(False)``, where
+    ``in_atomic_block`` is False). False in autocommit, where each statement commits by itself."""
+    return connection.in_atomic_block or not connection.get_autocommit()
+
+
+def after_commit(func: Callable[[], object], using: str, *, robust: bool = False) -> None:
+    """Run ``func`` when the caller's transaction on ``using`` commits (at once in autocommit), not at all
+    if it rolls back, as ``transaction.on_commit()`` does.
+
+    ``on_commit()`` refuses outside an ``atomic()`` block when autocommit was turned off by hand, after
+    the caller's statements ran. Registered inside one, Django keeps ``func`` until ``commit()`` and runs
+    it when autocommit is turned on again, or drops it on ``rollback()``. ``savepoint=False``: that block
+    runs no statement.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block or connection.get_autocommit():
+        transaction.on_commit(func, using=using, robust=robust)
+        return
+    with transaction.atomic(using=using, savepoint=False):
+        transaction.on_commit(func, using=using, robust=robust)
 
 
 def is_lock_unavailable(exc: BaseException) -> bool:

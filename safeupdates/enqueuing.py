@@ -15,9 +15,10 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.db import models, router, transaction
+from django.db import models, router
 
 from safeupdates import conf, delivery, queues, tracing
+from safeupdates.db import after_commit
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.lifecycle import RequestLogQuerySet
 from safeupdates.meta import content_type_of
@@ -99,7 +100,7 @@ def enqueue_update(
             rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, meta=meta, using=using
         )
 
-    transaction.on_commit(deliver_on_commit, using=using, robust=True)
+    after_commit(deliver_on_commit, using, robust=True)
     return record
 
 

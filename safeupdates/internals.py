@@ -137,7 +137,10 @@ def forget_rollback(connection: BaseDatabaseWrapper, error: BaseException) -> No
     Only for an error raised before anything was written in the save: the transaction is as usable as
     before it, as if the save had run in a savepoint that rolled back nothing.
     """
-    transaction.set_rollback(False, using=connection.alias)
+    if connection.in_atomic_block:
+        transaction.set_rollback(False, using=connection.alias)
+    else:  # autocommit off by hand: Django's atomic(savepoint=False) left the mark on the connection
+        connection.needs_rollback = False
     if getattr(connection, "rollback_exc", None) is error:
         connection.rollback_exc = None  # type: ignore[attr-defined]  # the cause Django names for a refused query
 

@@ -35,6 +35,7 @@ from django.db.models.functions import Cast, Now, RowNumber
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates import attempts, signals, statements
+from safeupdates.db import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.guard import fetch_one, statement_cursor
 from safeupdates.meta import content_type_of
@@ -417,7 +418,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         )
         # In the caller's transaction a failed statement needs a savepoint to roll back to; in
         # autocommit the statement is its own transaction.
-        savepoint = transaction.atomic(using=self.db) if connection.in_atomic_block else nullcontext()
+        savepoint = transaction.atomic(using=self.db) if in_transaction(connection) else nullcontext()
         try:
             with savepoint, statement_cursor(connection) as cursor:
                 cursor.execute(statement.recorded_sql, params)
@@ -616,11 +617,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                     latency=seconds,
                 )
 
-        connection = connections[using]
-        if connection.in_atomic_block or not connection.get_autocommit():
-            transaction.on_commit(announce, using=using)
-        else:  # what on_commit() does in autocommit, without looking the connection up again
-            announce()
+        after_commit(announce, using)
 
     def _latencies(self, results: Sequence[Result]) -> dict[int, float]:
         """Seconds from created to processed of the update requests of ``results`` (one read; none if

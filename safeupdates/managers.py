@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.db import OperationalError, connections, models, transaction
 
 from safeupdates import signals
-from safeupdates.db import database_now, is_lock_unavailable, local_lock_timeout
+from safeupdates.db import database_now, in_transaction, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.guard import write_if_newer
 from safeupdates.lifecycle import (
@@ -149,7 +149,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             request_id is None
             and version is not None
             and connection.vendor == "postgresql"
-            and not connection.in_atomic_block
+            and not in_transaction(connection)
             and not spans_tables(self.model)
         )
         with nullcontext() if one_statement else transaction.atomic(using=using):

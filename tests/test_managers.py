@@ -635,6 +635,29 @@ class TestClaimBeforeWrite:
         after = Profile.objects.filter(name__startswith="after ").values_list("name", flat=True)
         assert sorted(after) == ["after applied", "after duplicate"]
 
+    def test_two_transactions_by_hand_with_one_new_request_id_write_once_and_both_go_on(self, postgres_only):
+        """As above, with autocommit turned off by hand: the failed statement needs its savepoint there
+        too, or PostgreSQL refuses the rest of the caller's transaction."""
+        profile = ProfileFactory()
+        rid, version = uuid.uuid4(), next_version()
+
+        def call():
+            transaction.set_autocommit(False)
+            try:
+                result = Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
+                Profile.objects.create(name=f"after {result.outcome}")
+                transaction.commit()
+            finally:
+                transaction.rollback()
+                transaction.set_autocommit(True)
+            return result
+
+        results, errors = self.race([(profile.pk, call), (profile.pk, call)])
+        assert not errors
+        assert sorted(r.outcome for r in results) == [Outcome.APPLIED, Outcome.DUPLICATE]
+        after = Profile.objects.filter(name__startswith="after ").values_list("name", flat=True)
+        assert sorted(after) == ["after applied", "after duplicate"]
+
     def test_two_calls_with_a_pending_requests_id_apply_it_once(self, postgres_only, redis):
         """The request row is locked before the record is written (issue 19's probe): the second call
         waits for the first one's transaction and finds the request done, a duplicate. Without the lock

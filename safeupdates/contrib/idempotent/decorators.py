@@ -26,7 +26,7 @@ from rq import get_current_job
 
 from safeupdates import conf, signals
 from safeupdates.contrib import require_app
-from safeupdates.db import is_lock_unavailable, local_lock_timeout
+from safeupdates.db import in_transaction, is_lock_unavailable, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
@@ -174,7 +174,7 @@ def _run_once(
     log = ProcessedRequest.objects.using(alias)
     failure: Exception | None = None
     result: R | Outcome
-    owns_transaction = not connection.in_atomic_block
+    owns_transaction = not in_transaction(connection)
     with transaction.atomic(using=alias):
         # idle_in_transaction_session_timeout: a frozen holder (a stopped worker, a lost machine) loses
         # its lock after the job timeout too.
