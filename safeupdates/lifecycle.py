@@ -604,7 +604,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                 elif request.pk is None:  # recorded in one statement: its latency came with it
                     seconds = latency
                 else:
-                    seconds = latencies.get(request.pk, latency)
+                    seconds = latencies.get(request.pk)
                 signal.send_robust(
                     sender=target.model,
                     pk=target.pk,
