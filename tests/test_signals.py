@@ -286,6 +286,34 @@ class TestInProcess:
         assert (duplicate["fields"], duplicate["held"], duplicate["latency"]) == ((), {}, None)
         assert (rejected["pk"], rejected["fields"], rejected["held"]) == (10**9, (), {})
 
+    def test_the_latency_is_the_rows_time_from_created_to_processed(self, redis, received):
+        """By the database's clock, as the row holds it, to the microsecond (``_latencies`` 28: a floor of
+        one second in place of zero)."""
+        request = enqueue_update(ProfileFactory(), active=True)
+        apply_update(str(request.request_id))
+        request.refresh_from_db()
+        [(name, _sender, kwargs, _atomic)] = received
+        assert name == "applied"
+        assert kwargs["latency"] == (request.processed_at - request.created_at).total_seconds() < 1
+
+    def test_a_duplicate_reads_no_latency(self, redis, received):
+        """A request submitted again is announced with no latency, and none is read for it (``_announce``
+        9, 10, 18: one more query of the log per double submit)."""
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        profile = ProfileFactory()
+        request = enqueue_update(profile, active=True)
+        apply_update(str(request.request_id))
+        received.clear()
+        with CaptureQueriesContext(connection) as queries:
+            assert enqueue_update(profile, request_id=request.request_id, active=True).status == "applied"
+        [(name, _sender, kwargs, _atomic)] = received
+        assert (name, kwargs["latency"]) == ("duplicate", None)
+        # The request is read by its request id; the latencies would be read by primary key.
+        by_pk = f'"{ProcessedRequest._meta.db_table}"."id" IN ('
+        assert not [q["sql"] for q in queries if by_pk in q["sql"]]
+
     def test_a_job_of_a_request_already_done_is_a_duplicate(self, redis, received):
         profile = ProfileFactory()
         request = enqueue_update(profile, active=True)
@@ -457,3 +485,28 @@ def test_each_outcome_is_one_log_line_at_its_level_naming_its_fields(redis, capl
     assert lines[1][0] == logging.WARNING
     assert lines[1][1].startswith(f"safeupdates: request {rejected.request_id} rejected: testapp.Profile pk=")
     assert len(lines) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_request_of_a_record_whose_model_is_gone_is_one_log_line(redis, caplog):
+    """Two requests of one record whose model no longer exists: rejected together, each its own WARNING
+    naming the model as unknown (``_announce`` 22, 23: the label; 97: a ``break`` after the first line)."""
+    from django.contrib.contenttypes.models import ContentType
+
+    profile = ProfileFactory()
+    first, second = enqueue_update(profile, active=True), enqueue_update(profile, name="second")
+    gone = ContentType.objects.create(app_label="gone", model="gone")
+    ProcessedRequest.objects.filter(pk__in=[first.pk, second.pk]).update(content_type=gone)
+    with caplog.at_level(logging.INFO, logger="safeupdates"):
+        assert apply_update(str(first.request_id)) == "2 rejected"
+    lines = sorted(
+        (r.levelno, r.getMessage()) for r in caplog.records if r.getMessage().startswith("safeupdates: request")
+    )
+    assert lines == sorted(
+        (
+            logging.WARNING,
+            f"safeupdates: request {request.request_id} rejected: unknown model pk=None version={request.version}: "
+            "model gone.gone no longer exists",
+        )
+        for request in (first, second)
+    )
