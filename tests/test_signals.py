@@ -296,6 +296,19 @@ class TestInProcess:
         assert name == "applied"
         assert kwargs["latency"] == (request.processed_at - request.created_at).total_seconds() < 1
 
+    def test_a_job_run_by_a_worker_names_itself(self, redis, received):
+        """Run by an RQ worker (in this process), a request's outcome signal carries the job's id
+        (``queues.current_job_id`` 1, 3, 5: None, or the text "None", in place of it)."""
+        import django_rq
+        from rq import SimpleWorker
+
+        request = enqueue_update(ProfileFactory(), active=True)
+        queue = django_rq.get_queue("default")
+        [job_id] = queue.job_ids
+        SimpleWorker([queue], connection=queue.connection).work(burst=True, max_jobs=1)
+        [(name, _sender, kwargs, _atomic)] = received
+        assert (name, kwargs["request_id"], kwargs["job_id"]) == ("applied", request.request_id, job_id)
+
     def test_a_duplicate_reads_no_latency(self, redis, received):
         """A request submitted again is announced with no latency, and none is read for it (``_announce``
         9, 10, 18: one more query of the log per double submit)."""
