@@ -5,12 +5,13 @@ import io
 import pytest
 from django.core import serializers
 from django.core.management import call_command
+from django.db import models
 
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
-from tests.testapp.models import Document, Profile
+from tests.testapp.models import Document, Logbook, Profile, Specimen
 
 pytestmark = pytest.mark.django_db
 
@@ -129,6 +130,37 @@ def test_fixture_loading_is_not_checked():
     objects = list(serializers.deserialize("json", path))
     objects[0].save()  # save_base(raw=True): loads over a newer row without StaleObjectError
     assert Profile.objects.get(pk=profile.pk).name == "fixture"
+
+
+@pytest.mark.parametrize("entry", ["plain", "expression"])
+def test_auto_now_add_is_filled_in_on_the_insert_only(entry):
+    """As in Django: ``auto_now_add`` set by the INSERT and kept after, ``auto_now`` by every save; also
+    where a value is an expression, which Django's own INSERT writes (``base._do_insert`` 35: ``pre_save``
+    not told it is an insert wrote NULL)."""
+    from django.db.models.functions import Upper
+
+    logbook = Logbook.objects.create(entry="a" if entry == "plain" else Upper(models.Value("a")))
+    row = Logbook.objects.get(pk=logbook.pk)
+    assert row.opened_at is not None and row.opened_at == logbook.opened_at
+    assert row.written_at >= row.opened_at
+    row.entry = "b"
+    row.save()
+    again = Logbook.objects.get(pk=logbook.pk)
+    assert (again.opened_at, again.written_at) == (logbook.opened_at, row.written_at)
+    assert again.written_at > logbook.written_at
+
+
+def test_a_fixtures_new_row_is_inserted_as_the_fixture_gives_it():
+    """Loading a fixture inserts a new row with the fixture's values, as Django does: no ``pre_save()``, so
+    an ``auto_now`` field keeps the fixture's time (``base._do_insert`` 13: Django's INSERT not told it
+    is raw)."""
+    from datetime import UTC, datetime
+
+    then = datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC)
+    data = serializers.serialize("json", [Specimen(pk=10**6, touched_at=then)])
+    [loaded] = serializers.deserialize("json", io.StringIO(data))
+    loaded.save()
+    assert Specimen.objects.get(pk=10**6).touched_at == then
 
 
 def test_loaddata_command(tmp_path):

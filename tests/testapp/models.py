@@ -330,3 +330,14 @@ class Vehicle(models.Model):
 
 class Truck(LockVersionMixin, Vehicle):
     load = models.IntegerField(default=0)
+
+
+class Logbook(LockVersionMixin):
+    """Fields whose ``pre_save()`` fills them in on the INSERT only (``auto_now_add``) or on every save."""
+
+    entry = models.CharField(max_length=40, default="")
+    opened_at = models.DateTimeField(auto_now_add=True)
+    written_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.entry
