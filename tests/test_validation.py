@@ -28,7 +28,7 @@ from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
 from safeupdates.versions import next_version
-from tests.testapp.models import Attachment, Gadget, Profile, Specimen, Tag
+from tests.testapp.models import Attachment, Bookmark, Gadget, Profile, Specimen, Stamp, Tag
 
 pytestmark = pytest.mark.django_db
 
@@ -323,6 +323,35 @@ def test_long_values_and_messages_are_cut_at_their_limits():
     assert str(excinfo.value) == (
         f"testapp.Attachment.kind='{'x' * 49}...' is invalid: Value '{'x' * 120}' is not a va..."
     )
+
+
+def test_each_refusal_of_a_field_or_key_says_what_was_wrong():
+    """The whole message of each refusal (``clean_changes`` 22; ``clean_pk`` 29, 31; ``writable_field``
+    18: a message lost, the key not shown, the field names not listed as the text says)."""
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (
+            lambda: clean_changes(Bookmark, {"document": None, "document_id": None}),
+            "testapp.Bookmark.document is given twice.",
+        ),
+        (lambda: clean_pk(Profile, None), "testapp.Profile: a primary key is required."),
+        (
+            lambda: clean_pk(Stamp, [1]),  # a DateTimeField's to_python() raises TypeError, not ValidationError
+            "testapp.Stamp: invalid primary key [1]: fromisoformat: argument must be str",
+        ),
+        (
+            lambda: clean_changes(Bookmark, {"nope": 1}),
+            "testapp.Bookmark has no field 'nope'; fields that can be updated: document, label.",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(InvalidUpdate) as excinfo:
+            call()
+        assert str(excinfo.value) == message
+
+
+def test_a_field_may_be_named_by_its_attname():
+    """``document_id`` names the foreign key ``document``: Django's ``get_field()`` finds an attname too."""
+    assert clean_changes(Bookmark, {"document_id": None}) == {"document": None}
 
 
 def test_a_missing_foreign_key_target_is_refused_with_djangos_own_error():
