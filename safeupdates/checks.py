@@ -244,6 +244,24 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     ]
 
 
+@register(Tags.compatibility)
+def check_autocommit(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W007: a database with ``AUTOCOMMIT`` False, where every connection is managed by hand. Django runs
+    the ``on_commit()`` callbacks of such a transaction only when autocommit is turned on after the commit
+    (:func:`safeupdates.db.after_commit`), so a project that never does runs none. Read from settings."""
+    return [
+        Warning(
+            f"Database {alias!r} has AUTOCOMMIT = False: safeupdates enqueues a request's job, and sends its "
+            "outcome signal, when autocommit is turned on again after the commit (as Django runs on_commit() "
+            "callbacks), so jobs wait for the relay and no outcome signal is sent.",
+            hint="Leave AUTOCOMMIT on and use transaction.atomic() (or ATOMIC_REQUESTS) for transactions.",
+            id="safeupdates.W007",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("AUTOCOMMIT", True) is False
+    ]
+
+
 _QUICK_START_SQLITE = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
 
 

@@ -459,6 +459,28 @@ def test_w006_a_sqlite_database_without_immediate_transactions(settings, options
     assert check_sqlite() == (expected if warned else [])
 
 
+@pytest.mark.parametrize(("autocommit", "warned"), [(False, True), (True, False), (None, False)])
+def test_w007_a_database_without_autocommit(settings, autocommit, warned):
+    """With ``AUTOCOMMIT`` False every connection is managed by hand: jobs and outcome signals wait for
+    autocommit to be turned on after a commit, which such a project never does."""
+    from safeupdates.checks import check_autocommit
+
+    config = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+    settings.DATABASES = {"default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3"}, "manual": config}
+    if autocommit is not None:
+        config["AUTOCOMMIT"] = autocommit
+    expected = [
+        Warning(
+            "Database 'manual' has AUTOCOMMIT = False: safeupdates enqueues a request's job, and sends its "
+            "outcome signal, when autocommit is turned on again after the commit (as Django runs on_commit() "
+            "callbacks), so jobs wait for the relay and no outcome signal is sent.",
+            hint="Leave AUTOCOMMIT on and use transaction.atomic() (or ATOMIC_REQUESTS) for transactions.",
+            id="safeupdates.W007",
+        )
+    ]
+    assert check_autocommit() == (expected if warned else [])
+
+
 @pytest.mark.parametrize(("version", "refused"), [((3, 31, 1), True), ((3, 34, 1), True), ((3, 35, 0), False)])
 def test_e014_sqlite_older_than_3_35_has_no_returning(settings, version, refused):
     """Django 5.2 accepts SQLite 3.31, but the checked save and the guarded writes read their versions back
@@ -516,7 +538,7 @@ def test_w005_check_deploy_warns_that_sqlite_is_for_development(settings):
 
 @pytest.mark.django_db
 def test_the_database_settings_checks_run_in_a_plain_check(settings):
-    """W004 and W006 read settings only, so they must not be tagged ``database``: Django 6.1 runs such
+    """W004, W006 and W007 read settings only, so they must not be tagged ``database``: Django 6.1 runs such
     checks only with ``check --database``."""
     from django.core.checks import run_checks
 
@@ -528,3 +550,5 @@ def test_the_database_settings_checks_run_in_a_plain_check(settings):
         "safeupdates.W004",
         "safeupdates.W006",
     ]
+    settings.DATABASES = {"default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3", "AUTOCOMMIT": False}}
+    assert "safeupdates.W007" in [m.id for m in run_checks()]
