@@ -45,8 +45,9 @@ def after_commit(func: Callable[[], object], using: str, *, robust: bool = False
 
     ``on_commit()`` refuses outside an ``atomic()`` block when autocommit was turned off by hand, after
     the caller's statements ran. Registered inside one, Django keeps ``func`` until ``commit()`` and runs
-    it when autocommit is turned on again, or drops it on ``rollback()``. ``savepoint=False``: that block
-    runs no statement.
+    it when autocommit is turned on again, or drops it on ``rollback()`` (any: also one after a
+    ``commit()``). ``savepoint=False``: that block runs no statement. As ``on_commit()`` itself, it keeps
+    ``func`` through the rollback of a savepoint made by hand (``transaction.savepoint()``).
     """
     connection = connections[using]
     if connection.in_atomic_block or connection.get_autocommit():

@@ -637,9 +637,23 @@ class TestClaimBeforeWrite:
 
     def test_two_transactions_by_hand_with_one_new_request_id_write_once_and_both_go_on(self, postgres_only):
         """As above, with autocommit turned off by hand: the failed statement needs its savepoint there
-        too, or PostgreSQL refuses the rest of the caller's transaction."""
+        too, or PostgreSQL refuses the rest of the caller's transaction. Each outcome is signalled once
+        the caller has committed and turned autocommit on again."""
+        from safeupdates import signals
+
         profile = ProfileFactory()
         rid, version = uuid.uuid4(), next_version()
+        heard: list[str] = []
+
+        def hear(signal_name):
+            def receiver(sender, request_id, **kwargs):
+                heard.append(f"{signal_name} {request_id}")
+
+            return receiver
+
+        receivers = {"applied": hear("applied"), "duplicate": hear("duplicate")}
+        for name, receiver in receivers.items():
+            signals.OUTCOME_SIGNALS[name].connect(receiver, weak=False, dispatch_uid=f"by-hand-{name}")
 
         def call():
             transaction.set_autocommit(False)
@@ -647,16 +661,23 @@ class TestClaimBeforeWrite:
                 result = Profile.objects.update_if_newer(profile.pk, version=version, request_id=rid, active=True)
                 Profile.objects.create(name=f"after {result.outcome}")
                 transaction.commit()
-            finally:
+            except BaseException:
                 transaction.rollback()
+                raise
+            finally:
                 transaction.set_autocommit(True)
             return result
 
-        results, errors = self.race([(profile.pk, call), (profile.pk, call)])
+        try:
+            results, errors = self.race([(profile.pk, call), (profile.pk, call)])
+        finally:
+            for name in receivers:
+                signals.OUTCOME_SIGNALS[name].disconnect(dispatch_uid=f"by-hand-{name}")
         assert not errors
         assert sorted(r.outcome for r in results) == [Outcome.APPLIED, Outcome.DUPLICATE]
         after = Profile.objects.filter(name__startswith="after ").values_list("name", flat=True)
         assert sorted(after) == ["after applied", "after duplicate"]
+        assert sorted(heard) == [f"applied {rid}", f"duplicate {rid}"]
 
     def test_two_calls_with_a_pending_requests_id_apply_it_once(self, postgres_only, redis):
         """The request row is locked before the record is written (issue 19's probe): the second call
