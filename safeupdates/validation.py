@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -70,8 +70,10 @@ def clean_changes(
     the field's ``clean()``, and more is refused: an expression (``F()``, anything with
     ``resolve_expression``), a bool for a number column, a fraction for an integer column (never
     truncated; ``3.0`` is ``3``), an integer outside the column's portable range (PostgreSQL's, on
-    SQLite too), NaN and infinity, a NUL character in text, a naive datetime under ``USE_TZ`` and an
-    aware one without it (the rule of ``synced_at``). None is accepted for any ``null=True`` field.
+    SQLite too), NaN and infinity, a NUL character in text, a value that is no text (a list, bytes, a
+    bool) for a column Django's CharField or TextField converts by ``str()``, a naive datetime (or a
+    date) under ``USE_TZ`` and an aware one without it (the rule of ``synced_at``). None is accepted for
+    any ``null=True`` field.
 
     ``using`` is the database the changes will be written to: a foreign key's target must exist there
     (Django's own check asks ``router.db_for_read()``, which may be a lagging replica or another
@@ -175,6 +177,10 @@ def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
 
 
 _NUMBER_FIELDS = (models.IntegerField, models.FloatField, models.DecimalField)
+#: Values Django's own CharField and TextField would store as their ``str()``: ``"[1]"``, ``"b'x'"``, ``"True"``.
+_NOT_TEXT = (bool, bytes, bytearray, memoryview, list, tuple, dict, set, frozenset)
+#: The ``to_python()`` of Django's text fields, which take anything through ``str()``.
+_TEXT_BY_STR = (models.CharField.to_python, models.TextField.to_python)
 
 
 def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: str | _Named) -> None:
@@ -190,6 +196,17 @@ def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: s
         raise InvalidUpdate(
             f"{what} is not a whole number, and the column holds integers: it would be truncated. "
             "Pass an int (round it yourself if that is what you mean)."
+        )
+    if isinstance(value, _NOT_TEXT) and type(target).to_python in _TEXT_BY_STR:
+        raise InvalidUpdate(
+            f"{what} is a {type(value).__name__}, and the column holds text: it would be stored as its str(); "
+            "pass a str."
+        )
+    if isinstance(target, models.DateTimeField) and _is_date(value) and settings.USE_TZ:
+        # Django takes it as midnight in TIME_ZONE, with a warning: the naive datetime refused below.
+        raise InvalidUpdate(
+            f"{what} is a date, and the column holds datetimes while USE_TZ=True; pass an aware datetime "
+            "(for example datetime(2026, 1, 2, tzinfo=timezone.utc))."
         )
     if _has_nul(value):
         raise InvalidUpdate(
@@ -223,6 +240,10 @@ def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: s
             f"{what} is not a finite number: NaN and infinity cannot be carried by the request log's JSON "
             "nor compared; pass a finite number (or None, for a nullable field)."
         )
+
+
+def _is_date(value: Any) -> bool:
+    return isinstance(value, date) and not isinstance(value, datetime)
 
 
 def _is_finite(value: float | Decimal) -> bool:
@@ -298,7 +319,7 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
 
     Refused, as values are (see :func:`clean_changes`): an expression, a bool or a fraction for an
     integer key (``2.5`` would be truncated to ``2``, another row; ``2.0`` and ``"2"`` are ``2``), a key
-    out of the column's range, NaN and infinity, a NUL character.
+    out of the column's range, NaN and infinity, a NUL character, a value that is no text for a text key.
     """
     label = model._meta.label
     if pk is None:

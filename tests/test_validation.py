@@ -369,6 +369,39 @@ def test_a_missing_foreign_key_target_is_refused_with_djangos_own_error():
     assert (cause.code, cause.params) == (django_error.value.code, django_error.value.params)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [[1], ("a",), {"a": 1}, {"a"}, b"abc", bytearray(b"abc"), True],
+    ids=["list", "tuple", "dict", "set", "bytes", "bytearray", "bool"],
+)
+def test_a_value_that_is_no_text_is_refused_for_a_text_column(update, gadget, value):
+    """Django's CharField and TextField store ``str(value)`` of anything: ``"[1]"``, ``"b'abc'"``,
+    ``"True"``. A number is text of itself, and stays accepted, as in Django and DRF."""
+    kind = type(value).__name__
+    with refused(rf"Gadget.label=.* is a {kind}, and the column holds text", gadget):
+        update(Gadget, gadget.pk, label=value)
+    with pytest.raises(InvalidUpdate, match=rf"testapp.Specimen.text=.* is a {kind}, and the column holds text"):
+        clean_changes(Specimen, {"text": value})
+    with pytest.raises(InvalidUpdate, match=rf"primary key .* is a {kind}, and the column holds text"):
+        clean_pk(Tag, value)
+
+
+def test_numbers_and_text_of_a_field_of_its_own_stay_accepted_for_a_text_column():
+    """A number is text of itself; a field whose own ``to_python()`` takes other values decides for them."""
+
+    class Joined(models.CharField):  # type: ignore[type-arg]
+        def to_python(self, value: Any) -> Any:
+            return ",".join(value) if isinstance(value, list) else super().to_python(value)
+
+    assert clean_changes(Gadget, {"label": 5, "nickname": Decimal("1.5")}) == {"label": "5", "nickname": "1.5"}
+    field = Joined(max_length=20)
+    field.set_attributes_from_name("joined")
+    field.model = Gadget
+    from safeupdates.validation import _refuse_before_conversion
+
+    _refuse_before_conversion(field, ["a", "b"], "joined")  # refuses nothing
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Datetimes: the time zone rule of synced_at, for values too
 
@@ -378,6 +411,19 @@ def test_a_naive_datetime_is_refused_under_use_tz(update, gadget):
         update(Gadget, gadget.pk, seen_at=datetime.datetime(2026, 1, 2, 3, 4))
     with refused(r"Gadget.seen_at='2026-01-02T03:04' is naive while USE_TZ=True", gadget):
         update(Gadget, gadget.pk, seen_at="2026-01-02T03:04")
+
+
+def test_a_date_for_a_datetime_is_refused_under_use_tz(update, gadget):
+    """Django takes a date as midnight in TIME_ZONE, with a RuntimeWarning: a naive datetime by another
+    road."""
+    with refused(r"Gadget.seen_at=datetime.date\(2026, 1, 2\) is a date, and the column holds datetimes", gadget):
+        update(Gadget, gadget.pk, seen_at=datetime.date(2026, 1, 2))
+    with pytest.raises(InvalidUpdate, match="is a date, and the column holds datetimes"):
+        clean_pk(Stamp, datetime.date(2026, 1, 2))
+    with override_settings(USE_TZ=False):  # no time zone to guess: midnight, as Django takes it
+        assert clean_changes(Gadget, {"seen_at": datetime.date(2026, 1, 2)}) == {
+            "seen_at": datetime.datetime(2026, 1, 2)
+        }
 
 
 def test_a_nullable_datetime_is_cleared_with_none(gadget):
