@@ -28,7 +28,7 @@ from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
 from safeupdates.versions import next_version
-from tests.testapp.models import Attachment, Bookmark, Gadget, Profile, Specimen, Stamp, Tag
+from tests.testapp.models import Attachment, Bookmark, Document, Gadget, Profile, Specimen, Stamp, Tag
 
 pytestmark = pytest.mark.django_db
 
@@ -327,7 +327,7 @@ def test_long_values_and_messages_are_cut_at_their_limits():
 
 def test_each_refusal_of_a_field_or_key_says_what_was_wrong():
     """The whole message of each refusal (``clean_changes`` 22; ``clean_pk`` 29, 31; ``writable_field``
-    18: a message lost, the key not shown, the field names not listed as the text says)."""
+    18: a message lost, the key not shown, the field names not listed as the text says; and below)."""
     cases: list[tuple[Callable[[], Any], str]] = [
         (
             lambda: clean_changes(Bookmark, {"document": None, "document_id": None}),
@@ -341,6 +341,20 @@ def test_each_refusal_of_a_field_or_key_says_what_was_wrong():
         (
             lambda: clean_changes(Bookmark, {"nope": 1}),
             "testapp.Bookmark has no field 'nope'; fields that can be updated: document, label.",
+        ),
+        (  # a reverse relation (``writable_field`` 31)
+            lambda: clean_changes(Document, {"chapters": 1}),
+            "testapp.Document.chapters is not a concrete column and cannot be updated.",
+        ),
+        (  # a foreign key holds its target's key, a number: True is no row (``_value_field`` 2: True was row 1)
+            lambda: clean_changes(Bookmark, {"document": True}),
+            "testapp.Bookmark.document=True is a bool, and the column holds numbers; pass a number (1 or 0, if you "
+            "mean it).",
+        ),
+        (  # a repr of 61 characters is cut (``_shown`` 6: cut from 62)
+            lambda: clean_changes(Gadget, {"label": "x" * 59}),
+            f"testapp.Gadget.label='{'x' * 49}...' is invalid: "
+            "Ensure this value has at most 40 characters (it has 59).",
         ),
     ]
     for call, message in cases:
