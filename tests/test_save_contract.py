@@ -331,12 +331,36 @@ class TestANewInstanceWithAVersionOfItsOwn:
 
 
 def test_a_new_instance_whose_values_need_the_compiler_never_writes_over_a_row() -> None:
+    """Django's own INSERT (a value is an expression): the key is looked for first, and the insert takes
+    one version, as the one-statement INSERT does (``base._do_insert`` 47: the key not named; 50: a
+    second version taken on SQLite, where the save took one before)."""
+    from safeupdates.versions import last_issued
+
     specimen = Specimen.objects.create(text="stored")
-    with pytest.raises(NeverLoadedError), transaction.atomic():
+    with pytest.raises(NeverLoadedError) as raised, transaction.atomic():
         Specimen(pk=specimen.pk, text=Lower(Value("BLIND"))).save()
-    Specimen(pk=specimen.pk + 1000, text=Lower(Value("NEW"))).save()
+    assert str(raised.value).startswith(f"testapp.Specimen pk={specimen.pk} exists, and this instance never loaded")
+    before = last_issued()
+    created = Specimen(pk=specimen.pk + 1000, text=Lower(Value("NEW")))
+    created.save()
+    assert created.lock_version == before + 1 == last_issued()
     assert Specimen.objects.get(pk=specimen.pk).text == "stored"
     assert Specimen.objects.get(pk=specimen.pk + 1000).text == "new"
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+def test_a_new_instance_whose_values_need_the_compiler_writes_to_its_own_database() -> None:
+    """``save(using=...)`` of another database than the router's: the key is looked for there, and the row
+    inserted there (``base._do_insert`` 42, 56: both on the default database)."""
+    Tag.objects.using("tenant").create(code="t", label="stored")
+    with pytest.raises(NeverLoadedError):
+        Tag(code="t", label=Lower(Value("BLIND"))).save(using="tenant")
+    Tag(code="n", label=Lower(Value("NEW"))).save(using="tenant")
+    assert list(Tag.objects.using("tenant").order_by("code").values_list("code", "label")) == [
+        ("n", "new"),
+        ("t", "stored"),
+    ]
+    assert not Tag.objects.using("default").exists()
 
 
 class TestAChangedPrimaryKey:
