@@ -25,7 +25,7 @@ from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 from tests.factories import DocumentFactory
 from tests.testapp import jobs
-from tests.testapp.models import Chapter, Document, Profile, Restaurant
+from tests.testapp.models import Chapter, Document, Profile, Restaurant, Truck
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -143,6 +143,19 @@ class TestSave:
                 obj.save()
             commit_and_leave()  # whatever the refused save left in the transaction would commit here
         assert model.objects.get(pk=obj.pk).name == "a"
+
+
+def test_a_stale_save_by_hand_of_a_model_below_a_plain_parent_writes_nothing() -> None:
+    """``Truck``'s parent table is written before its versions: by hand too, its save runs in a savepoint,
+    so the refused save leaves no parent row written in the caller's transaction."""
+    truck = Truck.objects.create(wheels=4, load=1)
+    Truck.objects.get(pk=truck.pk).save()
+    with managed_by_hand():
+        truck.wheels, truck.load = 6, 2
+        with pytest.raises(StaleObjectError):
+            truck.save()
+        commit_and_leave()
+    assert Truck.objects.filter(pk=truck.pk).values_list("wheels", "load").get() == (4, 1)
 
 
 class TestDelete:
