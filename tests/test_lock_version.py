@@ -214,6 +214,20 @@ class TestRollback:
         assert row.name == "c"
         assert row.field_version("name") > profile.field_version("active")  # written by the last save
 
+    @pytest.mark.django_db(transaction=True)
+    def test_the_versions_kept_for_a_rollback_are_forgotten_when_it_commits(self):
+        """Inside the transaction the instance also accepts the version before its save (a rollback would
+        leave the row at it); once the save commits, only the new one (``_track_commit`` 11, 12: never
+        forgotten)."""
+        profile = ProfileFactory(name="a")
+        before = profile.lock_version
+        with transaction.atomic():
+            profile.name = "b"
+            profile.save()
+            assert before in profile._safeupdates_uncommitted
+        assert profile._safeupdates_uncommitted == ()
+        assert profile.lock_version != before
+
     def test_after_a_rollback_a_real_conflict_still_raises(self):
         profile = ProfileFactory(name="a")
         with pytest.raises(RuntimeError), transaction.atomic():

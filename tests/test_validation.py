@@ -351,6 +351,26 @@ def test_each_refusal_of_a_field_or_key_says_what_was_wrong():
             "testapp.Bookmark.document=True is a bool, and the column holds numbers; pass a number (1 or 0, if you "
             "mean it).",
         ),
+        (
+            lambda: clean_changes(Gadget, {"label": F("label")}),
+            "testapp.Gadget.label=F(label) is an expression; an update writes values, with a version each: "
+            "compute the value first (or write expressions with QuerySet.update(), outside safeupdates).",
+        ),
+        (
+            lambda: clean_changes(Gadget, {"count": 2.5}),
+            "testapp.Gadget.count=2.5 is not a whole number, and the column holds integers: it would be "
+            "truncated. Pass an int (round it yourself if that is what you mean).",
+        ),
+        (
+            lambda: clean_changes(Gadget, {"label": [1]}),
+            "testapp.Gadget.label=[1] is a list, and the column holds text: it would be stored as its str(); "
+            "pass a str.",
+        ),
+        (
+            lambda: clean_changes(Gadget, {"seen_at": datetime.date(2026, 1, 2)}),
+            "testapp.Gadget.seen_at=datetime.date(2026, 1, 2) is a date, and the column holds datetimes while "
+            "USE_TZ=True; pass an aware datetime (for example datetime(2026, 1, 2, tzinfo=timezone.utc)).",
+        ),
         (  # a repr of 61 characters is cut (``_shown`` 6: cut from 62)
             lambda: clean_changes(Gadget, {"label": "x" * 59}),
             f"testapp.Gadget.label='{'x' * 49}...' is invalid: "
