@@ -54,3 +54,13 @@ def test_the_versions_a_guarded_update_returns_are_read_as_text_or_as_json_decod
     """The statement returns the row's new field_versions: psycopg 3 (as safeupdates reads it) and SQLite
     give text, a driver that decodes JSON itself (psycopg2's jsonb) a dict."""
     assert guarded_update(Profile, ["active"], connection).load_versions(returned) == {"active": 5}
+
+
+def test_a_save_on_another_database_is_refused_by_name():
+    """The system check refuses such a database first (E004); a save that gets there anyway is refused
+    naming the vendor (``SaveTable.of`` 2: no message)."""
+    from safeupdates.statements import SaveTable
+
+    with pytest.raises(SafeUpdatesError) as raised:
+        SaveTable.of(Profile, "mysql")
+    assert str(raised.value) == "safeupdates supports PostgreSQL and SQLite, not mysql."
