@@ -38,15 +38,21 @@ from tests.testapp.models import (
     Document,
     Florist,
     Gadget,
+    Kennel,
     Place,
     PlainSpecimen,
     Profile,
     Restaurant,
+    Review,
+    Shelter,
     Specimen,
     Stamp,
     Tag,
     Truck,
+    Van,
+    Vehicle,
     Vendor,
+    Visit,
 )
 
 pytestmark = pytest.mark.django_db
@@ -95,6 +101,9 @@ class TestAFullSaveMarksOnlyItsFields:
         assert ProcessedRequest.objects.get().status == "applied"
 
     def test_the_parents_fields_are_written_by_name(self) -> None:
+        """Also past ``Review``'s foreign key, which comes first among ``Place``'s relations."""
+        related = [relation.related_model for relation in Place._meta.related_objects]
+        assert related.index(Review) < related.index(Restaurant)
         restaurant = Restaurant.objects.create(name="a", seats=1)
         created = restaurant.lock_version
         place = Place.objects.get(pk=restaurant.pk)
@@ -131,6 +140,28 @@ class TestAFullSaveMarksOnlyItsFields:
         profile.save()
         assert profile.field_versions == {BASE_VERSION_KEY: profile.lock_version}
         assert Profile.objects.get(pk=profile.pk).field_versions == profile.field_versions
+
+    def test_a_parent_whose_child_adds_no_field_writes_the_whole_row(self) -> None:
+        """``Kennel`` stores nothing but its parent link, and ``Visit``'s foreign key links no child."""
+        kennel = Kennel.objects.create(name="a")
+        assert [relation.related_model for relation in Shelter._meta.related_objects] == [Visit, Kennel]
+        shelter = Shelter.objects.get(pk=kennel.pk)
+        shelter.name = "b"
+        shelter.save()
+        assert Shelter.objects.get(pk=kennel.pk).field_versions == {BASE_VERSION_KEY: shelter.lock_version}
+        kennel.refresh_from_db()
+        kennel.name = "c"
+        kennel.save()
+        assert Kennel.objects.get(pk=kennel.pk).field_versions == {BASE_VERSION_KEY: kennel.lock_version}
+
+    def test_a_child_below_a_plain_parent_writes_its_whole_row_beside_a_sibling(self) -> None:
+        """``Van``'s fields, a sibling's below the plain ``Vehicle``, are in no row of ``Truck``'s (Django
+        lists no sibling's parent link among ``Truck``'s relations: a guard against looking above it)."""
+        truck = Truck.objects.create(load=1)
+        Van.objects.create(vehicle_ptr=Vehicle.objects.get(pk=truck.pk), wheels=4, doors=3)
+        truck.load = 2
+        truck.save()
+        assert Truck.objects.get(pk=truck.pk).field_versions == {BASE_VERSION_KEY: truck.lock_version}
 
     def test_a_childs_save_keeps_a_queued_request_for_a_siblings_field(self, redis: Any) -> None:
         """One vendor row that is a bakery and a florist: the bakery's save never writes bouquets."""
@@ -230,18 +261,22 @@ class TestAFailingReceiver:
         profile.save()  # the row carries the version before the rolled-back save: accepted
         assert Profile.objects.get(pk=profile.pk).name == "c"
 
-    def test_a_child_table_that_fails_after_the_versions_were_written(self, postgres_only: None) -> None:
-        restaurant = Restaurant.objects.create(name="a", seats=1)
+    @pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+    @pytest.mark.parametrize("alias", ["default", "tenant"])
+    def test_a_child_table_that_fails_after_the_versions_were_written(self, alias: str, postgres_only: None) -> None:
+        """The commit callback of Django's own transaction around the two tables is registered on the
+        row's database, not on ``default``."""
+        restaurant = Restaurant.objects.using(alias).create(name="a", seats=1)
         loaded = restaurant.lock_version
         restaurant.name, restaurant.seats = "b", 2**31  # the parent row is written, the child's UPDATE fails
         with pytest.raises(DatabaseError):
             restaurant.save()
         assert restaurant.lock_version == loaded  # the save's transaction rolled back
-        row = Restaurant.objects.get(pk=restaurant.pk)
+        row = Restaurant.objects.using(alias).get(pk=restaurant.pk)
         assert (row.name, row.seats, row.lock_version) == ("a", 1, loaded)
         restaurant.seats = 2
         restaurant.save()
-        assert Restaurant.objects.get(pk=restaurant.pk).seats == 2
+        assert Restaurant.objects.using(alias).get(pk=restaurant.pk).seats == 2
 
 
 # --- 19.10, 24.2, 24.3: new instances, changed primary keys, children of loaded parents -------------------
@@ -563,6 +598,14 @@ class TestAChildOfALoadedParent:
             Restaurant.objects.create(place_ptr_id=place.pk, seats=3)
         assert not Restaurant.objects.filter(pk=place.pk).exists()
         assert Place.objects.get(pk=place.pk).name == "corner"
+
+    def test_a_parent_loaded_without_its_version_was_never_loaded(self) -> None:
+        """Its version would be read at the save, after any write that came in between."""
+        place = Place.objects.create(name="corner")
+        deferred = Place.objects.defer("lock_version").get(pk=place.pk)
+        with pytest.raises(NeverLoadedError), transaction.atomic():
+            Restaurant.objects.create(place_ptr=deferred, name="corner", seats=3)
+        assert not Restaurant.objects.filter(pk=place.pk).exists()
 
     def test_a_copy_with_both_keys_cleared_inserts_new_rows(self) -> None:
         """Django's documented copy of a multi-table instance."""

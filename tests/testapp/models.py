@@ -99,6 +99,17 @@ class Place(SafeUpdateModel):
     safe_update_fields: ClassVar[tuple[str, ...]] = ("name", "open")
 
 
+class Review(models.Model):
+    """A plain foreign key to ``Place``, declared before its child: ``Place``'s reverse relations list
+    this one, which links no child, first."""
+
+    place = models.ForeignKey(Place, on_delete=models.CASCADE, related_name="reviews")
+    text = models.CharField(max_length=40, default="")
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class Restaurant(Place):
     """Child of a multi-table inheritance pair: fields in two tables, one row each."""
 
@@ -330,6 +341,36 @@ class Vehicle(models.Model):
 
 class Truck(LockVersionMixin, Vehicle):
     load = models.IntegerField(default=0)
+
+
+class Van(Vehicle):
+    """A sibling of ``Truck`` below the plain parent: its fields are in no row that holds versions."""
+
+    doors = models.IntegerField(default=2)
+
+
+class Shelter(LockVersionMixin):
+    """A parent whose only multi-table child adds no field of its own."""
+
+    name = models.CharField(max_length=40, default="")
+    slug = models.SlugField(max_length=8, default="")  # two validators: a value can fail both
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Visit(models.Model):
+    """A plain foreign key to ``Shelter``: a reverse relation that is no parent link."""
+
+    shelter = models.ForeignKey(Shelter, on_delete=models.CASCADE, related_name="visits")
+    note = models.CharField(max_length=40, default="")
+
+    def __str__(self) -> str:
+        return self.note
+
+
+class Kennel(Shelter):
+    """A multi-table child with no field but its parent link."""
 
 
 class Logbook(LockVersionMixin):
