@@ -131,6 +131,8 @@ def test_the_kept_cursor_follows_a_new_connection_and_other_threads(postgres_onl
     Profile.objects.update_if_newer(profile.pk, version=next_version(), active=False)
     with statement_cursor(connection) as second:
         assert second.cursor is not kept and second.cursor.connection is connection.connection
+    with statement_cursor(connection) as again:
+        assert again.cursor is second.cursor  # made once, kept open
     elsewhere: list[Any] = []
 
     def other_thread() -> None:

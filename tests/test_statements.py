@@ -3,6 +3,7 @@ in safeupdates validates its fields and its database first)."""
 
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
@@ -10,7 +11,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 
 from safeupdates.exceptions import SafeUpdatesError
-from safeupdates.statements import guarded_update
+from safeupdates.statements import guarded_update, vendor_connection
 from tests.testapp.models import Profile
 
 
@@ -64,3 +65,13 @@ def test_a_save_on_another_database_is_refused_by_name():
     with pytest.raises(SafeUpdatesError) as raised:
         SaveTable.of(Profile, "mysql")
     assert str(raised.value) == "safeupdates supports PostgreSQL and SQLite, not mysql."
+
+
+def test_a_vendors_connection_is_found_in_a_thread_that_made_none_and_is_not_opened() -> None:
+    """Statements are built wherever the first save runs, a thread that touched no connection yet."""
+    vendor, found = connection.vendor, []
+    thread = threading.Thread(target=lambda: found.append(vendor_connection(vendor)))
+    thread.start()
+    thread.join()
+    assert [c.vendor for c in found] == [vendor]
+    assert found[0].connection is None
