@@ -28,7 +28,8 @@ from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
 from safeupdates.versions import next_version
-from tests.testapp.models import Attachment, Bookmark, Document, Gadget, Profile, Specimen, Stamp, Tag
+from tests.django_contract.models import GenericB1
+from tests.testapp.models import Attachment, Bookmark, Document, Gadget, Profile, Shelter, Specimen, Stamp, Tag
 
 pytestmark = pytest.mark.django_db
 
@@ -345,6 +346,19 @@ def test_each_refusal_of_a_field_or_key_says_what_was_wrong():
         (  # a reverse relation (``writable_field`` 31)
             lambda: clean_changes(Document, {"chapters": 1}),
             "testapp.Document.chapters is not a concrete column and cannot be updated.",
+        ),
+        (  # a model field with no column (``writable_field`` 28)
+            lambda: clean_changes(GenericB1, {"generic_delete_top": None}),
+            "django_contract.GenericB1.generic_delete_top is not a concrete column and cannot be updated.",
+        ),
+        (  # a value two validators refuse: both messages (``_messages`` 2)
+            lambda: clean_changes(Shelter, {"slug": "not a slug!"}),
+            "testapp.Shelter.slug='not a slug!' is invalid: Enter a valid “slug” consisting of letters, numbers, "
+            "underscores or hyphens. Ensure this value has at most 8 characters (it has 11).",
+        ),
+        (  # a naive datetime where no datetime column is (``_refuse_after_conversion`` 16)
+            lambda: clean_changes(Specimen, {"data": datetime.datetime(2026, 1, 2, 3, 4)}),
+            "testapp.Specimen.data=datetime.datetime(2026, 1, 2, 3, 4) is invalid: Value must be valid JSON.",
         ),
         (  # a foreign key holds its target's key, a number: True is no row (``_value_field`` 2: True was row 1)
             lambda: clean_changes(Bookmark, {"document": True}),
