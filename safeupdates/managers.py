@@ -197,7 +197,12 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
 
     @contextmanager
     def with_lock(self, pk: Any, *, nowait: bool = False, timeout: float | None = None) -> Iterator[_M]:
-        """Lock row ``pk`` (``SELECT ... FOR UPDATE``) in a transaction; yield it; unlock on exit.
+        """Lock row ``pk`` (``SELECT ... FOR UPDATE``) in a transaction; yield it.
+
+        The lock is held until that transaction ends: on exit, or, inside a transaction of the caller's
+        (an ``atomic()`` block or autocommit turned off), when the caller's transaction ends. An error
+        out of the block rolls its savepoint back, which on PostgreSQL releases at once a lock the block
+        took (not one the caller's transaction already held).
 
         ``nowait=True`` fails at once if another transaction holds the lock; ``timeout`` (seconds) waits
         at most that long, through PostgreSQL's own ``lock_timeout``. Both raise

@@ -1,20 +1,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, OperationalError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from safeupdates.db import is_lock_unavailable
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.managers import Outcome, UpdateResult
 from safeupdates.models import ProcessedRequest, RequestStatus
@@ -467,6 +470,50 @@ class TestWithLock:
             with connection.cursor() as cursor:  # the lock timeout applied to the lock only
                 cursor.execute("SHOW lock_timeout")
                 assert cursor.fetchone()[0] == "0"
+
+    @pytest.mark.parametrize("by_hand", [False, True], ids=["atomic", "autocommit off"])
+    def test_inside_the_callers_transaction_the_lock_is_held_until_it_ends(self, by_hand, postgres_only):
+        """As the docstring says: the block's exit releases nothing but what an error's savepoint took."""
+        held, failed = ProfileFactory(), ProfileFactory()
+
+        def locked_elsewhere(pk) -> bool:
+            found: list[bool] = []
+
+            def attempt() -> None:
+                try:
+                    with transaction.atomic():
+                        list(Profile.objects.select_for_update(nowait=True).filter(pk=pk))
+                    found.append(False)
+                except OperationalError as exc:
+                    found.append(is_lock_unavailable(exc))
+                finally:
+                    connection.close()
+
+            thread = threading.Thread(target=attempt)
+            thread.start()
+            thread.join()
+            return found[0]
+
+        def callers_transaction() -> Any:
+            if not by_hand:
+                return transaction.atomic()
+            transaction.set_autocommit(False)
+            return contextlib.ExitStack()
+
+        try:
+            with callers_transaction():
+                with Profile.objects.with_lock(held.pk):
+                    pass
+                with pytest.raises(RuntimeError), Profile.objects.with_lock(failed.pk):
+                    raise RuntimeError
+                assert locked_elsewhere(held.pk)
+                assert not locked_elsewhere(failed.pk)
+            if by_hand:
+                assert locked_elsewhere(held.pk)
+                transaction.commit()
+        finally:
+            transaction.set_autocommit(True)
+        assert not locked_elsewhere(held.pk)
 
     def test_read_modify_write_under_threads(self, postgres_only):
         profile = ProfileFactory(score=0)
