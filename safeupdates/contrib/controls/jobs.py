@@ -109,8 +109,11 @@ def enqueue(
       ``throttle_key`` (default: the function's dotted path) start per window; a job over the limit is
       deferred to the next window, never dropped. Windows run on Redis time.
 
-    The job is enqueued at once, also inside a transaction: call this from ``transaction.on_commit`` if
-    the job must see the caller's writes. Bad arguments raise :class:`InvalidControl` and enqueue nothing.
+    The job is enqueued at once, also inside a transaction: if the job must see the caller's writes, call
+    this from ``transaction.on_commit`` in the caller's ``atomic()`` block (Django refuses ``on_commit``
+    outside ``atomic()`` in a transaction managed by hand, ``set_autocommit(False)``: call this after
+    ``commit()`` there).
+    Bad arguments raise :class:`InvalidControl` and enqueue nothing.
     ``unique_key`` cannot be combined with ``serial_key`` (RQ keeps no unique rate-limited jobs), nor
     ``serial_key`` with ``throttle`` (a deferred job would give up its place in the line).
     """
