@@ -249,6 +249,36 @@ class TestAFailingReceiver:
             stale.save()
         assert Profile.objects.get(pk=profile.pk).name == "c"
 
+    @pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+    def test_post_save_in_a_transaction_of_the_database_given_by_using(self, receiver: Any) -> None:
+        """``save(using=...)`` names the database whose transaction decides, not the router's."""
+        profile = Profile(name="a")
+        receiver(post_save, Profile, fail)
+        with transaction.atomic(using="tenant"), pytest.raises(RuntimeError):
+            profile.save(using="tenant")
+        post_save.disconnect(fail, sender=Profile)
+        row = Profile.objects.using("tenant").get(pk=profile.pk)
+        assert (profile.lock_version, profile.field_versions) == (row.lock_version, row.field_versions)
+        profile.name = "b"
+        profile.save()  # no false conflict
+        assert Profile.objects.using("tenant").get(pk=profile.pk).name == "b"
+
+    @pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+    def test_post_save_in_a_transaction_of_the_database_the_instance_came_from(self, receiver: Any) -> None:
+        """Without ``using``, the router's database for this instance: the one it was loaded from."""
+        Profile.objects.using("tenant").create(name="a")
+        profile = Profile.objects.using("tenant").get()
+        receiver(post_save, Profile, fail)
+        with transaction.atomic(using="tenant"), pytest.raises(RuntimeError):
+            profile.name = "b"
+            profile.save()
+        post_save.disconnect(fail, sender=Profile)
+        row = Profile.objects.using("tenant").get(pk=profile.pk)
+        assert (profile.lock_version, profile.field_versions) == (row.lock_version, row.field_versions)
+        profile.name = "c"
+        profile.save()  # no false conflict
+        assert Profile.objects.using("tenant").get(pk=profile.pk).name == "c"
+
     def test_post_save_in_a_transaction_that_rolls_back(self, receiver: Any) -> None:
         profile = Profile.objects.create(name="a")
         receiver(post_save, Profile, fail)
