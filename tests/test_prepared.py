@@ -195,3 +195,16 @@ def test_a_hundred_shapes_of_save_with_rollbacks_to_savepoints_between_them() ->
     assert {name: getattr(stored, name) for name in SHAPE_VALUES} == {**expected, "shout": expected["shout"].upper()}
     assert stored.lock_version == specimen.lock_version
     assert not Profile.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recorded_write_in_autocommit_is_one_statement_without_a_transaction(postgres_only: None) -> None:
+    """The statement records the request and writes the row at once: no BEGIN, no savepoint around it."""
+    profile = Profile.objects.create(name="p")
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+    version = next_version()  # the content type is cached now, the version issued
+    with CaptureQueriesContext(connection) as queries:
+        Profile.objects.update_if_newer(profile.pk, version=version, request_id=uuid.uuid4(), active=False)
+    assert [query["sql"].split()[0] for query in queries.captured_queries] == ["WITH"]
+    profile.refresh_from_db()
+    assert profile.active is False and profile.lock_version > version
