@@ -57,6 +57,9 @@ __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SafeUpdateModel", "SyncedAtM
 #: (``Article(None, "headline")``) would fill ``lock_version`` first, and ``values_list()`` and serializers
 #: would show the versions first. Above any counter a process reaches, so that they come last.
 _AFTER_OWN_FIELDS = 2**48
+#: ``Model.save()``'s parameters in the order Django 5.2 still takes them by position (deprecated there,
+#: removed in 6.0): ``save(False, False, None, ["name"])`` writes ``name`` only, and so must the check.
+_SAVE_PARAMETERS = ("force_insert", "force_update", "using", "update_fields")
 
 
 @dataclass(slots=True)
@@ -116,20 +119,22 @@ class LockVersionMixin(models.Model):
         abstract = True
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        # Read as Django reads them; Django's save() gets them as given (its warning, or its TypeError).
+        given = {**dict(zip(_SAVE_PARAMETERS, args, strict=False)), **kwargs}
+        using = given.get("using") or router.db_for_write(type(self), instance=self)
         deferred = self.get_deferred_fields()
         if "lock_version" in deferred:
             raise InvalidUpdate(
                 f"{self._meta.label} pk={self.pk!r} was loaded without lock_version (.only()/.defer()), so "
                 "its save cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
             )
-        update_fields: Iterable[str] | None = kwargs.get("update_fields")
+        update_fields: Iterable[str] | None = given.get("update_fields")
         names: tuple[str, ...] | None
         if update_fields is not None:
             if not update_fields:
                 return super().save(*args, **kwargs)  # Django's own contract: it saves nothing
             names = self._names_of(update_fields)
-        elif deferred and not kwargs.get("force_insert") and using == self._state.db and self.pk is not None:
+        elif deferred and not given.get("force_insert") and using == self._state.db and self.pk is not None:
             # Model.save() writes only the loaded fields of a deferred instance (keys and parent links
             # aside): only those are marked.
             names = self._names_of(

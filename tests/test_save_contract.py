@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import django
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, connections, models, transaction
 from django.db.models import Value
@@ -23,6 +24,7 @@ from django.db.models.functions import Lower
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import deprecation
 
 from safeupdates.exceptions import NeverLoadedError, StaleObjectError
 from safeupdates.jobs import apply_update, enqueue_update
@@ -688,6 +690,49 @@ def test_signals_of_a_deferred_save_receive_what_django_passes(receiver: Any) ->
     partial.name = "b"
     partial.save()
     assert seen == [frozenset({"name", "lock_version"})]  # the loaded fields, as Django's save() computes them
+
+
+DJANGO_TAKES_POSITIONS = django.VERSION < (6, 0)  # deprecated in 5.1, removed in 6.0
+RemovedInDjango60Warning = getattr(deprecation, "RemovedInDjango60Warning", DeprecationWarning)
+
+
+@pytest.mark.skipif(not DJANGO_TAKES_POSITIONS, reason="Django 6.0 takes save()'s arguments by keyword only")
+def test_update_fields_given_by_position_mark_only_those_fields(redis: Any) -> None:
+    """``save(False, False, None, ["name"])`` writes ``name`` only: marking the whole row would make a
+    queued request for another field stale."""
+    profile = Profile.objects.create(name="a")
+    request = enqueue_update(profile, active=True)
+    profile.name = "b"
+    with pytest.warns(RemovedInDjango60Warning):
+        profile.save(False, False, None, ["name"])
+    assert profile.field_versions == Profile.objects.get(pk=profile.pk).field_versions
+    assert set(profile.field_versions) == {BASE_VERSION_KEY, "name"}
+    assert apply_update(str(request.request_id)) == "1 applied"
+    row = Profile.objects.get(pk=profile.pk)
+    assert (row.name, row.active) == ("b", True)
+
+
+@pytest.mark.skipif(not DJANGO_TAKES_POSITIONS, reason="Django 6.0 takes save()'s arguments by keyword only")
+@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
+def test_a_database_given_by_position_is_the_one_whose_transaction_decides(receiver: Any) -> None:
+    profile = Profile(name="a")
+    receiver(post_save, Profile, fail)
+    with transaction.atomic(using="tenant"), pytest.raises(RuntimeError), pytest.warns(RemovedInDjango60Warning):
+        profile.save(False, False, "tenant")
+    post_save.disconnect(fail, sender=Profile)
+    assert profile.lock_version == Profile.objects.using("tenant").get(pk=profile.pk).lock_version
+    profile.name = "b"
+    profile.save()  # no false conflict
+    assert Profile.objects.using("tenant").get(pk=profile.pk).name == "b"
+
+
+@pytest.mark.skipif(DJANGO_TAKES_POSITIONS, reason="Django 5.2 still takes save()'s arguments by position")
+def test_arguments_by_position_are_djangos_type_error_and_write_nothing() -> None:
+    profile = Profile.objects.create(name="a")
+    profile.name = "b"
+    with pytest.raises(TypeError):
+        profile.save(False, False, None, ["name"])
+    assert Profile.objects.get(pk=profile.pk).name == "a"
 
 
 # --- 19.4: statements follow the model's table, not its class --------------------------------------------
