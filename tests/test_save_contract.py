@@ -726,6 +726,16 @@ def test_a_database_given_by_position_is_the_one_whose_transaction_decides(recei
     assert Profile.objects.using("tenant").get(pk=profile.pk).name == "b"
 
 
+def test_an_empty_update_fields_by_position_is_passed_on_as_given() -> None:
+    """Django saves nothing, after its own warning (5.2) or its TypeError (6.0 and later)."""
+    profile = Profile.objects.create(name="a")
+    profile.name = "b"
+    expected = pytest.warns(RemovedInDjango60Warning) if DJANGO_TAKES_POSITIONS else pytest.raises(TypeError)
+    with expected:
+        profile.save(False, False, None, [])
+    assert Profile.objects.get(pk=profile.pk).name == "a"
+
+
 @pytest.mark.skipif(DJANGO_TAKES_POSITIONS, reason="Django 5.2 still takes save()'s arguments by position")
 def test_arguments_by_position_are_djangos_type_error_and_write_nothing() -> None:
     profile = Profile.objects.create(name="a")
