@@ -624,6 +624,14 @@ class TestAChildOfALoadedParent:
         assert not Restaurant.objects.filter(pk=place.pk).exists()
         assert Place.objects.get(pk=place.pk).name == "moved on"
 
+    def test_a_parent_deleted_since_it_was_loaded_is_stale(self) -> None:
+        """Creating the child would insert the parent's row again, undoing the delete."""
+        place = Place.objects.create(name="corner")
+        Place.objects.filter(pk=place.pk).delete()
+        with pytest.raises(StaleObjectError, match="was deleted after it was loaded"), transaction.atomic():
+            Restaurant.objects.create(place_ptr=place, name="corner", seats=3)
+        assert not Place.objects.filter(pk=place.pk).exists()
+
     def test_a_parent_given_by_its_key_only_was_never_loaded(self) -> None:
         place = Place.objects.create(name="corner")
         with pytest.raises(NeverLoadedError), transaction.atomic():
