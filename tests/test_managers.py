@@ -11,20 +11,19 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, OperationalError, connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safeupdates.db import is_lock_unavailable
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
 from safeupdates.managers import Outcome, UpdateResult
 from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.testapp.models import Profile
-from tests.workers import RowLock, run_threads, start_threads
+from tests.workers import RowLock, locked_elsewhere, run_threads, start_threads
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -476,24 +475,6 @@ class TestWithLock:
         """As the docstring says: the block's exit releases nothing but what an error's savepoint took."""
         held, failed = ProfileFactory(), ProfileFactory()
 
-        def locked_elsewhere(pk) -> bool:
-            found: list[bool] = []
-
-            def attempt() -> None:
-                try:
-                    with transaction.atomic():
-                        list(Profile.objects.select_for_update(nowait=True).filter(pk=pk))
-                    found.append(False)
-                except OperationalError as exc:
-                    found.append(is_lock_unavailable(exc))
-                finally:
-                    connection.close()
-
-            thread = threading.Thread(target=attempt)
-            thread.start()
-            thread.join()
-            return found[0]
-
         def callers_transaction() -> Any:
             if not by_hand:
                 return transaction.atomic()
@@ -506,14 +487,14 @@ class TestWithLock:
                     pass
                 with pytest.raises(RuntimeError), Profile.objects.with_lock(failed.pk):
                     raise RuntimeError
-                assert locked_elsewhere(held.pk)
-                assert not locked_elsewhere(failed.pk)
+                assert locked_elsewhere(Profile, held.pk)
+                assert not locked_elsewhere(Profile, failed.pk)
             if by_hand:
-                assert locked_elsewhere(held.pk)
+                assert locked_elsewhere(Profile, held.pk)
                 transaction.commit()
         finally:
             transaction.set_autocommit(True)
-        assert not locked_elsewhere(held.pk)
+        assert not locked_elsewhere(Profile, held.pk)
 
     def test_read_modify_write_under_threads(self, postgres_only):
         profile = ProfileFactory(score=0)

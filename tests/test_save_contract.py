@@ -56,6 +56,7 @@ from tests.testapp.models import (
     Vendor,
     Visit,
 )
+from tests.workers import locked_elsewhere
 
 pytestmark = pytest.mark.django_db
 
@@ -954,20 +955,8 @@ class TestStatements:
         Chapter.objects.using(alias).create(document=document, title="c")
         held: list[bool] = []
 
-        def try_to_lock() -> None:
-            try:
-                with transaction.atomic(using=alias):
-                    list(Document.objects.using(alias).select_for_update(nowait=True).filter(pk=document.pk))
-                held.append(False)
-            except DatabaseError:
-                held.append(True)
-            finally:
-                connections[alias].close()
-
         def before_the_delete(**kwargs: Any) -> None:
-            thread = threading.Thread(target=try_to_lock)
-            thread.start()
-            thread.join()
+            held.append(locked_elsewhere(Document, document.pk, alias))
 
         pre_delete.connect(before_the_delete, sender=Document, weak=False)
         try:

@@ -21,6 +21,7 @@ __all__ = [
     "RowLock",
     "Workers",
     "kill_tree",
+    "locked_elsewhere",
     "run_threads",
     "start_threads",
     "subprocess_env",
@@ -127,3 +128,28 @@ class RowLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+def locked_elsewhere(model: Any, pk: Any, using: str = "default") -> bool:
+    """Whether another connection finds row ``pk`` locked: ``SELECT ... FOR UPDATE NOWAIT`` in a thread of
+    its own, which fails for a lock held and only then (PostgreSQL)."""
+    from django.db import OperationalError, connections, transaction
+
+    from safeupdates.db import is_lock_unavailable
+
+    found: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            with transaction.atomic(using=using):
+                list(model._default_manager.using(using).select_for_update(nowait=True).filter(pk=pk))
+            found.append(False)
+        except OperationalError as exc:
+            found.append(is_lock_unavailable(exc))
+        finally:
+            connections[using].close()
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    thread.join()
+    return found[0]
