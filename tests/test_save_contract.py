@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import django
@@ -59,6 +59,10 @@ from tests.testapp.models import (
 from tests.workers import locked_elsewhere
 
 pytestmark = pytest.mark.django_db
+
+#: save()'s arguments by position: deprecated in Django 5.1, removed in 6.0.
+DJANGO_TAKES_POSITIONS = django.VERSION < (6, 0)
+RemovedInDjango60Warning = getattr(deprecation, "RemovedInDjango60Warning", DeprecationWarning)
 
 
 def statements(queries: CaptureQueriesContext) -> list[str]:
@@ -253,28 +257,28 @@ class TestAFailingReceiver:
         assert Profile.objects.get(pk=profile.pk).name == "c"
 
     @pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
-    def test_post_save_in_a_transaction_of_the_database_given_by_using(self, receiver: Any) -> None:
-        """``save(using=...)`` names the database whose transaction decides, not the router's."""
-        profile = Profile(name="a")
+    @pytest.mark.parametrize("named_by", ["using", "position", "loaded"])
+    def test_post_save_in_a_transaction_of_the_database_the_save_writes(self, receiver: Any, named_by: str) -> None:
+        """The transaction that decides is that of the database the save writes, not the router's plain
+        answer: named by ``using=``, by position (Django 5.2), or, without either, the router's database
+        for this instance (the one it was loaded from)."""
+        if named_by == "position" and not DJANGO_TAKES_POSITIONS:
+            pytest.skip("Django 6.0 takes save()'s arguments by keyword only")
+        if named_by == "loaded":
+            Profile.objects.using("tenant").create(name="a")
+            profile = Profile.objects.using("tenant").get()
+        else:
+            profile = Profile(name="a")
+        save = {
+            "using": lambda: profile.save(using="tenant"),
+            "position": lambda: profile.save(False, False, "tenant"),
+            "loaded": profile.save,
+        }[named_by]
+        warned = pytest.warns(RemovedInDjango60Warning) if named_by == "position" else nullcontext()
         receiver(post_save, Profile, fail)
-        with transaction.atomic(using="tenant"), pytest.raises(RuntimeError):
-            profile.save(using="tenant")
-        post_save.disconnect(fail, sender=Profile)
-        row = Profile.objects.using("tenant").get(pk=profile.pk)
-        assert (profile.lock_version, profile.field_versions) == (row.lock_version, row.field_versions)
-        profile.name = "b"
-        profile.save()  # no false conflict
-        assert Profile.objects.using("tenant").get(pk=profile.pk).name == "b"
-
-    @pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
-    def test_post_save_in_a_transaction_of_the_database_the_instance_came_from(self, receiver: Any) -> None:
-        """Without ``using``, the router's database for this instance: the one it was loaded from."""
-        Profile.objects.using("tenant").create(name="a")
-        profile = Profile.objects.using("tenant").get()
-        receiver(post_save, Profile, fail)
-        with transaction.atomic(using="tenant"), pytest.raises(RuntimeError):
+        with transaction.atomic(using="tenant"), pytest.raises(RuntimeError), warned:
             profile.name = "b"
-            profile.save()
+            save()
         post_save.disconnect(fail, sender=Profile)
         row = Profile.objects.using("tenant").get(pk=profile.pk)
         assert (profile.lock_version, profile.field_versions) == (row.lock_version, row.field_versions)
@@ -701,10 +705,6 @@ def test_signals_of_a_deferred_save_receive_what_django_passes(receiver: Any) ->
     assert seen == [frozenset({"name", "lock_version"})]  # the loaded fields, as Django's save() computes them
 
 
-DJANGO_TAKES_POSITIONS = django.VERSION < (6, 0)  # deprecated in 5.1, removed in 6.0
-RemovedInDjango60Warning = getattr(deprecation, "RemovedInDjango60Warning", DeprecationWarning)
-
-
 @pytest.mark.skipif(not DJANGO_TAKES_POSITIONS, reason="Django 6.0 takes save()'s arguments by keyword only")
 def test_update_fields_given_by_position_mark_only_those_fields(redis: Any) -> None:
     """``save(False, False, None, ["name"])`` writes ``name`` only: marking the whole row would make a
@@ -719,20 +719,6 @@ def test_update_fields_given_by_position_mark_only_those_fields(redis: Any) -> N
     assert apply_update(str(request.request_id)) == "1 applied"
     row = Profile.objects.get(pk=profile.pk)
     assert (row.name, row.active) == ("b", True)
-
-
-@pytest.mark.skipif(not DJANGO_TAKES_POSITIONS, reason="Django 6.0 takes save()'s arguments by keyword only")
-@pytest.mark.django_db(transaction=True, databases=["default", "tenant"])
-def test_a_database_given_by_position_is_the_one_whose_transaction_decides(receiver: Any) -> None:
-    profile = Profile(name="a")
-    receiver(post_save, Profile, fail)
-    with transaction.atomic(using="tenant"), pytest.raises(RuntimeError), pytest.warns(RemovedInDjango60Warning):
-        profile.save(False, False, "tenant")
-    post_save.disconnect(fail, sender=Profile)
-    assert profile.lock_version == Profile.objects.using("tenant").get(pk=profile.pk).lock_version
-    profile.name = "b"
-    profile.save()  # no false conflict
-    assert Profile.objects.using("tenant").get(pk=profile.pk).name == "b"
 
 
 def test_an_empty_update_fields_by_position_is_passed_on_as_given() -> None:
