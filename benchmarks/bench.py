@@ -58,7 +58,9 @@ from rq.results import Result  # noqa: E402
 from benchmarks.jobs import GATE_LOCK, gate, naive_toggle, task_gate  # noqa: E402
 from benchmarks.saveapp.models import ConcurrencyRow, LockVersionRow, PlainRow  # noqa: E402
 from demo_project.processes import TaskWorkers  # noqa: E402
-from safeupdates import conf, queues, statements  # noqa: E402
+from safeupdates import conf  # noqa: E402
+from safeupdates.database import statements  # noqa: E402
+from safeupdates.delivery import rq as queues  # noqa: E402
 from safeupdates.exceptions import StaleObjectError  # noqa: E402
 from safeupdates.jobs import enqueue_update  # noqa: E402
 from safeupdates.lifecycle import _RECORDED as RECORDED  # noqa: E402
@@ -67,8 +69,8 @@ from safeupdates.models import (  # noqa: E402
     RequestKind,
     RequestStatus,
 )
-from safeupdates.validation import MANAGED_FIELDS  # noqa: E402
 from safeupdates.versions import SEQUENCE_NAME  # noqa: E402
+from safeupdates.write.validation import MANAGED_FIELDS  # noqa: E402
 from tests.testapp.models import Profile  # noqa: E402
 
 TOGGLE_FIELDS = ("active", "newsletter", "dark_mode")

@@ -110,7 +110,8 @@ from django.utils import timezone  # noqa: E402
 
 from benchmarks.bench import Report, bench_queue, empty_queue  # noqa: E402
 from benchmarks.scale_settings import current, size_alias  # noqa: E402
-from safeupdates import audit, statements, status  # noqa: E402
+from safeupdates import audit, status  # noqa: E402
+from safeupdates.database import statements  # noqa: E402
 from safeupdates.jobs import apply_update, enqueue_update, relay  # noqa: E402
 from safeupdates.models import ProcessedRequest, RequestStatus  # noqa: E402
 from safeupdates.versions import SEQUENCE_NAME  # noqa: E402

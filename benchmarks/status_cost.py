@@ -75,8 +75,9 @@ def main() -> None:
     from django.db.models.functions import Now
     from django.test.utils import override_settings
 
-    from safeupdates import db, status
+    from safeupdates import status
     from safeupdates.contrib.prometheus.metrics import RequestLogCollector
+    from safeupdates.database import clock as db
     from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
     from safeupdates.models import ProcessedRequest
     from tests.testapp.models import Profile

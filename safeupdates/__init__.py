@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from safeupdates import deprecation
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "aenqueue_update", "enqueue_update", "replay"]
@@ -21,12 +23,14 @@ _LAZY = {
 }
 
 
+# The old modules that the wings replaced (safeupdates.queues ...) stay importable, with a warning.
+deprecation.install()
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         from importlib import import_module
 
         return getattr(import_module(_LAZY[name]), name)
     # The job tools (fan_out, enqueue, idempotent) moved to safeupdates.contrib: deprecated names here.
-    from safeupdates.deprecation import moved
-
-    return moved(__name__, name)
+    return deprecation.moved(__name__, name)

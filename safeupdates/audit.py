@@ -11,8 +11,9 @@ from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import Value
 from django.db.models.functions import Cast
 
-from safeupdates import statements
-from safeupdates.guard import concrete_field
+from safeupdates.database import statements
+from safeupdates.database.cursors import fetch_all
+from safeupdates.database.registry import concrete_field
 from safeupdates.models import LockVersionMixin
 
 __all__ = ["Drift", "find_drift", "replay"]
@@ -51,9 +52,7 @@ def _derived(model: type[models.Model], versions: dict[str, Any], using: str) ->
     connection = connections[using]
     statement = statements.applied_values(connection.vendor)
     content_type = ContentType.objects.db_manager(using).get_for_model(model)
-    with connection.cursor() as cursor:
-        cursor.execute(statement.sql, statement.params(content_type.pk, wanted))
-        rows = statement.rows(cursor.fetchall())
+    rows = statement.rows(fetch_all(connection, statement.sql, statement.params(content_type.pk, wanted)))
     derived: dict[str, dict[str, Any]] = {}
     for object_id, name, value in rows:
         derived.setdefault(object_id, {})[name] = fields[name].to_python(value)

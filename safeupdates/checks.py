@@ -22,7 +22,7 @@ from safeupdates import conf
 def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``.
     Neither with ``SAFEUPDATES_DELIVERY = "tasks"`` (see :func:`check_delivery`)."""
-    from safeupdates.queues import queue_problem
+    from safeupdates.delivery.rq import queue_problem
 
     if conf.uses_tasks():
         return []
@@ -50,7 +50,7 @@ def reserved_change_names() -> dict[str, tuple[str, ...]]:
 
 def _check_reserved_names(model: type[Any]) -> list[CheckMessage]:
     """E006 for a name of ``safe_update_fields``, W003 for another field of a model with the manager."""
-    from safeupdates.validation import MANAGED_FIELDS
+    from safeupdates.write.validation import MANAGED_FIELDS
 
     reserved = reserved_change_names()
     messages: list[CheckMessage] = []
@@ -91,7 +91,7 @@ def check_models(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     E006 / W003: a field named like a keyword argument of ``enqueue_update()`` or ``update_if_newer()``;
     E007: a composite primary key; E008: a field that replaces a version field of the mixin."""
     from safeupdates.models import SafeUpdateModel
-    from safeupdates.validation import writable_field
+    from safeupdates.write.validation import writable_field
 
     messages: list[CheckMessage] = []
     configs = app_configs if app_configs is not None else apps.get_app_configs()
@@ -248,7 +248,8 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 def check_autocommit(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W007: a database with ``AUTOCOMMIT`` False, where every connection is managed by hand. Django runs
     the ``on_commit()`` callbacks of such a transaction only when autocommit is turned on after the commit
-    (:func:`safeupdates.db.after_commit`), so a project that never does runs none. Read from settings."""
+    (:func:`safeupdates.database.transactions.after_commit`), so a project that never does runs none. Read
+    from settings."""
     return [
         Warning(
             f"Database {alias!r} has AUTOCOMMIT = False: safeupdates enqueues a request's job, and sends its "
@@ -346,15 +347,9 @@ def _seconds(value: Any) -> bool:
 
 def _retry(value: Any) -> bool:
     """Keyword arguments that ``rq.Retry`` takes (``{"max": 0}``: no retries, no ``Retry``)."""
-    from rq import Retry
+    from safeupdates.delivery.rq import retry_is_valid
 
-    if not isinstance(value, dict) or not _whole(0)(value.get("max")):
-        return False
-    try:
-        Retry(**{**value, "max": max(value["max"], 1)})  # max 0 (no retries) validates the rest alike
-    except Exception:  # RQ's own validation, whose messages speak of its internals
-        return False
-    return True
+    return retry_is_valid(value)
 
 
 class _Setting(NamedTuple):
@@ -518,7 +513,7 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         ]
     messages: list[CheckMessage] = []
-    from safeupdates import taskqueue
+    from safeupdates.delivery import tasks as taskqueue
 
     backend = taskqueue.backend()
     served = sorted(getattr(backend, "queues", None) or ())

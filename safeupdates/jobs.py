@@ -1,20 +1,22 @@
-"""The job path, stage by stage: :mod:`safeupdates.enqueuing` (:func:`enqueue_update`: the outbox and the
-on-commit enqueue), :mod:`safeupdates.apply` (:func:`apply_update`, the RQ job) and :mod:`safeupdates.relay`
-(:func:`relay`: redelivery of requests whose job was lost; :func:`relay_pending` as an RQ job). A request's
-status changes only in :mod:`safeupdates.lifecycle`.
+"""The job path, stage by stage (:mod:`safeupdates.pipeline`): :func:`enqueue_update` (the outbox and the
+on-commit delivery), :func:`apply_update` (the job) and :func:`relay` (redelivery of requests whose job was
+lost; :func:`relay_pending` as a scheduled job). A request's status changes only in
+:mod:`safeupdates.lifecycle`; what delivers the jobs is :mod:`safeupdates.delivery`'s to say.
 
 This module keeps the public names of the job path in one place. Jobs name their function by dotted
-path: ``safeupdates.jobs.apply_update`` (``queues.APPLY_UPDATE``) is the one every apply job carries,
-already queued ones included, and stays importable here.
+path: ``safeupdates.jobs.apply_update`` (``safeupdates.delivery.APPLY_UPDATE``) is the one every apply
+job carries, already queued ones included, and stays importable here.
 """
 
 from __future__ import annotations
 
-from safeupdates.apply import BATCH_SIZE, apply_update, describe_database, is_transient
-from safeupdates.enqueuing import aenqueue_update, enqueue_update
+from typing import Any
+
+from safeupdates.database.errors import describe_database, is_transient, unreachable_database
 from safeupdates.exceptions import BackendUnavailable, RequestNotFound
-from safeupdates.queues import deliver
-from safeupdates.relay import RelayReport, relay, relay_pending, relay_queue, relay_steps, unreachable_database
+from safeupdates.pipeline.apply import BATCH_SIZE, apply_update
+from safeupdates.pipeline.enqueue import aenqueue_update, enqueue_update
+from safeupdates.pipeline.relay import RelayReport, relay, relay_pending, relay_queue, relay_steps
 
 __all__ = [
     "BATCH_SIZE",
@@ -23,7 +25,6 @@ __all__ = [
     "RequestNotFound",
     "aenqueue_update",
     "apply_update",
-    "deliver",
     "describe_database",
     "enqueue_update",
     "is_transient",
@@ -33,3 +34,13 @@ __all__ = [
     "relay_steps",
     "unreachable_database",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # deliver() is RQ's (safeupdates.delivery.rq): imported when used, so that a project delivering
+    # otherwise imports nothing of RQ through the job path.
+    if name == "deliver":
+        from safeupdates.delivery.rq import deliver
+
+        return deliver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,15 +11,15 @@ again (:meth:`~RequestLogQuerySet.revive`); ``safeupdates_purge`` deletes termin
 ``duplicate``: reported (:meth:`~RequestLogQuerySet.report_duplicate`), never stored. The rows of
 ``@idempotent`` tasks and batch items end through :meth:`~RequestLogQuerySet.complete`.
 
-Nothing else writes ``status`` (``tests/test_layout.py`` checks it). Every outcome of an update request
-is logged (one INFO line, logger ``safeupdates.lifecycle``) and signalled (:mod:`safeupdates.signals`)
-once its transaction commits. The mapping between a write's :class:`Outcome` and a request's
-:class:`RequestStatus`, and the newest-per-field merge of requests, are written here, once.
+Nothing else writes ``status`` (``tests/test_layout.py`` checks it), and the statements it runs are
+those of :mod:`safeupdates.database.statements`. Every outcome of an update request is logged (one INFO
+line, logger ``safeupdates.lifecycle``) and signalled (:mod:`safeupdates.signals`) once its transaction
+commits. The mapping between a write's :class:`Outcome` (:mod:`safeupdates.write.outcome`) and a
+request's :class:`RequestStatus` is written here, once.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import uuid
@@ -27,19 +27,21 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Cast, Now, RowNumber
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates import attempts, signals, statements
-from safeupdates.db import after_commit, in_transaction
+from safeupdates import delivery, signals
+from safeupdates.database import statements
+from safeupdates.database.cursors import execute, fetch_all, fetch_one
+from safeupdates.database.registry import content_type_of, model_of
+from safeupdates.database.transactions import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import fetch_one, statement_cursor
-from safeupdates.meta import content_type_of
 from safeupdates.versions import next_version
+from safeupdates.write.outcome import Outcome
 
 if TYPE_CHECKING:
     from django.contrib.contenttypes.models import ContentType
@@ -57,7 +59,6 @@ __all__ = [
     "Result",
     "Target",
     "listened",
-    "newest_per_field",
     "outcome_of_status",
     "target_of",
 ]
@@ -84,19 +85,6 @@ class RequestKind(models.TextChoices):
 
 
 TERMINAL_STATUSES = frozenset(RequestStatus) - {RequestStatus.PENDING}
-
-
-class Outcome(enum.StrEnum):
-    """What an update did."""
-
-    APPLIED = "applied"
-    """At least one field was written."""
-    STALE = "stale"
-    """Every field already carried a newer write (or the timestamp was not newer): nothing written."""
-    DUPLICATE = "duplicate"
-    """The request id was already processed: nothing written."""
-    MISSING = "missing"
-    """No row has that primary key: nothing written."""
 
 
 #: The status a request is recorded with for the outcome of its write. A duplicate is not recorded.
@@ -126,24 +114,6 @@ def outcome_of_status(status: str) -> Outcome:
         if recorded == status:
             return outcome
     raise ValueError(f"no write outcome is recorded as {status!r}")
-
-
-_K = TypeVar("_K")
-
-
-def newest_per_field(requests: Iterable[tuple[int, _K, Mapping[str, Any]]]) -> dict[str, tuple[int, _K, Any]]:
-    """Merge ``(version, key, changes)`` requests per field: the newest version's ``(version, key, value)``.
-
-    Strictly newer wins: of two requests with the same version, the first one counts, as it would when
-    applied one by one (the second then finds its version already there).
-    """
-    winners: dict[str, tuple[int, _K, Any]] = {}
-    for version, key, changes in requests:
-        for name, value in changes.items():
-            current = winners.get(name)
-            if current is None or current[0] < version:
-                winners[name] = (version, key, value)
-    return winners
 
 
 class Recorded(NamedTuple):
@@ -191,9 +161,10 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         Returns ``(created, others_pending)``: ``created`` is False if the request id exists already
         (nothing written); ``others_pending`` says whether other requests of the same record were
         pending, which in a burst means that the record's job is most likely still queued (a hint for
-        the delivery, nothing more). On PostgreSQL one statement (:func:`statements.insert_pending`):
-        the version comes from the sequence inside it, and a known request id is skipped by ``ON
-        CONFLICT DO NOTHING``, so the caller's transaction stays usable without a savepoint.
+        the delivery, nothing more). On PostgreSQL one statement
+        (:func:`~safeupdates.database.statements.insert_pending`): the version comes from the sequence
+        inside it, and a known request id is skipped by ``ON CONFLICT DO NOTHING``, so the caller's
+        transaction stays usable without a savepoint.
         """
         using = self.db
         record.kind, record.status = RequestKind.UPDATE, RequestStatus.PENDING
@@ -218,9 +189,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             kind=RequestKind.UPDATE.value,
             status=RequestStatus.PENDING.value,
         )
-        with statement_cursor(connection) as cursor:
-            cursor.execute(sql, params)
-            row = fetch_one(cursor)
+        row = fetch_one(connection, sql, params, prepared=True)
         if row is None:
             return False, False
         record.pk, record.version, record.created_at, others_pending = row
@@ -273,7 +242,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
     ) -> list[tuple[int, str, uuid.UUID]]:
         """Up to ``limit`` records with pending update requests on ``queue``, in key order after ``after``
         (a ``(content_type_id, object_id)``): ``(content_type_id, object_id, request_id)`` of each, with
-        one of its pending requests (for a job sweeping other records, :mod:`safeupdates.apply`)."""
+        one of its pending requests (for a job sweeping other records, :mod:`safeupdates.pipeline.apply`)."""
         pending = self.filter(
             status=RequestStatus.PENDING, kind=RequestKind.UPDATE, queue=queue, content_type__isnull=False
         )
@@ -420,9 +389,8 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         # autocommit the statement is its own transaction.
         savepoint = transaction.atomic(using=self.db) if in_transaction(connection) else nullcontext()
         try:
-            with savepoint, statement_cursor(connection) as cursor:
-                cursor.execute(statement.recorded_sql, params)
-                status, versions = fetch_one(cursor)
+            with savepoint:
+                status, versions = fetch_one(connection, statement.recorded_sql, params, prepared=True)
         except IntegrityError as exc:
             # Only the log's unique request id means "claimed concurrently"; a constraint of the
             # target table is the caller's error.
@@ -503,7 +471,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         """Delete the :meth:`purgeable` rows of ``scope``, ``batch_size`` at a time; yield each batch's count.
 
         Each batch is one short statement in its own transaction (in autocommit) that skips rows another
-        transaction holds (:func:`~safeupdates.statements.purge_batch`): writers never wait for a purge,
+        transaction holds (:func:`~safeupdates.database.statements.purge_batch`): writers never wait for a purge,
         and a purge stopped between batches keeps what it deleted. A pending request is never deleted.
         """
         connection = connections[self.db]
@@ -513,20 +481,16 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         while True:
             params = statement.params(cutoff_param, batch_size, after)
             if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute(statement.after if after else statement.first, params)
-                    row = fetch_one(cursor)
+                row = fetch_one(connection, statement.after if after else statement.first, params)
                 if row is None:
                     return
                 count, after = row[0], tuple(row[1:])
             else:
-                with transaction.atomic(using=self.db), connection.cursor() as cursor:
-                    cursor.execute(statement.first, params)
-                    ids = [row[0] for row in cursor.fetchall()]
+                with transaction.atomic(using=self.db):
+                    ids = [row[0] for row in fetch_all(connection, statement.first, params)]
                     if not ids:
                         return
-                    cursor.execute(statement.delete, {**params, "ids": json.dumps(ids)})
-                    count = cursor.rowcount
+                    count = execute(connection, statement.delete, {**params, "ids": json.dumps(ids)})
             yield count
 
     # --- what the outcomes tell ------------------------------------------------------------------------
@@ -563,7 +527,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         updates = [r for r in results if r.request.kind == RequestKind.UPDATE]
         if not updates:
             return
-        using, job_id = self.db, attempts.current_job_id()
+        using, job_id = self.db, delivery.current_job_id()
         if latencies is None:
             listening = not duplicate and latency is None and target is not None and listened(target.model)
             latencies = self._latencies(updates if listening else [])
@@ -651,14 +615,7 @@ def listened(model: type[models.Model]) -> bool:
 
 def target_of(record: ProcessedRequest, using: str) -> Target | None:
     """The record that update request ``record`` targets, if its model still exists."""
-    from django.contrib.contenttypes.models import ContentType
-
-    if record.content_type_id is None:
-        return None
-    try:
-        model = ContentType.objects.db_manager(using).get_for_id(record.content_type_id).model_class()
-    except ContentType.DoesNotExist:
-        return None
+    model = model_of(record.content_type_id, using)
     if model is None:
         return None
     try:
@@ -666,3 +623,10 @@ def target_of(record: ProcessedRequest, using: str) -> Target | None:
     except Exception:  # a corrupt object id: the signal carries it as stored
         pk = record.object_id
     return Target(model, pk, using)
+
+
+def __getattr__(name: str) -> Any:
+    # newest_per_field moved to safeupdates.write.merge: a deprecated name here.
+    from safeupdates.deprecation import moved
+
+    return moved(__name__, name)

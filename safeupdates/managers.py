@@ -18,20 +18,23 @@ from asgiref.sync import sync_to_async
 from django.db import OperationalError, connections, models, transaction
 
 from safeupdates import signals
-from safeupdates.db import database_now, in_transaction, is_lock_unavailable, local_lock_timeout
+from safeupdates.database.clock import database_now
+from safeupdates.database.errors import is_lock_unavailable
+from safeupdates.database.registry import content_type_of, request_log, spans_tables
+from safeupdates.database.transactions import in_transaction, local_lock_timeout
 from safeupdates.exceptions import InvalidUpdate, LockUnavailable
-from safeupdates.guard import write_if_newer
 from safeupdates.lifecycle import (
     MISSING_TARGET,
     STATUS_OF_OUTCOME,
-    Outcome,
     RequestLogQuerySet,
     Result,
     Target,
     listened,
 )
-from safeupdates.meta import content_type_of, request_log, spans_tables
-from safeupdates.validation import (
+from safeupdates.versions import ensure_issued, next_version
+from safeupdates.write.guard import write_if_newer
+from safeupdates.write.outcome import Outcome, outcome_of_write
+from safeupdates.write.validation import (
     clean_changes,
     clean_pk,
     clean_request_id,
@@ -39,11 +42,10 @@ from safeupdates.validation import (
     clean_version,
     object_id_of,
 )
-from safeupdates.versions import ensure_issued, next_version
 
 if TYPE_CHECKING:
-    from safeupdates.bulk import BulkResult
     from safeupdates.models import ProcessedRequest
+    from safeupdates.write.bulk import BulkResult
 
 __all__ = ["Outcome", "SafeUpdateManager", "SafeUpdateQuerySet", "SafeUpdateQuerySetMixin", "UpdateResult"]
 
@@ -107,7 +109,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         """Apply many ``(pk, version, changes)`` updates with the per-field semantics of
         :meth:`update_if_newer`, in one statement per batch; updates of one row merge by version.
         Returns the counts of applied, stale and missing updates."""
-        from safeupdates.bulk import bulk_update_if_newer
+        from safeupdates.write.bulk import bulk_update_if_newer
 
         return bulk_update_if_newer(self, updates)  # type: ignore[arg-type]
 
@@ -166,12 +168,9 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             assert version is not None
             values = {name: (value, version) for name, value in cleaned.items()}
             written = write_if_newer(self.model, pk, values, connection, synced_at=synced_at)
-            if written is not None:
-                outcome = Outcome.APPLIED
-            elif self.model._default_manager.db_manager(using).filter(pk=pk).exists():
-                outcome = Outcome.STALE
-            else:
-                outcome = Outcome.MISSING
+            outcome = outcome_of_write(
+                written is not None, lambda: self.model._default_manager.db_manager(using).filter(pk=pk).exists()
+            )
             if log is not None and record is not None:
                 self._record(log, record, pk, version, outcome, sorted(written or ()), synced_at)
         return UpdateResult(written is not None, outcome, version)

@@ -1,14 +1,15 @@
-"""The app's concrete tables: the request log and the version counter.
+"""The models of safeupdates: ``SafeUpdateModel``, the abstract base of your models, and the app's tables.
 
 ``ProcessedRequest`` is the request log: outbox for the job path, idempotency record, and audit trail in
-one table. The abstract mixins live in :mod:`safeupdates.base`; they are importable from here too.
+one table. ``SafeUpdateModel`` is the two mixins of the save path (:mod:`safeupdates.write.mixins`, both
+importable from here too) with :class:`~safeupdates.managers.SafeUpdateManager`.
 """
 
 from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
@@ -17,8 +18,9 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.base import BASE_VERSION_KEY, LockVersionMixin, SafeUpdateModel, SyncedAtMixin
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestKind, RequestLogQuerySet, RequestStatus
+from safeupdates.managers import SafeUpdateManager
+from safeupdates.write.mixins import BASE_VERSION_KEY, LockVersionMixin, SyncedAtMixin
 
 __all__ = [
     "BASE_VERSION_KEY",
@@ -33,6 +35,21 @@ __all__ = [
     "SyncedAtMixin",
     "VersionCounter",
 ]
+
+
+class SafeUpdateModel(LockVersionMixin, SyncedAtMixin):
+    """Abstract base of a model updated by queued jobs: both mixins and :class:`SafeUpdateManager`.
+
+    Name the fields that queued jobs may change in ``safe_update_fields``; the job path refuses all
+    others.
+    """
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = ()
+
+    objects = SafeUpdateManager()
+
+    class Meta:
+        abstract = True
 
 
 class ChangesEncoder(DjangoJSONEncoder):

@@ -3,9 +3,10 @@
 The backlog per model and queue and the oldest pending request (one query through the
 ``safeupdates_pending`` index), outcomes of the last hour and the failed requests (through
 ``safeupdates_outcomes``), the batches of ``fan_out()`` when their app is installed (found through the
-app registry: the core never imports ``safeupdates.contrib``), and what RQ shows of each queue: jobs
-waiting, workers, and whether a scheduler runs. ``manage.py safeupdates_status`` prints it and the
-request log's admin shows it; :meth:`Status.problems` is what makes either call the system unhealthy.
+app registry: the core never imports ``safeupdates.contrib``), and what the delivery backend shows of each
+queue (:func:`safeupdates.delivery.health`; RQ: jobs waiting, workers, and whether a scheduler runs).
+``manage.py safeupdates_status`` prints it and the request log's admin shows it; :meth:`Status.problems`
+is what makes either call the system unhealthy.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.conf import settings
-from django.contrib.contenttypes.models import ContentType
 from django.db import router
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
-from safeupdates import conf, db, queues
+from safeupdates import delivery
+from safeupdates.database.clock import database_now, older_than
+from safeupdates.database.registry import model_of
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
 from safeupdates.models import ProcessedRequest
@@ -69,8 +70,8 @@ class Status:
     failed_requests: list[FailedRequest]
     #: ``{"running": n, "reduce_failed": n}``; None without the batches app.
     batches: dict[str, int] | None
-    queues: list[queues.QueueState] = field(default_factory=list)
-    #: Why RQ could not be asked (Redis unreachable), or "".
+    queues: list[delivery.QueueHealth] = field(default_factory=list)
+    #: Why the delivery backend could not be asked (Redis unreachable), or "".
     redis_error: str = ""
 
     @property
@@ -127,10 +128,7 @@ def model_label(content_type_id: int | None, using: str) -> str:
     """``app_label.Model`` of a content type id, ``"-"`` for none, ``"content type N"`` if it is gone."""
     if content_type_id is None:
         return "-"
-    try:
-        model = ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
-    except ContentType.DoesNotExist:
-        model = None
+    model = model_of(content_type_id, using)
     return f"content type {content_type_id}" if model is None else model._meta.label
 
 
@@ -158,14 +156,14 @@ def backlog(using: str | None = None) -> list[Backlog]:
 
 
 def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = True) -> Status:
-    """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, RQ's view of
-    every queue of ``RQ_QUEUES`` (not with ``SAFEUPDATES_DELIVERY = "tasks"``: apply jobs need no Redis then).
-    An unreachable Redis is reported in ``redis_error``, not raised."""
+    """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, the delivery
+    backend's view of its queues (:func:`safeupdates.delivery.health`; RQ: every queue of ``RQ_QUEUES``).
+    An unreachable broker is reported in ``redis_error``, not raised."""
     using = using or router.db_for_write(ProcessedRequest)
     log = ProcessedRequest.objects.using(using)
     # Terminal statuses only, as the safeupdates_outcomes index is (status <> 'pending').
     done = log.filter(status__in=sorted(TERMINAL_STATUSES)).exclude(status=RequestStatus.PENDING)
-    recent = done.filter(processed_at__gte=db.older_than(RECENT)).values("status").annotate(count=Count("pk"))
+    recent = done.filter(processed_at__gte=older_than(RECENT)).values("status").annotate(count=Count("pk"))
     outcomes = {str(status): 0 for status in sorted(TERMINAL_STATUSES)}
     outcomes.update({row["status"]: row["count"] for row in recent})
     failed = done.filter(status=RequestStatus.FAILED)
@@ -183,16 +181,16 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         for row in failed.order_by("-processed_at")[:failed_limit]
     ]
     status = Status(
-        checked_at=db.database_now(using),
+        checked_at=database_now(using),
         backlog=backlog(using),
         outcomes=outcomes,
         failed=failed.count(),
         failed_requests=failed_requests,
         batches=_batches(using),
     )
-    if ask_rq and not conf.uses_tasks():
+    if ask_rq:
         try:
-            status.queues = queues.queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
+            status.queues = delivery.health()
         except BackendUnavailable as exc:
             status.redis_error = str(exc)
     return status

@@ -18,11 +18,12 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import F
 
-from safeupdates import statements
+from safeupdates.database import statements
+from safeupdates.database.cursors import fetch_one
+from safeupdates.database.internals import update_returning
+from safeupdates.database.registry import holds_versions, request_log, version_counter
+from safeupdates.database.statements import SEQUENCE_NAME
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.internals import update_returning
-from safeupdates.meta import holds_versions, request_log, version_counter
-from safeupdates.statements import SEQUENCE_NAME
 
 __all__ = [
     "MAX_VERSION",
@@ -49,9 +50,7 @@ def next_version(using: str = "default") -> int:
     """Return a new version, strictly greater than every version returned before on this database."""
     connection = connections[using]
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(statements.NEXTVAL)
-            version = int(cursor.fetchone()[0])
+        version = int(fetch_one(connection, statements.NEXTVAL)[0])
         _issued[using] = version
         return version
     return _next_from_counter(using)
@@ -61,9 +60,7 @@ def last_issued(using: str = "default") -> int:
     """The highest version the source has handed out so far (0 if none)."""
     connection = connections[using]
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(statements.LAST_VALUE)
-            return int(cursor.fetchone()[0])
+        return int(fetch_one(connection, statements.LAST_VALUE)[0])
     value = version_counter().objects.using(using).filter(pk=1).values_list("value", flat=True).first()
     return int(value or 0)
 
@@ -151,14 +148,11 @@ def raise_floor(using: str = "default", **kwargs: Any) -> None:
     _issued.pop(using, None)
     connection = connections[using]
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(*statements.sequence_exists())
-            if cursor.fetchone()[0] is None:
-                return  # migrated to zero: no source to move
+        if fetch_one(connection, *statements.sequence_exists())[0] is None:
+            return  # migrated to zero: no source to move
         floor = _stored_floor(using)
         if floor:
-            with connection.cursor() as cursor:
-                cursor.execute(*statements.raise_sequence(floor))
+            fetch_one(connection, *statements.raise_sequence(floor))
         return
     VersionCounter = version_counter()
     if VersionCounter._meta.db_table not in connection.introspection.table_names():

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from safeupdates import enqueue_update
-from safeupdates.admin_log import RequestLogPaginator
+from safeupdates.admin.requestlog import RequestLogPaginator
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
 

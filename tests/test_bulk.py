@@ -1,4 +1,4 @@
-"""Tests of :func:`safeupdates.bulk.bulk_update_if_newer` (PostgreSQL by default; SQLite with DATABASE_URL)."""
+"""Tests of :func:`safeupdates.write.bulk.bulk_update_if_newer` (PostgreSQL by default; SQLite with DATABASE_URL)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safeupdates import bulk
-from safeupdates.bulk import BulkResult, bulk_update_if_newer
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.managers import Outcome
 from safeupdates.versions import next_version
+from safeupdates.write import bulk
+from safeupdates.write.bulk import BulkResult, bulk_update_if_newer
 from tests.testapp.models import Document, Profile, Restaurant
 
 pytestmark = pytest.mark.django_db

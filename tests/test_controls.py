@@ -29,7 +29,7 @@ from safeupdates.contrib.controls.jobs import (
     parse_throttle,
     reap_if_abandoned,
 )
-from safeupdates.queues import dotted_path
+from safeupdates.delivery.rq import dotted_path
 from tests.testapp import jobs
 from tests.testapp.jobs import redis_now, runs
 from tests.workers import Workers, wait_until

@@ -258,7 +258,7 @@ def test_the_state_is_never_settled_with_a_value_a_worker_replaced_while_it_was_
     takes "nothing pending" for settled and shows the stored value as final.)"""
     from django.db import connection
 
-    from safeupdates.apply import apply_update
+    from safeupdates.pipeline.apply import apply_update
 
     assert user_client.post(toggle_url(profile), {"field": "active", "value": "true"}).status_code == 202
     request = ProcessedRequest.objects.get()

@@ -7,8 +7,8 @@ import pytest
 from django.db import DatabaseError
 from django.db.models import F
 
+from safeupdates.database.internals import UPDATE_RETURNS_ROWS, bound_values, update_returning
 from safeupdates.exceptions import StaleObjectError
-from safeupdates.internals import UPDATE_RETURNS_ROWS, bound_values, update_returning
 from tests.testapp.models import Invoice, Profile, Refund
 
 pytestmark = pytest.mark.django_db

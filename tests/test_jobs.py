@@ -32,12 +32,14 @@ from django.test import override_settings
 from rq import Queue, SimpleWorker, Worker
 from rq.suspension import suspend
 
-from safeupdates import enqueue_update, jobs, queues, signals, statements
-from safeupdates.apply import describe_database, is_transient
+from safeupdates import enqueue_update, jobs, signals
+from safeupdates.database import statements
+from safeupdates.database.errors import describe_database, is_transient
+from safeupdates.delivery import rq as queues
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.relay import relay
+from safeupdates.pipeline.relay import relay
 from safeupdates.versions import next_version
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.factories import DocumentFactory, ProfileFactory
@@ -450,7 +452,7 @@ class TestApplyInProcess:
     def test_a_record_of_exactly_a_batch_is_no_duplicate_of_itself(self, redis, monkeypatch):
         """The job finds the record's requests all applied when it looks for a second batch: that is the
         end of its work, not a redelivery of a request already done (no ``request_duplicate``)."""
-        from safeupdates import apply
+        from safeupdates.pipeline import apply
 
         monkeypatch.setattr(apply, "BATCH_SIZE", 3)
         profile = ProfileFactory()

@@ -345,7 +345,7 @@ class TestInvalidUpdate:
         from django.contrib.auth.models import User
 
         with pytest.raises(InvalidUpdate):
-            from safeupdates.validation import writable_field
+            from safeupdates.write.validation import writable_field
 
             writable_field(User, "groups")
 

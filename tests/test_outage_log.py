@@ -9,7 +9,8 @@ import time
 import pytest
 from django.test import override_settings
 
-from safeupdates import enqueue_update, queues
+from safeupdates import enqueue_update
+from safeupdates.delivery import rq as queues
 from safeupdates.jobs import relay_pending
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory

@@ -14,11 +14,11 @@ import pytest
 from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
+from safeupdates.database.cursors import _cursors, statement_cursor
+from safeupdates.database.statements import SAVE_VERSION_CTE
 from safeupdates.exceptions import StaleObjectError
-from safeupdates.guard import _cursors, statement_cursor
 from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest
-from safeupdates.statements import SAVE_VERSION_CTE
 from safeupdates.versions import next_version
 from tests.testapp.models import Profile, Specimen
 

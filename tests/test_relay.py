@@ -24,12 +24,13 @@ from rq import Worker
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
-from safeupdates import enqueue_update, jobs, queues
+from safeupdates import delivery, enqueue_update, jobs
 from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
+from safeupdates.delivery import rq as queues
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.models import ProcessedRequest
-from safeupdates.relay import RelayReport
+from safeupdates.pipeline.relay import RelayReport
 from tests.factories import ProfileFactory
 from tests.redis_commands import RedisCommands
 from tests.servers import OwnPostgres, OwnRedis, TcpProxy, missing_servers
@@ -129,8 +130,9 @@ class TestWhatTheRelayEnqueues:
         with RedisCommands(redis) as sent:
             assert queues.deliver(*record) is not None
             assert queues.deliver_with_outcome(uuid.uuid4(), content_type_id, "2", "default")[1] == queues.ENQUEUED
-            assert queues.deliver_or_leave_for_relay(uuid.uuid4(), content_type_id, "3", "default", what="3")
+            delivery.deliver_or_leave_for_relay(uuid.uuid4(), content_type_id, "3", "default", what="3")
             assert sent["HGET"] == 0
+            assert queues.get_queue("default").fetch_job(queues.job_id(content_type_id, "3")) is not None
             sent.reset()
             assert queues.deliver(*record, likely_queued=True) is None
             assert sent["HGET"] == 1
@@ -427,7 +429,7 @@ def test_revive_makes_only_failed_update_requests_pending_as_new():
 def test_a_relay_warning_is_logged_under_the_relays_name(caplog):
     """The report keeps the warning; the log line says which tool wrote it (a mutation survivor: a line
     without its prefix went unnoticed)."""
-    from safeupdates.relay import RelayReport, relay_queue
+    from safeupdates.pipeline.relay import RelayReport, relay_queue
 
     report = RelayReport(older_than=0)
     with caplog.at_level(logging.WARNING, logger="safeupdates"):

@@ -31,13 +31,13 @@ from safeupdates import enqueue_update, signals
 from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.contrib.idempotent.decorators import SKIPPED, idempotent
+from safeupdates.delivery.rq import job_id
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update, relay, relay_pending
 from safeupdates.managers import SafeUpdateQuerySet
 from safeupdates.models import ProcessedRequest, RequestStatus, VersionCounter
-from safeupdates.queues import job_id
-from safeupdates.validation import clean_changes
 from safeupdates.versions import _next_from_counter, last_issued, next_version, raise_floor
+from safeupdates.write.validation import clean_changes
 from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.test_managers import waiting_on_locks
 from tests.testapp.batch_jobs import add_score, record_reduce

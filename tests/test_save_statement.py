@@ -17,8 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from safeupdates.database.statements import checked_save
 from safeupdates.exceptions import StaleObjectError
-from safeupdates.statements import checked_save
 from safeupdates.versions import next_version
 from tests.testapp.models import Document, Level, PlainSpecimen, Profile, Restaurant, Shade, Shelved, Specimen, Tag
 

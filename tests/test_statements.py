@@ -10,8 +10,8 @@ import pytest
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 
+from safeupdates.database.statements import guarded_update, vendor_connection
 from safeupdates.exceptions import SafeUpdatesError
-from safeupdates.statements import guarded_update, vendor_connection
 from tests.testapp.models import Profile
 
 
@@ -60,7 +60,7 @@ def test_the_versions_a_guarded_update_returns_are_read_as_text_or_as_json_decod
 def test_a_save_on_another_database_is_refused_by_name():
     """The system check refuses such a database first (E004); a save that gets there anyway is refused
     naming the vendor (``SaveTable.of`` 2: no message)."""
-    from safeupdates.statements import SaveTable
+    from safeupdates.database.statements import SaveTable
 
     with pytest.raises(SafeUpdatesError) as raised:
         SaveTable.of(Profile, "mysql")

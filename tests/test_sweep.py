@@ -1,5 +1,5 @@
 """A job's sweep: having applied its own record, an RQ apply job applies the other records whose jobs
-still wait in its queue, taking those jobs off the queue (safeupdates.apply._sweep).
+still wait in its queue, taking those jobs off the queue (safeupdates.pipeline.apply._sweep).
 
 Single jobs run in an in-process ``SimpleWorker`` (a real RQ worker, without the fork); what runs
 concurrently runs in real ``rqworker`` processes.
@@ -20,9 +20,11 @@ from redis.exceptions import ResponseError
 from rq import SimpleWorker
 from rq.job import JobStatus
 
-from safeupdates import apply, enqueue_update, queues, signals
+from safeupdates import enqueue_update, signals
+from safeupdates.delivery import rq as queues
 from safeupdates.jobs import relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.pipeline import apply
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.test_jobs import _alive, _waiting_on_lock, all_done

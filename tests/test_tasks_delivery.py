@@ -24,9 +24,10 @@ from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
 from demo_project.processes import TaskWorkers
-from safeupdates import checks, delivery, enqueue_update, taskqueue
+from safeupdates import checks, delivery, enqueue_update
 from safeupdates.contrib import check_tools_need_rq
 from safeupdates.contrib.idempotent.decorators import idempotent
+from safeupdates.delivery import tasks as taskqueue
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import relay
 from safeupdates.models import ProcessedRequest
@@ -141,9 +142,9 @@ def test_a_tenants_request_is_applied_on_its_database_by_its_task():
     assert not Profile.objects.using("tenant").get(pk=away.pk).active
 
 
-def _attempt(request: ProcessedRequest, number: int) -> delivery.Attempt:
+def _attempt(request: ProcessedRequest, number: int) -> taskqueue.Attempt:
     record = f"{request.content_type_id}:{request.object_id}"
-    return delivery.Attempt(str(request.request_id), record, number, "t", "default")
+    return taskqueue.Attempt(str(request.request_id), record, number, "t", "default")
 
 
 @DATABASE
@@ -151,15 +152,15 @@ def test_a_transient_failure_is_retried_by_a_deferred_task(db, django_capture_on
     with django_capture_on_commit_callbacks(execute=False):
         request = enqueue_update(ProfileFactory(), active=True)
     before = timezone.now()
-    with delivery.running(_attempt(request, 0)):
+    with taskqueue.running(_attempt(request, 0)):
         assert delivery.will_retry(request.request_id)
     [retry] = apply_tasks()
     assert retry.args_kwargs["kwargs"]["attempt"] == 1
     assert retry.run_after >= before  # SAFEUPDATES_RETRY's first interval, 0 s in the tests
-    with delivery.running(_attempt(request, 1)):
+    with taskqueue.running(_attempt(request, 1)):
         assert delivery.will_retry(request.request_id)
     assert apply_tasks()[-1].run_after >= before + timedelta(seconds=1)  # the second interval
-    with delivery.running(_attempt(request, 2)):  # SAFEUPDATES_RETRY["max"] = 2: spent
+    with taskqueue.running(_attempt(request, 2)):  # SAFEUPDATES_RETRY["max"] = 2: spent
         assert not delivery.will_retry(request.request_id)
     assert len(apply_tasks()) == 2
 
@@ -169,7 +170,7 @@ def test_without_deferred_runs_the_relay_retries_until_the_attempts_are_spent(db
     with django_capture_on_commit_callbacks(execute=False):
         request = enqueue_update(ProfileFactory(), active=True)
     log = ProcessedRequest.objects.filter(pk=request.pk)
-    with delivery.running(_attempt(request, 0)):
+    with taskqueue.running(_attempt(request, 0)):
         assert delivery.will_retry(request.request_id)
         log.update(attempts=2)
         assert not delivery.will_retry(request.request_id)

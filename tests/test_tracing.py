@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rq import SimpleWorker
 
-from safeupdates import enqueue_update, signals, taskqueue, tracing
+from safeupdates import enqueue_update, signals, tracing
+from safeupdates.delivery import tasks as taskqueue
 from tests.factories import ProfileFactory
 
 _EXPORTER = InMemorySpanExporter()

@@ -26,8 +26,8 @@ from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
-from safeupdates.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
 from safeupdates.versions import next_version
+from safeupdates.write.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
 from tests.django_contract.models import GenericB1
 from tests.testapp.models import Attachment, Bookmark, Document, Gadget, Profile, Shelter, Specimen, Stamp, Tag
 
@@ -294,7 +294,7 @@ def test_clean_changes_keeps_good_values():
 
 
 def test_messages_never_echo_a_whole_huge_input(gadget):
-    from safeupdates.validation import clean_request_id
+    from safeupdates.write.validation import clean_request_id
 
     for call in [
         lambda: clean_request_id("x" * 100_000),
@@ -445,7 +445,7 @@ def test_numbers_and_text_of_a_field_of_its_own_stay_accepted_for_a_text_column(
     field = Joined(max_length=20)
     field.set_attributes_from_name("joined")
     field.model = Gadget
-    from safeupdates.validation import _refuse_before_conversion
+    from safeupdates.write.validation import _refuse_before_conversion
 
     _refuse_before_conversion(field, ["a", "b"], "joined")  # refuses nothing
 
@@ -519,7 +519,7 @@ def test_datetimes_of_the_right_kind_are_accepted(gadget):
 def test_a_nul_character_anywhere_in_json_is_refused(data):
     """PostgreSQL's jsonb cannot store ``\\u0000`` either: a NUL in a key, a value or an item, at any depth,
     is refused before anything is written (``_has_nul`` 6 looked at a mapping's keys only)."""
-    from safeupdates.validation import clean_changes
+    from safeupdates.write.validation import clean_changes
     from tests.testapp.models import Specimen
 
     with pytest.raises(InvalidUpdate, match=r"^testapp\.Specimen\.data=.* contains a NUL character \(\\x00\)"):

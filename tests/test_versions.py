@@ -7,9 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from safeupdates.database.statements import SEQUENCE_NAME
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.models import ProcessedRequest, VersionCounter
-from safeupdates.statements import SEQUENCE_NAME
 from safeupdates.versions import _next_from_counter, ensure_issued, last_issued, next_version, raise_floor
 from tests.testapp.models import Profile
 from tests.workers import run_threads

@@ -135,7 +135,7 @@ def locked_elsewhere(model: Any, pk: Any, using: str = "default") -> bool:
     its own, which fails for a lock held and only then (PostgreSQL)."""
     from django.db import OperationalError, connections, transaction
 
-    from safeupdates.db import is_lock_unavailable
+    from safeupdates.database.errors import is_lock_unavailable
 
     found: list[bool] = []
 

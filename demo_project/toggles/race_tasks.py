@@ -21,7 +21,8 @@ from django.db import connection
 from demo_project.processes import TaskWorkers, wait_until
 from demo_project.toggles.models import Profile
 from demo_project.toggles.plan import FIELDS, Plan
-from safeupdates import conf, taskqueue
+from safeupdates import conf
+from safeupdates.delivery import tasks as taskqueue
 from safeupdates.jobs import enqueue_update, relay
 from safeupdates.models import ProcessedRequest
 

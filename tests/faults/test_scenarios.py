@@ -18,7 +18,8 @@ from django.db import connection
 from django.test import override_settings
 from django_tasks_db.models import DBTaskResult
 
-from safeupdates import queues, taskqueue
+from safeupdates.delivery import rq as queues
+from safeupdates.delivery import tasks as taskqueue
 from safeupdates.models import ProcessedRequest
 from tests.faults.harness import (
     Burst,

@@ -24,13 +24,15 @@ from django.db.models.functions import Now
 from rq import Retry, get_current_job
 from rq.job import Job
 
-from safeupdates import conf, db
+from safeupdates import conf
 from safeupdates.contrib import require_app
 from safeupdates.contrib.batches.models import Batch, BatchItem, BatchStatus
+from safeupdates.database import clock
+from safeupdates.database.errors import is_lock_unavailable
+from safeupdates.delivery.rq import dotted_path, get_queue, job_kwargs, resolve, unreachable_redis
 from safeupdates.exceptions import InvalidControl
 from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.queues import dotted_path, get_queue, job_kwargs, resolve, unreachable_redis
 
 __all__ = ["deliver_item", "deliver_reduce", "fan_out", "relay_batches", "run_batch_item", "run_batch_reduce"]
 
@@ -153,7 +155,7 @@ def run_batch_item(request_id: str, using: str | None = None) -> str:
                 .first()
             )
         except DatabaseError as exc:
-            if not db.is_lock_unavailable(exc):
+            if not is_lock_unavailable(exc):
                 raise
             transaction.set_rollback(True, using=using)
             return "already running"
@@ -239,7 +241,7 @@ def run_batch_reduce(batch_id: str, using: str | None = None) -> str:
 
 def _failed_recently() -> Q:
     """Batches whose reduce failed less than ``SAFEUPDATES_RELAY_AFTER`` seconds ago (database clock)."""
-    return Q(reduce_failed_at__gt=db.older_than(conf.relay_after()))
+    return Q(reduce_failed_at__gt=clock.older_than(conf.relay_after()))
 
 
 def relay_batches(
@@ -252,7 +254,7 @@ def relay_batches(
     """
     report = report or RelayReport(older_than=older_than, dry_run=dry_run)
     using = using or router.db_for_write(Batch)  # the primary: a replica may lag behind
-    cutoff = db.older_than(older_than)
+    cutoff = clock.older_than(older_than)
     items = ProcessedRequest.objects.using(using).filter(
         kind=RequestKind.BATCH_ITEM, status=RequestStatus.PENDING, created_at__lte=cutoff
     )

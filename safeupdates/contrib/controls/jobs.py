@@ -43,8 +43,8 @@ from rq.utils import as_text, import_attribute
 
 from safeupdates import conf
 from safeupdates.contrib import require_app
+from safeupdates.delivery.rq import dotted_path, get_queue
 from safeupdates.exceptions import InvalidControl
-from safeupdates.queues import dotted_path, get_queue
 
 if TYPE_CHECKING:
     from limits import RateLimitItem

@@ -26,7 +26,8 @@ from rq import get_current_job
 
 from safeupdates import conf, signals
 from safeupdates.contrib import require_app
-from safeupdates.db import in_transaction, is_lock_unavailable, local_lock_timeout
+from safeupdates.database.errors import is_lock_unavailable
+from safeupdates.database.transactions import in_transaction, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus

@@ -10,8 +10,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router
 
-from safeupdates import conf, statements
-from safeupdates.db import database_now
+from safeupdates import conf
+from safeupdates.database import statements
+from safeupdates.database.clock import database_now
 from safeupdates.models import ProcessedRequest
 
 #: The oldest cutoff a purge takes: 1000 years, far inside every supported database's date range.

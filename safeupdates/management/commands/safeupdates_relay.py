@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections, connections
 
 from safeupdates.exceptions import BackendUnavailable
-from safeupdates.relay import relay
+from safeupdates.jobs import relay
 
 
 class Command(BaseCommand):

@@ -19,8 +19,8 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.utils import timezone
 
 from safeupdates import conf
+from safeupdates.database.registry import request_log
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.meta import request_log
 from safeupdates.versions import MAX_VERSION
 
 #: Fields that only safeupdates itself writes.

@@ -1,9 +1,11 @@
-"""Everything that touches RQ: the django-rq queues, job ids and options, delivery of the apply jobs,
-RQ's registries and scheduler as the relay sees them, and the running job's retries.
+"""Delivery through RQ (django-rq), the default: :class:`RQBackend`, and everything else that touches RQ.
 
-The rest of the core never imports ``rq``, ``django_rq`` or ``redis``: :mod:`safeupdates.jobs` tells what
-happens (enqueue -> apply -> relay) and calls this module where a job meets the queue. Functions given to
-workers travel as dotted paths (:func:`dotted_path`), so this module imports nothing of the job path.
+The django-rq queues, job ids and options, delivery of the apply jobs (one job per record, shared with
+RQ's ``unique=True``), RQ's registries and scheduler as the relay sees them, the running job's retries,
+and the sweep's taking of other records' waiting jobs. The rest of the core never imports ``rq``,
+``django_rq`` or ``redis``: the stages call the seam (:mod:`safeupdates.delivery`), which calls
+:class:`RQBackend`. Functions given to workers travel as dotted paths (:func:`dotted_path`), so this module
+imports nothing of the job path. The job tools of :mod:`safeupdates.contrib` use its queues too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import django_rq
@@ -31,17 +32,17 @@ from rq.job import JOB_ID_PATTERN, Job, JobStatus
 from rq.scheduler import RQScheduler
 from rq.utils import as_text, current_timestamp, import_attribute
 
-from safeupdates import conf
-from safeupdates.exceptions import BackendUnavailable, InvalidControl
+from safeupdates import conf, tracing
+from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
+from safeupdates.exceptions import BackendUnavailable, InvalidControl, InvalidUpdate
 
 __all__ = [
     "APPLY_UPDATE",
-    "QueueState",
+    "RQBackend",
     "current_job_id",
     "current_job_meta",
     "current_queue_name",
     "deliver",
-    "deliver_or_leave_for_relay",
     "deliver_with_outcome",
     "dotted_path",
     "fail_without_retry",
@@ -52,6 +53,7 @@ __all__ = [
     "queue_problem",
     "queue_states",
     "resolve",
+    "retry_is_valid",
     "scheduler_state",
     "take_waiting",
     "unreachable_redis",
@@ -62,9 +64,6 @@ logger = logging.getLogger("safeupdates")
 
 # Job states in which a queued job has not yet read the pending requests: it will see ours.
 _WILL_RUN = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
-
-#: The apply job's function, by the dotted path under which workers import it.
-APPLY_UPDATE = "safeupdates.jobs.apply_update"
 
 
 def dotted_path(func: Callable[..., Any] | str) -> str:
@@ -409,7 +408,7 @@ def _where(queue_name: str) -> str:
     return f"redis://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{db}"
 
 
-#: Seconds between two summaries of an outage of Redis in the log (see :func:`deliver_or_leave_for_relay`).
+#: Seconds between two summaries of an outage of Redis in the log (see :meth:`RQBackend.unreachable`).
 OUTAGE_SUMMARY_EVERY = 60.0
 
 
@@ -457,44 +456,6 @@ class _Outage:
 
 
 _outage = _Outage()
-
-
-def deliver_or_leave_for_relay(
-    request_id: uuid.UUID | str,
-    content_type_id: int,
-    object_id: str,
-    queue_name: str,
-    *,
-    what: str,
-    likely_queued: bool = False,
-    meta: dict[str, Any] | None = None,
-    using: str = DEFAULT_DB_ALIAS,
-) -> Job | None:
-    """:func:`deliver`, after the request's commit; if Redis cannot be reached, leave it to the relay.
-
-    The request is saved (pending) and the relay delivers it, so an unreachable Redis is worth one
-    WARNING line per request (``what`` names its record), no traceback, and while the outage lasts a
-    summary at most every :data:`OUTAGE_SUMMARY_EVERY` seconds; the first delivery that reaches Redis
-    again says so. Any other error propagates.
-    """
-    try:
-        job = deliver(
-            request_id, content_type_id, object_id, queue_name, likely_queued=likely_queued, meta=meta, using=using
-        )
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        where = _where(queue_name)
-        logger.warning(
-            "safeupdates: request %s (%s) is saved, but Redis at %s is unreachable (%s): the relay will deliver it.",
-            request_id,
-            what,
-            where,
-            exc,
-            extra={"request_id": str(request_id)},
-        )
-        _outage.failed(where)
-        return None
-    _outage.reached(_where(queue_name))
-    return job
 
 
 def current_job_id() -> str | None:
@@ -557,27 +518,10 @@ def current_job_meta(key: str) -> Any:
     return None if job is None else job.meta.get(key)
 
 
-@dataclass(frozen=True)
-class QueueState:
-    """What RQ shows of one queue: jobs waiting, scheduled (retries) and failed; live workers; whether an
-    RQ scheduler holds the queue's lock."""
-
-    name: str
-    queued: int
-    scheduled: int
-    failed: int
-    workers: int
-    busy_workers: int
-    scheduler: bool
-
-    @property
-    def scheduler_gone(self) -> bool:
-        """Workers live, but no scheduler runs for the queue: RQ's retries wait for the relay."""
-        return self.workers > 0 and not self.scheduler
-
-
-def queue_states(names: list[str]) -> list[QueueState]:
-    """The :class:`QueueState` of every queue in ``names`` (each one a key of ``RQ_QUEUES``).
+def queue_states(names: list[str]) -> list[QueueHealth]:
+    """The :class:`~safeupdates.delivery.QueueHealth` of every queue in ``names`` (each one a key of
+    ``RQ_QUEUES``): jobs waiting, scheduled (retries) and failed; live workers; whether an RQ scheduler
+    holds the queue's lock.
 
     Raises :class:`~safeupdates.exceptions.BackendUnavailable` if a queue's Redis cannot be reached.
     """
@@ -587,7 +531,7 @@ def queue_states(names: list[str]) -> list[QueueState]:
         with unreachable_redis(name):
             workers = Worker.all(queue=queue)
             states.append(
-                QueueState(
+                QueueHealth(
                     name=name,
                     queued=queue.count,
                     scheduled=queue.scheduled_job_registry.count,
@@ -615,3 +559,145 @@ def will_retry() -> bool:
     """True if RQ will run the current job again should it fail now (False outside a job)."""
     job = get_current_job()
     return job is not None and bool(job.retries_left)
+
+
+def retry_is_valid(value: Any) -> bool:
+    """Whether ``value`` (``SAFEUPDATES_RETRY``) is keyword arguments that ``rq.Retry`` takes; ``{"max": 0}``:
+    no retries, no ``Retry``."""
+    max_retries = value.get("max") if isinstance(value, dict) else None
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        return False
+    try:
+        Retry(**{**value, "max": max(max_retries, 1)})  # max 0 (no retries) validates the rest alike
+    except Exception:  # RQ's own validation, whose messages speak of its internals
+        return False
+    return True
+
+
+class RQBackend(Backend):
+    """Delivery through RQ: one job per record, shared while it waits (RQ's ``unique=True``), retried
+    with back-off by RQ (``SAFEUPDATES_RETRY``), run by ``rqworker --with-scheduler``."""
+
+    name = conf.DELIVERY_RQ
+    can_list_queued = True
+    has_worker_heartbeats = True
+    can_take_waiting = True
+
+    def queue_name(self, queue: str | None) -> str:
+        configured = getattr(settings, "RQ_QUEUES", None) or {}
+        name = queue or conf.queue_name()
+        if name in configured:
+            return name
+        problem = queue_problem() if queue is None else None
+        if problem is not None:
+            # The settings are wrong, not the call: say what the system check says.
+            message, hint, check_id = problem
+            raise InvalidUpdate(f"{message} {hint} ({check_id})")
+        choices = ", ".join(configured) or "(none configured)"
+        raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {choices}.")
+
+    def relay_queue(self, wanted: str, what: str) -> tuple[str | None, str | None]:
+        configured = getattr(settings, "RQ_QUEUES", None) or {}
+        if wanted in configured:
+            return wanted, None
+        default = conf.queue_name()
+        if default in configured:
+            return (
+                default,
+                f"{what} has work for queue {wanted!r}, which is not in RQ_QUEUES: delivered on {default!r}.",
+            )
+        return None, (
+            f"{what} has work for queue {wanted!r}, which is not in RQ_QUEUES, and neither is SAFEUPDATES_QUEUE "
+            f"{default!r}: not delivered. Fix RQ_QUEUES (system check safeupdates.E002)."
+        )
+
+    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
+        meta = {tracing.TRACE_META_KEY: trace} if trace else None
+        job = deliver(
+            delivery.request_id,
+            delivery.content_type_id,
+            delivery.object_id,
+            delivery.queue,
+            likely_queued=likely_queued,
+            meta=meta,
+            using=delivery.using,
+        )
+        return job is not None
+
+    def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
+        if not isinstance(error, RedisConnectionError | RedisTimeoutError):
+            return None
+        return f"Redis at {_where(delivery.queue)} is unreachable ({error})"
+
+    def left_for_relay(self, delivery: Delivery) -> None:
+        _outage.failed(_where(delivery.queue))
+
+    def delivered(self, delivery: Delivery) -> None:
+        _outage.reached(_where(delivery.queue))
+
+    def redeliver(self, deliveries: Sequence[Delivery]) -> Redelivered:
+        """Per queue: the records whose job is gone or plainly waiting in two pipelines
+        (:func:`deliver_many`), the others one by one (:func:`deliver_with_outcome`, which also moves a
+        job stuck in a registry); then a warning per queue whose retries wait for a scheduler."""
+        done = Redelivered()
+        by_queue: dict[str, list[Delivery]] = {}
+        for delivery in deliveries:
+            by_queue.setdefault(delivery.queue, []).append(delivery)
+        moved_scheduled: dict[str, int] = {}
+        for queue_name, members in by_queue.items():
+            using = members[0].using
+            plain = [(member.request_id, member.content_type_id, member.object_id) for member in members]
+            with unreachable_redis(queue_name):
+                enqueued, found_waiting, rest = deliver_many(queue_name, plain, using)
+            done.enqueued += enqueued
+            done.waiting += found_waiting
+            for index in rest:
+                with unreachable_redis(queue_name):
+                    _job, outcome = deliver_with_outcome(
+                        *plain[index], queue_name, force=True, likely_queued=True, using=using
+                    )
+                if outcome == WAITING:
+                    done.waiting += 1
+                    continue
+                done.enqueued += 1
+                if outcome != ENQUEUED:
+                    done.moved += 1
+                if outcome == MOVED_SCHEDULED:
+                    moved_scheduled[queue_name] = moved_scheduled.get(queue_name, 0) + 1
+        for queue_name in sorted(by_queue):
+            warning = _scheduler_warning(queue_name, moved_scheduled.get(queue_name, 0))
+            if warning:
+                done.warnings.append(warning)
+        return done
+
+    def running(self) -> RunningJob | None:
+        job = get_current_job()
+        if job is None:
+            return None
+        return RunningJob(str(job.id), str(job.origin), job.meta.get(tracing.TRACE_META_KEY))
+
+    def will_retry(self, request_id: uuid.UUID) -> bool:
+        return will_retry()
+
+    def fail_without_retry(self) -> None:
+        fail_without_retry()
+
+    def take_waiting(self, records: Sequence[tuple[int, str]], using: str) -> list[bool]:
+        return take_waiting(records, using)
+
+    def health(self) -> list[QueueHealth]:
+        return queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
+
+
+def _scheduler_warning(queue_name: str, moved: int) -> str | None:
+    """A warning if jobs wait in ``queue_name``'s scheduled registry (or ``moved`` overdue ones were moved
+    from it by the relay) with no RQ scheduler running for the queue: RQ's retries with back-off would then
+    only run when the relay moves them."""
+    waiting, running = scheduler_state(queue_name)
+    if running or not (waiting or moved):
+        return None
+    overdue = f", {moved} overdue ones were moved to the queue by this pass" if moved else ""
+    return (
+        f"no RQ scheduler is running for queue {queue_name!r}: {waiting} job(s) wait in its scheduled "
+        f"registry{overdue}. Start the workers with --with-scheduler, or RQ's retries wait for the relay."
+    )

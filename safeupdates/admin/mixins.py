@@ -1,4 +1,4 @@
-"""Conflict-safe admin for ``LockVersionMixin`` models, and the read-only admin of the request log.
+"""Conflict-safe admin for ``LockVersionMixin`` models: the mixin users put on their model admins.
 
 :class:`SafeUpdateAdminMixin` (ready made: :class:`SafeUpdateModelAdmin`) carries a signed edit token
 (:func:`safeupdates.conflicts.edit_token`) through every way the admin writes a record: the change form
@@ -12,13 +12,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django import forms
-from django.apps import apps
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.contenttypes.models import ContentType
@@ -29,18 +26,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import select_template
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import conditional_escape, format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.http import urlencode
-from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.admin_log import QueueFilter, RequestLogPaginator, unfiltered
-from safeupdates.admin_status import StatusPageMixin
 from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
-from safeupdates.guard import stored_version
-from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.models import LockVersionMixin, ProcessedRequest
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
@@ -50,7 +43,7 @@ else:
     _ModelAdminBase = _InlineBase = object
 
 __all__ = [
-    "ProcessedRequestAdmin",
+    "ReadOnlyAdmin",
     "SafeUpdateAdminMixin",
     "SafeUpdateInlineMixin",
     "SafeUpdateModelAdmin",
@@ -476,188 +469,3 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-class SafeUpdateModelsFilter(admin.RelatedFieldListFilter):
-    """The "By model" filter of the request log: only the models that use safeupdates, and the requests
-    of no record (tasks, batch items) under a name of their own."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.empty_value_display = conditional_escape(_("No record (tasks, batch items)"))
-
-    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        models_ = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
-        types = ContentType.objects.get_for_models(*models_).values() if models_ else []
-        return sorted(((str(ct.pk), str(ct)) for ct in types), key=lambda choice: choice[1])
-
-
-#: A request id, or the start of one: 8 to 32 hex digits, with or without the hyphens of a UUID.
-_REQUEST_ID_PREFIX = re.compile(r"[0-9a-f]{8}(?:-?[0-9a-f]){0,24}", re.IGNORECASE)
-
-
-def _request_id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
-    """The request ids that start with ``term`` (from ``...000`` to ``...fff``), if it is the start of one."""
-    term = term.strip()
-    if not _REQUEST_ID_PREFIX.fullmatch(term):
-        return None
-    digits = term.replace("-", "").lower()
-    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
-
-
-def _short(changes: Any, limit: int = 60) -> str:
-    text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-@admin.register(ProcessedRequest)
-class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
-    """The request log is written by safeupdates only: it can be inspected, filtered and searched.
-
-    Each request shows what it wanted (``changes``) and why it ended as it did: for a stale request,
-    which newer write holds each of its fields now (from the record's ``field_versions`` and the log).
-    """
-
-    list_display = [
-        "request_id",
-        "kind",
-        "target_link",
-        "wanted",
-        "version",
-        "status",
-        "outcome",
-        "attempts",
-        "created_at",
-        "processed_at",
-    ]
-    # Filters whose choices cost no query on a large log (safeupdates.admin_log).
-    list_filter = [
-        "status",
-        "kind",
-        ("content_type", SafeUpdateModelsFilter),
-        QueueFilter,
-        ("created_at", admin.DateFieldListFilter),
-    ]
-    # A request id is searched for by get_search_results(), as a range on its unique index.
-    search_fields = ["object_id__exact", "key__exact"]
-    search_help_text = _("A request id (or a prefix of 8 or more hex digits of one), an object id, or a task's key.")
-    show_full_result_count = False  # a second count, of the whole log
-    ordering = ["-created_at", "-id"]
-    list_select_related = ["content_type"]
-    readonly_fields = [
-        "request_id",
-        "kind",
-        "content_type",
-        "object_id",
-        "key",
-        "target_link",
-        "version",
-        "synced_at",
-        "changes",
-        "status",
-        "outcome",
-        "error",
-        "attempts",
-        "queue",
-        "created_at",
-        "processed_at",
-    ]
-    fields = readonly_fields  # type: ignore[assignment]
-
-    def get_paginator(
-        self,
-        request: HttpRequest,
-        queryset: models.QuerySet[Any],
-        per_page: int,
-        orphans: int = 0,
-        allow_empty_first_page: bool = True,
-    ) -> RequestLogPaginator:
-        return RequestLogPaginator(queryset, per_page, orphans, allow_empty_first_page, estimated=unfiltered(request))
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
-    ) -> tuple[models.QuerySet[Any], bool]:
-        """A request id, or its first 8 or more hex digits, finds those requests through the unique
-        index on ``request_id`` (a range, never a text match over every row); a term that matches no
-        request id is looked for as an object id or a task's key."""
-        bounds = _request_id_range(search_term)
-        if bounds is not None:
-            by_id = queryset.filter(request_id__range=bounds)
-            if by_id.exists():
-                return by_id, False
-        return super().get_search_results(request, queryset, search_term)
-
-    @admin.display(description=_("target"))
-    def target_link(self, obj: ProcessedRequest) -> str:
-        if obj.content_type_id is None:
-            return obj.key  # a keyed task: no row
-        try:
-            content_type = obj.content_type
-        except ContentType.DoesNotExist:
-            content_type = None
-        if content_type is None:  # the log has no foreign key: its content type was deleted
-            return f"content type {obj.content_type_id} (deleted) {obj.object_id}"
-        label = f"{content_type.app_label}.{content_type.model} {obj.object_id}"
-        try:
-            url = reverse(f"admin:{content_type.app_label}_{content_type.model}_change", args=[obj.object_id])
-        except NoReverseMatch:
-            return label
-        return format_html('<a href="{}">{}</a>', url, label)
-
-    @admin.display(description=_("wanted"))
-    def wanted(self, obj: ProcessedRequest) -> str:
-        """What the request asked for, short (the change page shows all of it)."""
-        if obj.kind == RequestKind.BATCH_ITEM or obj.kind == RequestKind.TASK:
-            return obj.key
-        return _short(obj.changes)
-
-    @admin.display(description=_("why"))
-    def outcome(self, obj: ProcessedRequest) -> str:
-        """Why the request ended as it did: for a stale one, the newer write that holds each field."""
-        if obj.status == RequestStatus.PENDING:
-            return "waiting for a worker"
-        if obj.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
-            return obj.error or "-"
-        if obj.status != RequestStatus.STALE or obj.kind != RequestKind.UPDATE:
-            return "-"
-        current = self._target(obj)
-        if current is None:
-            return "the record no longer exists"
-        if obj.synced_at is not None:
-            synced = getattr(current, "last_synced_at", None)
-            return (
-                f"the record was synced at {synced:%Y-%m-%d %H:%M:%S}, "
-                f"not older than this request's {obj.synced_at:%Y-%m-%d %H:%M:%S}"
-            )
-        parts = [self._holder(obj, current, name) for name in obj.changes]
-        return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
-
-    def _target(self, obj: ProcessedRequest) -> Any:
-        try:
-            content_type = obj.content_type if obj.content_type_id else None
-            model = content_type.model_class() if content_type is not None else None
-        except ContentType.DoesNotExist:
-            model = None
-        if model is None or not issubclass(model, LockVersionMixin):
-            return None
-        return model._base_manager.filter(pk=obj.object_id).first()
-
-    def _holder(self, obj: ProcessedRequest, current: Any, name: str) -> str:
-        """``name: held by v<version> (request <link> | a direct save)``."""
-        version = stored_version(current.field_versions, name)
-        if obj.version is not None and version <= obj.version:
-            return f"{name}: no newer write holds it now"
-        holder = (
-            ProcessedRequest.objects.filter(
-                content_type_id=obj.content_type_id, object_id=obj.object_id, version=version, changes__has_key=name
-            )
-            .exclude(pk=obj.pk)
-            .first()
-        )
-        if holder is None:
-            return f"{name}: held by v{version} (a direct save)"
-        try:
-            url = reverse("admin:safeupdates_processedrequest_change", args=[holder.pk])
-        except NoReverseMatch:
-            return f"{name}: held by v{version} (request {holder.request_id})"
-        return format_html('{}: held by v{} (request <a href="{}">{}</a>)', name, version, url, holder.request_id)

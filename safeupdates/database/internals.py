@@ -6,8 +6,8 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
   bool. ``LockVersionMixin`` passes the argument through untouched (:data:`UPDATE_RETURNS_ROWS` says
   which result to give back) and runs its checked UPDATE with :func:`update_returning`, which works
   on every version.
-- A ``save()`` runs its own cached UPDATE or INSERT (:class:`~safeupdates.statements.CheckedSave`,
-  :class:`~safeupdates.statements.VersionedInsert`) with the values bound as the ORM's compiler would
+- A ``save()`` runs its own cached UPDATE or INSERT (:class:`~safeupdates.database.statements.CheckedSave`,
+  :class:`~safeupdates.database.statements.VersionedInsert`) with the values bound as the ORM's compiler would
   bind them (:func:`bound_values`), and converts what it returns as the ORM would (:func:`from_db`).
 - A column whose value is the database's default (``db_default``, Django's ``DatabaseDefault``) is left
   out of the INSERT (:func:`insert_values`), as the compiler's ``DEFAULT`` would leave it to the database.

@@ -1,9 +1,10 @@
-"""The abstract mixins that make a model safe to update from queued jobs (the concrete tables of the
-app are in :mod:`safeupdates.models`, which re-exports these).
+"""The save path: the abstract mixins that make a model safe to update from queued jobs.
 
-``LockVersionMixin`` adds optimistic locking (``lock_version``) and the per-field versions that the
-guarded write of :meth:`SafeUpdateQuerySet.update_if_newer` compares against; ``SyncedAtMixin`` the
-client timestamp of timestamp mode; ``SafeUpdateModel`` both, with :class:`SafeUpdateManager`.
+``LockVersionMixin`` adds optimistic locking (``lock_version``: a checked ``save()`` and ``delete()``) and
+the per-field versions that the guarded write of :meth:`SafeUpdateQuerySet.update_if_newer` compares
+against; ``SyncedAtMixin`` the client timestamp of timestamp mode. :class:`safeupdates.models.SafeUpdateModel`
+is both, with :class:`~safeupdates.managers.SafeUpdateManager`; the app's concrete tables are in
+:mod:`safeupdates.models`, which re-exports these.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.translation import gettext_lazy as _
 
-from safeupdates.db import after_commit, in_transaction
-from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
-from safeupdates.guard import fetch_one, statement_cursor
-from safeupdates.internals import (
+from safeupdates.database.cursors import execute, fetch_one
+from safeupdates.database.internals import (
     UPDATE_RETURNS_ROWS,
     Collector,
     bound_values,
@@ -32,10 +31,8 @@ from safeupdates.internals import (
     insert_values,
     update_returning,
 )
-from safeupdates.managers import SafeUpdateManager
-from safeupdates.meta import concrete_field, versions_model
-from safeupdates.signals import stale_save_refused_robust
-from safeupdates.statements import (
+from safeupdates.database.registry import concrete_field, versions_model
+from safeupdates.database.statements import (
     BASE_VERSION_KEY,
     SAVE_VERSION_CTE,
     ChildTable,
@@ -47,9 +44,12 @@ from safeupdates.statements import (
     stored_version,
     versioned_insert,
 )
+from safeupdates.database.transactions import after_commit, in_transaction
+from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
+from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 
-__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SafeUpdateModel", "SyncedAtMixin"]
+__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin"]
 
 
 #: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
@@ -102,7 +102,7 @@ class LockVersionMixin(models.Model):
     field_versions = models.JSONField(_("field versions"), default=dict, editable=False)
     lock_version.creation_counter, field_versions.creation_counter = _AFTER_OWN_FIELDS, _AFTER_OWN_FIELDS + 1
 
-    # Marks the models that hold versions, for code the mixin imports (safeupdates.meta.holds_versions).
+    # Marks the models that hold versions, for code the mixin imports (safeupdates.database.registry.holds_versions).
     _safeupdates_versioned: ClassVar[bool] = True
     # Set only while save() runs.
     _safeupdates_save: _Save | None = None
@@ -403,9 +403,9 @@ class LockVersionMixin(models.Model):
             ChildTable.of(base_qs.model),
         )
         pk = model._meta.pk.get_db_prep_value(versions_pk, connection)  # type: ignore[union-attr]
-        with statement_cursor(connection) as cursor:
-            cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
-            row = fetch_one(cursor)
+        row = fetch_one(
+            connection, statement.sql, statement.params(bound, pk, save.expected, save.version), prepared=True
+        )
         if row is None:
             return self._not_matched(versions_qs, versions_pk, save)
         lock_version, versions, child_rows = row
@@ -465,9 +465,7 @@ class LockVersionMixin(models.Model):
             tuple(field.column for field in returning_fields),
             unless_exists=save.insert_unless_exists,
         )
-        with statement_cursor(connection) as cursor:
-            cursor.execute(statement.sql, statement.params(bound, save.version))
-            row = fetch_one(cursor)
+        row = fetch_one(connection, statement.sql, statement.params(bound, save.version), prepared=True)
         if row is None:  # the key is taken: ON CONFLICT DO NOTHING inserted nothing
             raise self._refuse(save, self._never_loaded(pk))
         *returned, version = row
@@ -485,20 +483,20 @@ class LockVersionMixin(models.Model):
         bound: list[Any],
         save: _Save,
     ) -> tuple[int, dict[str, Any]] | None:
-        """Run the save's :class:`~safeupdates.statements.CheckedSave`, built once per shape of save and
+        """Run the save's :class:`~safeupdates.database.statements.CheckedSave`, built once per shape of save and
         run prepared: the new ``lock_version`` and ``field_versions``, None if no row matched.
 
         ``written`` are the fields ``_do_update`` received, without the versions; ``bound`` their values
-        as the database takes them (:func:`~safeupdates.internals.bound_values`)."""
+        as the database takes them (:func:`~safeupdates.database.internals.bound_values`)."""
         statement = checked_save(
             SaveTable.of(model, connection.vendor),
             tuple(field.column for field, _model, _value in written),
             save.names,
         )
         pk = model._meta.pk.get_db_prep_value(pk_val, connection)  # type: ignore[union-attr]
-        with statement_cursor(connection) as cursor:
-            cursor.execute(statement.sql, statement.params(bound, pk, save.expected, save.version))
-            row = fetch_one(cursor)
+        row = fetch_one(
+            connection, statement.sql, statement.params(bound, pk, save.expected, save.version), prepared=True
+        )
         if row is None:
             return None
         if statement.returns_versions:
@@ -559,14 +557,13 @@ class LockVersionMixin(models.Model):
     delete.alters_data = True  # type: ignore[attr-defined]
 
     def _run_checked_delete(self, connection: BaseDatabaseWrapper, pk: Any, expected: list[int]) -> int:
-        """The checked DELETE of row ``pk`` (:func:`~safeupdates.statements.checked_delete`): the number
+        """The checked DELETE of row ``pk`` (:func:`~safeupdates.database.statements.checked_delete`): the number
         of rows deleted, 0 or 1."""
         table = SaveTable.of(type(self), connection.vendor)
         prepared = versions_model(type(self))._meta.pk.get_db_prep_value(pk, connection)  # type: ignore[union-attr]
         params = {"pk": prepared, "expected": expected_versions(connection.vendor, expected)}
-        with transaction.mark_for_rollback_on_error(connection.alias), statement_cursor(connection) as cursor:
-            cursor.execute(checked_delete(table), params)
-            return int(cursor.rowcount)
+        with transaction.mark_for_rollback_on_error(connection.alias):
+            return execute(connection, checked_delete(table), params, prepared=True)
 
     def _checked_delete(self, connection: BaseDatabaseWrapper, expected: list[int]) -> tuple[int, dict[str, int]]:
         """The one-statement delete of a row that nothing cascades from, as ``Collector.delete()`` does it."""
@@ -585,7 +582,7 @@ class LockVersionMixin(models.Model):
         expected: list[int],
     ) -> tuple[int, dict[str, int]]:
         """Delete as ``Collector.delete()`` does, the row itself by the checked DELETE, where Django
-        deletes it (:func:`~safeupdates.internals.delete_in_place`).
+        deletes it (:func:`~safeupdates.database.internals.delete_in_place`).
 
         The check rides in the statement Django runs anyway. A stale row raises inside the transaction
         that holds the collector's deletes (the outermost: this runs in autocommit), which rolls back
@@ -729,21 +726,6 @@ class SyncedAtMixin(models.Model):
 
     last_synced_at = models.DateTimeField(_("last synced at"), null=True, blank=True, editable=False)
     last_synced_at.creation_counter = _AFTER_OWN_FIELDS + 2
-
-    class Meta:
-        abstract = True
-
-
-class SafeUpdateModel(LockVersionMixin, SyncedAtMixin):
-    """Abstract base of a model updated by queued jobs: both mixins and :class:`SafeUpdateManager`.
-
-    Name the fields that queued jobs may change in ``safe_update_fields``; the job path refuses all
-    others.
-    """
-
-    safe_update_fields: ClassVar[tuple[str, ...]] = ()
-
-    objects = SafeUpdateManager()
 
     class Meta:
         abstract = True

@@ -25,8 +25,8 @@ from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.expressions import RawSQL
 
+from safeupdates.database.registry import column, concrete_field, request_log, versions_model
 from safeupdates.exceptions import SafeUpdatesError
-from safeupdates.meta import column, concrete_field, request_log, versions_model
 
 __all__ = [
     "BASE_VERSION_KEY",

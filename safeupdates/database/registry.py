@@ -1,8 +1,8 @@
 """What the write path needs to know about a model, without importing the models that use it.
 
-Field and column lookups, the table that holds a model's versions, and the request log model, found
-through Django's app registry (as ``get_user_model()`` does): the mixins in :mod:`safeupdates.base`
-import the write path, so the write path must not import them back.
+Field and column lookups, the table that holds a model's versions, the request log model, and the model
+of a content type, found through Django's app registry (as ``get_user_model()`` does): the mixins in
+:mod:`safeupdates.write.mixins` import the write path, so the write path must not import them back.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ __all__ = [
     "concrete_field",
     "content_type_of",
     "holds_versions",
+    "model_of",
     "request_log",
     "spans_tables",
     "version_counter",
@@ -84,3 +85,16 @@ def content_type_of(model: type[models.Model], using: str) -> ContentType:
 
         manager = _content_type_managers[using] = ContentType.objects.db_manager(using)
     return cast("ContentType", manager.get_for_model(model))
+
+
+def model_of(content_type_id: int | None, using: str) -> type[models.Model] | None:
+    """The model of content type ``content_type_id`` on database ``using`` (from Django's cache once read);
+    None if there is none, the content type is gone, or its model is (an app removed since)."""
+    if content_type_id is None:
+        return None
+    from django.contrib.contenttypes.models import ContentType
+
+    try:
+        return ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
+    except ContentType.DoesNotExist:
+        return None

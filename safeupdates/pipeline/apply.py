@@ -1,9 +1,10 @@
-"""The second stage of the job path: :func:`apply_update`, the RQ job that applies a record's requests.
+"""The second stage of the job path: :func:`apply_update`, the job that applies a record's requests.
 
 A job applies *every* pending request of its record in one guarded statement (a burst of toggles costs
 one write): the requests are claimed (locked), merged per field by version
-(:func:`~safeupdates.lifecycle.newest_per_field`), written, and their outcomes recorded in the same
-transaction through :mod:`safeupdates.lifecycle`, so that running the job again changes nothing.
+(:func:`~safeupdates.write.merge.newest_per_field`), written, and their outcomes recorded in the same
+transaction through :mod:`safeupdates.lifecycle`, so that running the job again changes nothing. Whatever
+delivered it (:mod:`safeupdates.delivery`): its retries, its id and its queue are the seam's to tell.
 """
 
 from __future__ import annotations
@@ -15,19 +16,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connections, models, router, transaction
-from django.db.utils import InterfaceError, OperationalError
 
-from safeupdates import bulk, conf, db, delivery, queues, signals, tracing
+from safeupdates import conf, delivery, signals, tracing
+from safeupdates.database.errors import describe_database, is_lock_unavailable, is_transient
+from safeupdates.database.registry import model_of
+from safeupdates.database.statements import stored_version
+from safeupdates.database.transactions import in_transaction
 from safeupdates.exceptions import InvalidUpdate, RequestNotFound
-from safeupdates.guard import write_if_newer
-from safeupdates.lifecycle import MISSING_TARGET, Result, Target, listened, newest_per_field, target_of
+from safeupdates.lifecycle import MISSING_TARGET, STATUS_OF_OUTCOME, Result, Target, listened, target_of
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.statements import stored_version
-from safeupdates.validation import clean_changes, clean_pk, clean_request_id
+from safeupdates.write import bulk
+from safeupdates.write.guard import write_if_newer
+from safeupdates.write.merge import newest_per_field
+from safeupdates.write.outcome import Outcome, outcome_of_write
+from safeupdates.write.validation import clean_changes, clean_pk, clean_request_id
 
-__all__ = ["BATCH_SIZE", "apply_update", "describe_database", "is_transient"]
+__all__ = ["BATCH_SIZE", "apply_update"]
 
 logger = logging.getLogger("safeupdates")
 
@@ -38,7 +43,7 @@ SWEEP_PAGE = 50
 
 
 def apply_update(request_id: str, using: str | None = None) -> str:
-    """RQ job: apply pending request ``request_id`` and every other pending request of its record.
+    """The apply job: apply pending request ``request_id`` and every other pending request of its record.
 
     The requests are locked (``SKIP LOCKED``: a concurrent job takes the others), merged per field by
     version, written with one guarded statement, and marked ``applied`` or ``stale`` in the same
@@ -57,11 +62,12 @@ def apply_update(request_id: str, using: str | None = None) -> str:
     try:
         rid = clean_request_id(request_id)
     except InvalidUpdate:
-        queues.fail_without_retry()
+        delivery.fail_without_retry()
         raise
     using = using or router.db_for_write(ProcessedRequest)
     started = time.monotonic()
-    with tracing.job_context(str(rid), queues.current_job_meta(tracing.TRACE_META_KEY)):
+    job = delivery.running_job()
+    with tracing.job_context(str(rid), None if job is None else job.trace):
         try:
             counts = _apply_record(rid, using, first=True)
         except DatabaseError as exc:
@@ -69,7 +75,7 @@ def apply_update(request_id: str, using: str | None = None) -> str:
             _record_failed_attempt(rid, using, exc)
             raise
     summary = _summary(counts) or "nothing pending"
-    records, swept = _sweep(using, started)
+    records, swept = _sweep(using, started, None if job is None else job.queue)
     return f"{summary}; swept {records} other record(s): {_summary(swept) or 'nothing pending'}" if records else summary
 
 
@@ -90,9 +96,10 @@ def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
             return counts
 
 
-def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
-    """Having applied its own record, an RQ job applies other records of its queue and database whose
-    jobs are still waiting there, taking those jobs off the queue (:func:`queues.take_waiting`): a burst
+def _sweep(using: str, started: float, queue_name: str | None) -> tuple[int, dict[str, int]]:
+    """Having applied its own record, a job on queue ``queue_name`` applies other records of its queue and
+    database whose jobs are still waiting there, taking those jobs off the queue
+    (:func:`safeupdates.delivery.take_waiting`, where the backend can: RQ): a burst
     over many records then costs a few jobs (each a fork and a connection), not one per record, and a
     page of records costs one claim and one update of the log, not one of each per record.
 
@@ -105,9 +112,8 @@ def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
     them. Returns how many records were swept, and the count per status of their requests.
     """
     limit = conf.sweep_records()
-    queue_name = queues.current_queue_name()
     counts: Counter[str] = Counter()
-    if limit <= 0 or queue_name is None or conf.uses_tasks():
+    if limit <= 0 or queue_name is None or not delivery.backend().can_take_waiting:
         return 0, counts
     log = ProcessedRequest.objects.using(using)
     deadline = started + conf.job_timeout() / 4
@@ -122,7 +128,9 @@ def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
                 break
             after, last_page = page[-1][:2], len(page) < size
             ours = [record for record in page if not _spans_tables(record[0], using)]
-            taken = queues.take_waiting([(content_type_id, object_id) for content_type_id, object_id, _ in ours], using)
+            taken = delivery.take_waiting(
+                [(content_type_id, object_id) for content_type_id, object_id, _ in ours], using
+            )
             owed = [record for record, took in zip(ours, taken, strict=True) if took]
             swept += len(owed)
             done, owed = _apply_records(owed, using)  # owed: those whose rows were held
@@ -139,17 +147,9 @@ def _sweep(using: str, started: float) -> tuple[int, dict[str, int]]:
     return swept, counts
 
 
-def _model_of(content_type_id: int, using: str) -> type[models.Model] | None:
-    """The model of ``content_type_id`` (None: the content type or its model is gone)."""
-    try:
-        return ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
-    except ContentType.DoesNotExist:
-        return None
-
-
 def _spans_tables(content_type_id: int, using: str) -> bool:
     """Whether the records of ``content_type_id`` are of a model with parents (multi-table inheritance)."""
-    model = _model_of(content_type_id, using)
+    model = model_of(content_type_id, using)
     return model is not None and bool(model._meta.parents)
 
 
@@ -213,7 +213,7 @@ def _lock_rows(records: list[tuple[int, str]], using: str) -> set[tuple[int, str
     held: set[tuple[int, str]] = set()
     by_model: dict[type[models.Model], dict[Any, tuple[int, str]]] = {}
     for content_type_id, object_id in records:
-        model = _model_of(content_type_id, using)
+        model = model_of(content_type_id, using)
         if model is None:
             held.add((content_type_id, object_id))
             continue
@@ -290,7 +290,7 @@ def _decide(batch: list[ProcessedRequest], using: str) -> tuple[list[Result], Ta
 
 def _decide_page(batches: list[list[ProcessedRequest]], using: str) -> list[tuple[list[Result], Target | None]]:
     """:func:`_decide` for the records of a sweep's page, in the caller's savepoint: on PostgreSQL the
-    writes of each model's records in one statement (:mod:`safeupdates.bulk`'s), not one per record.
+    writes of each model's records in one statement (:mod:`safeupdates.write.bulk`'s), not one per record.
     Any database error propagates (the caller then decides record by record)."""
     decisions = [_validate(batch, using) for batch in batches]
     if connections[using].vendor != "postgresql":
@@ -319,17 +319,9 @@ def _decide_page(batches: list[list[ProcessedRequest]], using: str) -> list[tupl
 
 def _validate(batch: list[ProcessedRequest], using: str) -> _Decision:
     """The claimed requests ``batch`` of one record, validated and merged per field: a :class:`_Decision`."""
-    try:
-        content_type = ContentType.objects.db_manager(using).get_for_id(batch[0].content_type_id)  # type: ignore[arg-type]
-    except ContentType.DoesNotExist:
-        # The log has no foreign key on content types (see ProcessedRequest.content_type).
-        content_type = None
-    model = None if content_type is None else content_type.model_class()
+    model = model_of(batch[0].content_type_id, using)
     if model is None:
-        if content_type is None:
-            missing = f"content type {batch[0].content_type_id}"
-        else:  # not str(content_type): Django 6.1 renders a missing model's as "app | model"
-            missing = f"model {content_type.app_label}.{content_type.model}"
+        missing = _missing_model(batch[0].content_type_id, using)
         return _Decision(None, rejected=[_rejected(r, f"{missing} no longer exists") for r in batch])
 
     try:
@@ -357,30 +349,46 @@ def _validate(batch: list[ProcessedRequest], using: str) -> _Decision:
     return decision
 
 
+def _missing_model(content_type_id: int | None, using: str) -> str:
+    """How a request whose model is gone names it: its content type's app and model, or the content type's
+    id if that is gone too (the log has no foreign key on content types: see ProcessedRequest.content_type)."""
+    from django.contrib.contenttypes.models import ContentType
+
+    try:
+        content_type = ContentType.objects.db_manager(using).get_for_id(content_type_id)  # type: ignore[arg-type]
+    except ContentType.DoesNotExist:
+        return f"content type {content_type_id}"
+    # not str(content_type): Django 6.1 renders a missing model's as "app | model"
+    return f"model {content_type.app_label}.{content_type.model}"
+
+
 def _conclude(decision: _Decision, written: dict[str, int] | None, using: str) -> list[Result]:
     """The outcome of each request of ``decision``, the guarded write having written ``written``
     (``{field: request pk}``; None: nothing, or no such row)."""
     assert decision.target is not None
     model, pk, winners = decision.target.model, decision.pk, decision.winners
     stored = None
+    row_exists = True  # it was written
     if written is None or (len(written) < len(winners) and listened(model)):
         # Nothing written: is there a row? Something held back: by which versions (for the signals)?
         stored = _stored_versions(model, pk, using)
-        if stored is None:
-            return [*decision.rejected, *(_rejected(r, MISSING_TARGET) for r, _ in decision.valid)]
+        row_exists = stored is not None
     written = written or {}
-    results = []
+    results = list(decision.rejected)
     for request, cleaned in decision.valid:
         fields = tuple(sorted(name for name in cleaned if written.get(name) == request.pk))
+        outcome = outcome_of_write(bool(fields), row_exists)
+        if outcome is Outcome.MISSING:
+            results.append(_rejected(request, MISSING_TARGET))
+            continue
         held = {}
         for name in cleaned:
             if name in written and written[name] != request.pk:
                 held[name] = winners[name][0]  # a newer request of this job wrote it
             elif name not in written and stored is not None:
                 held[name] = stored_version(stored, name)  # the row held it
-        status = RequestStatus.APPLIED if fields else RequestStatus.STALE
-        results.append(Result(request, status, fields, held))
-    return [*decision.rejected, *results]
+        results.append(Result(request, STATUS_OF_OUTCOME[outcome], fields, held))
+    return results
 
 
 def _one_by_one(
@@ -399,7 +407,8 @@ def _one_by_one(
             results.append(_rejected(request, f"the database refused it: {type(exc).__name__}: {exc}"[:2000]))
             continue
         fields = tuple(sorted(one or ()))
-        results.append(Result(request, RequestStatus.APPLIED if fields else RequestStatus.STALE, fields))
+        # The row is there: the batch's write reached it, and the database refused a value of it.
+        results.append(Result(request, STATUS_OF_OUTCOME[outcome_of_write(bool(fields), True)], fields))
     return results
 
 
@@ -412,52 +421,6 @@ def _stored_versions(model: type[models.Model], pk: Any, using: str) -> dict[str
     row = model._base_manager.db_manager(using).filter(pk=pk).values_list("field_versions", flat=True)
     found = list(row[:1])
     return None if not found else dict(found[0] or {})
-
-
-# SQLSTATE classes and codes of errors that are not about the values written: the same statement may
-# succeed when it runs again, so RQ retries the job. Every other error with a SQLSTATE (a trigger's RAISE
-# EXCEPTION, P0001; a constraint, 23xxx; a bad value, 22xxx; a permission, 42501 ...) is the statement's
-# own and would fail again: the request that causes it is rejected.
-_TRANSIENT_SQLSTATE_CLASSES = frozenset(
-    {
-        "08",  # connection exception
-        "40",  # transaction rollback: serialization failure 40001, deadlock 40P01, ...
-        "53",  # insufficient resources: disk full, out of memory, too many connections
-        "57",  # operator intervention: query canceled (statement_timeout) 57014, shutdown 57P01-57P03
-        "58",  # system error (an I/O error)
-        "XX",  # internal error: the server's fault, not the value's
-    }
-)
-_TRANSIENT_SQLSTATES = frozenset(
-    {
-        db.LOCK_NOT_AVAILABLE,  # 55P03: lock_timeout or NOWAIT
-        "55006",  # object in use
-        "25006",  # read-only transaction: a primary that became a standby in a failover
-        "25P03",  # idle_in_transaction_session_timeout
-    }
-)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True if database error ``exc`` may not happen again when the job is retried.
-
-    PostgreSQL says so in the error's SQLSTATE (see above). An error without one comes from the client
-    library: a connection lost before the server answered (``OperationalError``, ``InterfaceError``) is
-    transient; on SQLite "database is locked" is an ``OperationalError`` too, and its refusals of a value
-    (a constraint, a trigger's ``RAISE(ABORT)``) are ``IntegrityError``.
-    """
-    sqlstate = getattr(exc.__cause__, "sqlstate", None)
-    if isinstance(sqlstate, str) and sqlstate:
-        return sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate in _TRANSIENT_SQLSTATES
-    return isinstance(exc, OperationalError | InterfaceError)
-
-
-def describe_database(using: str) -> str:
-    """``vendor NAME at HOST:PORT`` of database ``using``, for error messages (no password)."""
-    connection = connections[using]
-    config = connection.settings_dict
-    where = f" at {config.get('HOST')}:{config.get('PORT') or 'default port'}" if config.get("HOST") else ""
-    return f"{connection.display_name} {config.get('NAME')}{where}"
 
 
 def _write(
@@ -473,10 +436,10 @@ def _record_failed_attempt(rid: uuid.UUID, using: str, exc: Exception) -> None:
     """Count the failed attempt; mark the request ``failed`` if RQ will not retry it."""
     final = not delivery.will_retry(rid)
     connection = connections[using]
-    if db.is_lock_unavailable(exc):
+    if is_lock_unavailable(exc):
         signals.lock_unavailable.send_robust(sender=None, surface="job", using=using)
     try:
-        if db.in_transaction(connection):
+        if in_transaction(connection):
             return  # called synchronously inside a transaction: the caller decides
         connection.close_if_unusable_or_obsolete()
         ProcessedRequest.objects.using(using).fail(rid, f"{type(exc).__name__}: {exc}", final=final)

@@ -1,35 +1,19 @@
-"""Database helpers shared by the modules: the database's clock, scoped lock timeouts, lock errors, and
-the caller's transaction (an ``atomic()`` block, or autocommit turned off by hand).
-
-Time comes from the database, never from a worker's or a web process's clock.
-"""
+"""The caller's transaction (an ``atomic()`` block, or autocommit turned off by hand), work after its
+commit, and lock timeouts scoped to it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import ExpressionWrapper
-from django.db.models.functions import Now
 
-from safeupdates import statements
+from safeupdates.database import statements
+from safeupdates.database.cursors import execute, fetch_one
 
-__all__ = [
-    "LOCK_NOT_AVAILABLE",
-    "after_commit",
-    "database_now",
-    "in_transaction",
-    "is_lock_unavailable",
-    "local_lock_timeout",
-    "older_than",
-]
-
-#: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
-LOCK_NOT_AVAILABLE = "55P03"
+__all__ = ["after_commit", "in_transaction", "local_lock_timeout"]
 
 
 def in_transaction(connection: BaseDatabaseWrapper) -> bool:
@@ -57,26 +41,6 @@ def after_commit(func: Callable[[], object], using: str, *, robust: bool = False
         transaction.on_commit(func, using=using, robust=robust)
 
 
-def is_lock_unavailable(exc: BaseException) -> bool:
-    """True if ``exc`` (a Django ``OperationalError``) says a row lock could not be had."""
-    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
-
-
-def database_now(using: str = "default") -> datetime:
-    """The database server's current time, aware (UTC)."""
-    connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(statements.CURRENT_TIMESTAMP if connection.vendor == "postgresql" else statements.SQLITE_NOW)
-        value = cursor.fetchone()[0]
-    now: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: a string, UTC
-    return now if now.tzinfo else now.replace(tzinfo=UTC)
-
-
-def older_than(seconds: float) -> ExpressionWrapper[Any]:
-    """An expression for "``seconds`` before now" on the database's clock, to compare timestamps with."""
-    return ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=models.DateTimeField())
-
-
 @contextmanager
 def local_lock_timeout(using: str, seconds: float | None, **extra: Any) -> Iterator[None]:
     """Within the current transaction, make lock waits give up after ``seconds`` (PostgreSQL only).
@@ -90,13 +54,10 @@ def local_lock_timeout(using: str, seconds: float | None, **extra: Any) -> Itera
         yield
         return
     milliseconds = max(1, int(seconds * 1000))
-    with connection.cursor() as cursor:
-        cursor.execute(statements.lock_timeout.current)
-        previous = cursor.fetchone()[0]
-        cursor.execute(statements.lock_timeout.set_local("lock_timeout", milliseconds))
-        for name, value in extra.items():
-            cursor.execute(statements.lock_timeout.set_local(name, value))
+    previous = fetch_one(connection, statements.lock_timeout.current)[0]
+    execute(connection, statements.lock_timeout.set_local("lock_timeout", milliseconds))
+    for name, value in extra.items():
+        execute(connection, statements.lock_timeout.set_local(name, value))
     yield
     # On an exception the caller's atomic() rolls back, and SET LOCAL with it; else put the old value back.
-    with connection.cursor() as cursor:
-        cursor.execute(*statements.lock_timeout.restore(previous))
+    fetch_one(connection, *statements.lock_timeout.restore(previous))

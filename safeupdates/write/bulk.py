@@ -5,7 +5,7 @@ only if the version of its own last write (else the version under ``"*"``, else 
 incoming version, and a row that is written gets a fresh ``lock_version`` (a change token). Several
 updates of one row are merged in Python first (per field, the highest version wins), so every row
 appears once; the merged rows are then written with one statement per batch on PostgreSQL, and with
-one guarded write per row (:func:`safeupdates.guard.write_if_newer`) inside the same transaction
+one guarded write per row (:func:`safeupdates.write.guard.write_if_newer`) inside the same transaction
 elsewhere and for multi-table inheritance.
 """
 
@@ -18,14 +18,15 @@ from typing import Any
 from django.db import connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from safeupdates import statements
+from safeupdates.database import statements
+from safeupdates.database.cursors import fetch_all
+from safeupdates.database.registry import concrete_field, holds_versions, spans_tables
+from safeupdates.database.statements import stored_version
 from safeupdates.exceptions import InvalidUpdate
-from safeupdates.guard import write_if_newer
-from safeupdates.lifecycle import newest_per_field
-from safeupdates.meta import concrete_field, holds_versions, spans_tables
-from safeupdates.statements import stored_version
-from safeupdates.validation import clean_changes, clean_pk, clean_version
 from safeupdates.versions import ensure_issued
+from safeupdates.write.guard import write_if_newer
+from safeupdates.write.merge import newest_per_field
+from safeupdates.write.validation import clean_changes, clean_pk, clean_version
 
 __all__ = ["DEFAULT_BATCH_SIZE", "BulkResult", "bulk_update_if_newer"]
 
@@ -166,9 +167,7 @@ def write_rows(
             winner = row.winners.get(name)
             cells.append(None if winner is None else (prep(winner[2], connection), winner[0]))
         params += statement.row_params(row.pk, cells)
-    with connection.cursor() as cursor:
-        cursor.execute(statement.sql(len(batch)), params)
-        result = cursor.fetchall()
+    result = fetch_all(connection, statement.sql(len(batch)), params)
     return {pk: tuple(name for name, ok in zip(fields, flags, strict=True) if ok) for pk, *flags in result}
 
 

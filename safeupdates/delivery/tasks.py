@@ -1,4 +1,4 @@
-"""Everything that touches Django's Tasks framework: the apply task, its delivery, coalescing and retries.
+"""Delivery through Django's Tasks framework: :class:`TasksBackend`, the apply task, coalescing and retries.
 
 Used with ``SAFEUPDATES_DELIVERY = "tasks"``, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``.
 ``django.tasks`` (Django 6.0+) is used where it exists, else the ``django-tasks`` backport
@@ -6,7 +6,7 @@ Used with ``SAFEUPDATES_DELIVERY = "tasks"``, on the ``TASKS`` backend ``SAFEUPD
 
 The apply task (:func:`apply_update`) carries the request id, the record's identity and an attempt number,
 all JSON, never the changes (with OpenTelemetry, also the trace context of the enqueue); it runs
-:func:`safeupdates.apply.apply_update`, which applies every pending request of the record, so a duplicated
+:func:`safeupdates.jobs.apply_update`, which applies every pending request of the record, so a duplicated
 or retried task changes nothing (its requests are reported as duplicates). Coalescing: on the database
 backend of ``django-tasks-db`` a request whose record already has a task waiting (``READY``, not yet claimed
 by a worker) gets no task of its own, as on RQ; other backends cannot be asked, so every request gets a task
@@ -21,43 +21,80 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, router
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from safeupdates import conf, queues, tracing
-from safeupdates.attempts import Attempt, current_attempt, running
+from safeupdates import conf, tracing
+from safeupdates.database.registry import request_log
+from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, Redelivered, RunningJob
+from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 try:  # Django 6.0+
     from django.tasks import task, task_backends  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # Django 5.2, with the django-tasks backport
     from django_tasks import task, task_backends  # type: ignore[import-not-found,no-redef,assignment,unused-ignore]
 
-if TYPE_CHECKING:
-    from safeupdates.relay import RelayReport
-
 __all__ = [
     "APPLY_TASK",
+    "Attempt",
+    "TasksBackend",
     "apply_update",
     "backend",
     "coalesces",
+    "current_attempt",
     "deliver",
-    "deliver_or_leave_for_relay",
     "queue_name",
-    "redeliver",
+    "running",
     "will_retry",
 ]
 
 logger = logging.getLogger("safeupdates")
 
-#: The apply task, by the dotted path under which workers import it.
+#: The apply task, by the dotted path under which workers import it: a wire path (stored and queued tasks
+#: name it), so it stays what it was when the task was declared in ``safeupdates/taskqueue.py``.
 APPLY_TASK = "safeupdates.taskqueue.apply_update"
 
 #: What a delivery did: enqueued a task, or found the record's task waiting.
 ENQUEUED, WAITING = "enqueued", "waiting"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The apply task running in this thread: its request, record (``content_type_id:object_id``), attempt
+    number (0 first), task result id, task queue and the database its request is in."""
+
+    request_id: str
+    record: str
+    number: int
+    task_id: str | None
+    queue_name: str
+    using: str = "default"
+
+
+_current: ContextVar[Attempt | None] = ContextVar("safeupdates_task_attempt", default=None)
+
+
+def current_attempt() -> Attempt | None:
+    """The apply task running in this thread, or None outside one."""
+    return _current.get()
+
+
+@contextmanager
+def running(attempt: Attempt) -> Iterator[None]:
+    """Make ``attempt`` the :func:`current_attempt` inside the block."""
+    token = _current.set(attempt)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def _import_queue() -> str:
@@ -69,8 +106,7 @@ def _import_queue() -> str:
     return name if not allowed or name in allowed else sorted(allowed)[0]
 
 
-@task(takes_context=True, backend=conf.task_backend(), queue_name=_import_queue())  # type: ignore[untyped-decorator,misc,unused-ignore]
-def apply_update(
+def _apply_update(
     context: Any,
     request_id: str,
     record: str = "",
@@ -82,15 +118,23 @@ def apply_update(
     (``record`` is ``content_type_id:object_id``, for coalescing and the logs; ``attempt`` counts the
     retries of transient database errors; ``using`` is the database the request is in; ``trace``, the
     trace context of the ``enqueue_update()`` that queued it, if any). See
-    :func:`safeupdates.apply.apply_update`."""
+    :func:`safeupdates.jobs.apply_update`."""
     # By dotted path, as RQ jobs name it: the job path imports this module, not the other way round.
-    apply = import_string(queues.APPLY_UPDATE)
+    apply = import_string(APPLY_UPDATE)
     result = context.task_result
     with (
         running(Attempt(request_id, record, attempt, str(result.id), str(result.task.queue_name), using)),
         tracing.continue_trace(trace),
     ):
         return str(apply(request_id, using=using))
+
+
+# The task's own module path is its wire path (APPLY_TASK), where stored and queued tasks find it.
+_apply_update.__module__, _apply_update.__name__, _apply_update.__qualname__ = (
+    APPLY_TASK.rsplit(".", 1)[0],
+    *(APPLY_TASK.rsplit(".", 1)[1],) * 2,
+)
+apply_update = task(takes_context=True, backend=conf.task_backend(), queue_name=_import_queue())(_apply_update)  # type: ignore[untyped-decorator,misc,unused-ignore]
 
 
 def backend() -> Any:
@@ -101,8 +145,6 @@ def backend() -> Any:
 def queue_name(queue: str | None) -> str:
     """The task queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of the
     backend's ``QUEUES`` (a backend that lists none takes any)."""
-    from safeupdates.exceptions import InvalidUpdate
-
     name = queue or conf.queue_name()
     allowed = getattr(backend(), "queues", None) or set()
     if allowed and name not in allowed:
@@ -186,61 +228,6 @@ def deliver(
     return result, ENQUEUED
 
 
-def deliver_or_leave_for_relay(
-    request_id: uuid.UUID | str,
-    content_type_id: int,
-    object_id: str,
-    queue: str,
-    *,
-    what: str,
-    using: str = DEFAULT_DB_ALIAS,
-    trace: dict[str, str] | None = None,
-) -> Any:
-    """:func:`deliver`, after the request's commit; if the backend fails (its database or its Redis is
-    unreachable), log one warning and leave the request, saved and pending, to the relay."""
-    try:
-        return deliver(request_id, content_type_id, object_id, queue, using=using, trace=trace)[0]
-    except Exception as exc:  # whatever the backend raises: the relay delivers it
-        logger.warning(
-            "safeupdates: request %s (%s) is saved, but task backend %r could not take its task (%s: %s): the "
-            "relay will deliver it.",
-            request_id,
-            what,
-            conf.task_backend(),
-            type(exc).__name__,
-            exc,
-            extra={"request_id": str(request_id)},
-        )
-        return None
-
-
-def redeliver(
-    targets: dict[tuple[int, str], tuple[uuid.UUID, str]], report: RelayReport, using: str = DEFAULT_DB_ALIAS
-) -> None:
-    """The relay's deliveries with tasks delivery: one per record of ``targets``
-    (``{(content_type_id, object_id): (request_id, queue)}``, requests in database ``using``), counted
-    in ``report``."""
-    from safeupdates.exceptions import BackendUnavailable
-
-    allowed = getattr(backend(), "queues", None) or set()
-    for (content_type_id, object_id), (request_id, wanted) in targets.items():
-        queue = wanted
-        if allowed and queue not in allowed:
-            queue = conf.queue_name()
-            report.warn(
-                f"record {content_type_id}:{object_id} has work for task queue {wanted!r}, which is not in the "
-                f"QUEUES of TASKS[{conf.task_backend()!r}]: delivered on {queue!r}."
-            )
-        try:
-            _result, outcome = deliver(request_id, content_type_id, object_id, queue, using=using)
-        except Exception as exc:
-            raise BackendUnavailable(f"task backend {conf.task_backend()!r}", type(backend()).__name__, exc) from exc
-        if outcome == WAITING:
-            report.waiting += 1
-        else:
-            report.enqueued += 1
-
-
 def retry_delay(number: int) -> float:
     """Seconds before retry ``number`` (0 for the first), from ``SAFEUPDATES_RETRY``'s ``interval``."""
     interval = conf.retry().get("interval", 0)
@@ -278,10 +265,81 @@ def will_retry(request_id: uuid.UUID) -> bool:
         except Exception:
             logger.exception("safeupdates: could not enqueue the retry of request %s; the relay will", request_id)
         return True
-    from safeupdates.models import ProcessedRequest
-
     with contextlib.suppress(Exception):  # the database is down: the failure cannot be recorded anyway
-        log = ProcessedRequest.objects.using(attempt.using)
+        log = request_log().objects.using(attempt.using)
         attempts = log.filter(request_id=request_id).values_list("attempts", flat=True).first()
         return (attempts or 0) < retries
     return True
+
+
+class TasksBackend(Backend):
+    """Delivery through Django's Tasks framework, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``.
+
+    It can tell whether a record's task is waiting only on django-tasks-db's database backend
+    (:func:`coalesces`); elsewhere every request gets a task and the relay delivers from the request
+    log alone. Retries: a task deferred by the back-off where the backend can defer, else the relay.
+    """
+
+    name = conf.DELIVERY_TASKS
+
+    @property
+    def can_list_queued(self) -> bool:  # type: ignore[override]
+        return coalesces()
+
+    def queue_name(self, queue: str | None) -> str:
+        return queue_name(queue)
+
+    def relay_queue(self, wanted: str, what: str) -> tuple[str | None, str | None]:
+        allowed = getattr(backend(), "queues", None) or set()
+        if not allowed or wanted in allowed:
+            return wanted, None
+        queue = conf.queue_name()
+        return queue, (
+            f"{what} has work for task queue {wanted!r}, which is not in the QUEUES of "
+            f"TASKS[{conf.task_backend()!r}]: delivered on {queue!r}."
+        )
+
+    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
+        _result, outcome = deliver(
+            delivery.request_id,
+            delivery.content_type_id,
+            delivery.object_id,
+            delivery.queue,
+            using=delivery.using,
+            trace=trace,
+        )
+        return outcome == ENQUEUED
+
+    def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
+        # Whatever the backend raises (its database or its Redis unreachable): the relay delivers it.
+        return f"task backend {conf.task_backend()!r} could not take its task ({type(error).__name__}: {error})"
+
+    def redeliver(self, deliveries: Sequence[Delivery]) -> Redelivered:
+        done = Redelivered()
+        for delivery in deliveries:
+            try:
+                _result, outcome = deliver(
+                    delivery.request_id,
+                    delivery.content_type_id,
+                    delivery.object_id,
+                    delivery.queue,
+                    using=delivery.using,
+                )
+            except Exception as exc:
+                raise BackendUnavailable(
+                    f"task backend {conf.task_backend()!r}", type(backend()).__name__, exc
+                ) from exc
+            if outcome == WAITING:
+                done.waiting += 1
+            else:
+                done.enqueued += 1
+        return done
+
+    def running(self) -> RunningJob | None:
+        attempt = current_attempt()
+        if attempt is None:
+            return None
+        return RunningJob(attempt.task_id, attempt.queue_name)
+
+    def will_retry(self, request_id: uuid.UUID) -> bool:
+        return will_retry(request_id)

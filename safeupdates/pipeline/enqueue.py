@@ -1,10 +1,11 @@
 """The first stage of the job path: :func:`enqueue_update` records a request and enqueues its job.
 
-PostgreSQL is the source of truth and Redis only delivers: a request is a ``pending`` row of the request
-log, written in the caller's transaction (the outbox); its job, enqueued when that transaction commits,
-carries ids only. Jobs are deduplicated per record with RQ's ``unique=True`` while one is still queued,
-so a burst of toggles costs few jobs. The next stages: :mod:`safeupdates.apply` (the job) and
-:mod:`safeupdates.relay` (redelivery of what was lost).
+The database is the source of truth and the queue only delivers: a request is a ``pending`` row of the
+request log, written in the caller's transaction (the outbox); its job, handed to the delivery seam
+(:mod:`safeupdates.delivery`) when that transaction commits, carries ids only. A backend that can tell a
+record's job is waiting (RQ's ``unique=True``) gives a burst of toggles one job. The next stages:
+:mod:`safeupdates.pipeline.apply` (the job) and :mod:`safeupdates.pipeline.relay` (redelivery of what
+was lost).
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ import uuid
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, router
 
-from safeupdates import conf, delivery, queues, tracing
-from safeupdates.db import after_commit
+from safeupdates import delivery, tracing
+from safeupdates.database.registry import content_type_of
+from safeupdates.database.transactions import after_commit
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.lifecycle import RequestLogQuerySet
-from safeupdates.meta import content_type_of
 from safeupdates.models import ProcessedRequest
-from safeupdates.validation import clean_changes, clean_pk, clean_request_id, object_id_of
+from safeupdates.write.validation import clean_changes, clean_pk, clean_request_id, object_id_of
 
 __all__ = ["aenqueue_update", "enqueue_update"]
 
@@ -78,7 +78,7 @@ def enqueue_update(
         _refuse_another_row(model, instance, pk)
     object_id = object_id_of(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
-    queue_name = _queue_name(queue)
+    queue_name = delivery.queue_name(queue)
     content_type = content_type_of(model, using)
     record = ProcessedRequest(
         request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
@@ -92,12 +92,11 @@ def enqueue_update(
             log.report_duplicate(model, pk, existing)
         return existing
     what = f"{model._meta.label} pk={pk}"
-    meta = {tracing.TRACE_META_KEY: trace} if trace else None
 
-    # If Redis is down at commit, the request stays pending and the relay delivers it.
+    # If the broker is down at commit, the request stays pending and the relay delivers it.
     def deliver_on_commit() -> None:
         delivery.deliver_or_leave_for_relay(
-            rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, meta=meta, using=using
+            rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, trace=trace, using=using
         )
 
     after_commit(deliver_on_commit, using, robust=True)
@@ -120,25 +119,6 @@ def _refuse_another_row(model: type[models.Model], instance: models.Model, pk: A
 async def aenqueue_update(obj_or_model: Any, pk: Any = None, **kwargs: Any) -> ProcessedRequest:
     """Async :func:`enqueue_update`, for async views."""
     return await sync_to_async(enqueue_update)(obj_or_model, pk, **kwargs)
-
-
-def _queue_name(queue: str | None) -> str:
-    """The queue to deliver on: ``queue``, else ``SAFEUPDATES_QUEUE``; it must be one of ``RQ_QUEUES``
-    (with tasks delivery, one of the task backend's ``QUEUES``)."""
-    task_queue = delivery.queue_name(queue)
-    if task_queue is not None:
-        return task_queue
-    configured = getattr(settings, "RQ_QUEUES", None) or {}
-    name = queue or conf.queue_name()
-    if name in configured:
-        return name
-    problem = queues.queue_problem() if queue is None else None
-    if problem is not None:
-        # The settings are wrong, not the call: say what the system check says.
-        message, hint, check_id = problem
-        raise InvalidUpdate(f"{message} {hint} ({check_id})")
-    choices = ", ".join(configured) or "(none configured)"
-    raise InvalidUpdate(f"queue {name!r} is not in RQ_QUEUES; pass one of: {choices}.")
 
 
 def _known_request(existing: ProcessedRequest, content_type: ContentType, pk: Any) -> ProcessedRequest:

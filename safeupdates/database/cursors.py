@@ -1,0 +1,101 @@
+"""Where every statement of safeupdates runs: :func:`fetch_one`, :func:`fetch_all` and :func:`execute`.
+
+The rest of the package hands these a statement of :mod:`safeupdates.database.statements` and its
+parameters, and never opens a cursor itself (``tests/test_layout.py`` checks it): one place to see how a
+statement runs, prepared or not, and to time, log or trace it. The ORM's own queries go through Django.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from safeupdates import conf
+from safeupdates.database.internals import prepared_cursor_class
+
+__all__ = ["execute", "fetch_all", "fetch_one", "statement_cursor"]
+
+Params = Sequence[Any] | Mapping[str, Any] | None
+
+
+def fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> Any:
+    """Run ``sql`` on ``connection``; its first row, or None. ``prepared``: as a server-side prepared
+    statement where it can (:func:`statement_cursor`), for the statements of the write path."""
+    with statement_cursor(connection) if prepared else connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        with cursor.db.wrap_database_errors:
+            # Not cursor.fetchone(): Django's cursor builds a wrapper function around it on every call.
+            return cursor.cursor.fetchone()
+
+
+def fetch_all(connection: BaseDatabaseWrapper, sql: str, params: Params = None) -> list[Any]:
+    """Run ``sql`` on ``connection``; every row it returns."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows: list[Any] = cursor.fetchall()
+        return rows
+
+
+def execute(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> int:
+    """Run ``sql`` on ``connection``; the number of rows it changed."""
+    with statement_cursor(connection) if prepared else connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def statement_cursor(connection: BaseDatabaseWrapper) -> AbstractContextManager[CursorWrapper]:
+    """A cursor for the guarded statements (``with statement_cursor(connection) as cursor:``); on
+    PostgreSQL with psycopg 3 they run prepared.
+
+    Django binds parameters on the client, so PostgreSQL parses and plans every execution anew, and
+    the recorded statement (an UPDATE and an INSERT in CTEs) spends longer in the planner than in the
+    executor. This cursor binds on the server and prepares each statement once per connection
+    (psycopg's prepared statement cache); Django still wraps it, so ``connection.execute_wrapper()``
+    sees every statement. ``SAFEUPDATES_PREPARED_STATEMENTS = False`` turns this off, for poolers
+    without prepared statement support (in transaction mode, PgBouncer before 1.22 or without
+    ``max_prepared_statements``; system check W004).
+    """
+    cursor_class = prepared_cursor_class() if connection.vendor == "postgresql" else None
+    # While queries are logged (DEBUG, assertNumQueries), Django's own cursor: the log then shows
+    # every statement with its values, which a prepared statement's log entry would not.
+    if cursor_class is None or connection.queries_logged or not conf.prepared_statements():
+        return connection.cursor()  # closed when the block ends
+    # What connection.cursor() does, with our cursor class: health check, connect, thread check, wrap.
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    return _Kept(connection.make_cursor(_prepared_cursor(connection.alias, connection.connection, cursor_class)))
+
+
+class _Kept:
+    """A ``with`` block around this thread's kept cursor, which stays open when the block ends."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: CursorWrapper) -> None:
+        self.cursor = cursor
+
+    def __enter__(self) -> CursorWrapper:
+        return self.cursor
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+#: This thread's prepared cursor per database alias: kept open across statements (the hand-written
+#: loop it is measured against keeps its cursor too); a new one when the connection was replaced.
+_cursors = threading.local()
+
+
+def _prepared_cursor(alias: str, raw: Any, cursor_class: type[Any]) -> Any:
+    """This thread's open cursor of class ``cursor_class`` on psycopg connection ``raw``, made once."""
+    kept: dict[str, Any] = _cursors.__dict__.setdefault("by_alias", {})
+    cursor = kept.get(alias)
+    if cursor is None or cursor.closed or cursor.connection is not raw:
+        cursor = kept[alias] = cursor_class(raw)
+    return cursor
