@@ -1,7 +1,8 @@
 """A request's lifecycle: every status a row of the request log takes, and every change of it.
 
 A request is created ``pending`` (:meth:`RequestLogQuerySet.create_pending`, or
-:meth:`~RequestLogQuerySet.reserve` for ``update_if_newer(request_id=...)``), claimed by its job
+:meth:`~RequestLogQuerySet.reserve` for ``update_if_newer(request_id=...)``; the rows of ``@idempotent``
+tasks and batch items by :meth:`~RequestLogQuerySet.create_pending_rows`), claimed by its job
 (:meth:`~RequestLogQuerySet.claim`), and ends ``applied``, ``stale`` or ``rejected``
 (:meth:`~RequestLogQuerySet.finish`, or in one statement with the write:
 :meth:`~RequestLogQuerySet.apply_recorded`), or ``failed`` once transient errors outlast its retries
@@ -196,6 +197,18 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         record._state.adding = False
         record._state.db = using
         return True, bool(others_pending)
+
+    def create_pending_rows(
+        self, rows: Iterable[ProcessedRequest], *, kind: RequestKind, ignore_conflicts: bool = False
+    ) -> list[ProcessedRequest]:
+        """Insert ``rows`` of ``kind`` (an ``@idempotent`` task's row, a batch's items) as ``pending``: the
+        first status of every row of the log is written here, as every later one is. ``ignore_conflicts``:
+        ``ON CONFLICT DO NOTHING`` (a task's row that exists already, on its unique key)."""
+        pending = []
+        for row in rows:
+            row.kind, row.status = kind, RequestStatus.PENDING
+            pending.append(row)
+        return self.bulk_create(pending, ignore_conflicts=ignore_conflicts)
 
     def reserve(
         self, request_id: uuid.UUID, content_type: ContentType, object_id: str, changes: dict[str, Any]

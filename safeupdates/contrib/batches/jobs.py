@@ -77,15 +77,17 @@ def fan_out(
         batch = Batch.objects.using(using).create(
             item_func=item_path, then=then_path, queue=queue_name, retries=retries, total=len(values)
         )
-        requests = ProcessedRequest.objects.using(using).bulk_create(
-            ProcessedRequest(
-                kind=RequestKind.BATCH_ITEM,
-                request_id=uuid.uuid5(_ITEM_NAMESPACE, f"{batch.batch_id}:{index}"),
-                key=f"{batch.batch_id}:{index}",
-                changes={"item": value},
-                queue=queue_name,
-            )
-            for index, value in enumerate(encoded)
+        requests = ProcessedRequest.objects.using(using).create_pending_rows(
+            (
+                ProcessedRequest(
+                    request_id=uuid.uuid5(_ITEM_NAMESPACE, f"{batch.batch_id}:{index}"),
+                    key=f"{batch.batch_id}:{index}",
+                    changes={"item": value},
+                    queue=queue_name,
+                )
+                for index, value in enumerate(encoded)
+            ),
+            kind=RequestKind.BATCH_ITEM,
         )
         BatchItem.objects.using(using).bulk_create(
             BatchItem(batch=batch, index=index, request_id=request.request_id) for index, request in enumerate(requests)

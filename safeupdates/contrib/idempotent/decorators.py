@@ -186,15 +186,15 @@ def _run_once(
                 while record is None:
                     # ON CONFLICT DO NOTHING on the task's key (the request id is random and new): a
                     # concurrent first call's uncommitted row makes this wait for it.
-                    log.bulk_create(
+                    log.create_pending_rows(
                         [
                             ProcessedRequest(
-                                kind=RequestKind.TASK,
                                 key=log_key,
                                 changes={"function": ".".join(_name_of(func))},
                                 queue=job.origin if job is not None else "",
                             )
                         ],
+                        kind=RequestKind.TASK,
                         ignore_conflicts=True,
                     )
                     # None only if a purge deleted the row in between: the next INSERT makes a pending
