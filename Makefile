@@ -23,6 +23,7 @@ install: $(VENV)/.installed
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 types: install
 	$(VENV)/bin/mypy

@@ -1,4 +1,7 @@
-"""The package's layout, checked: a one-way import graph, and SQL only in ``safeupdates/database/statements.py``."""
+"""The package's layout, checked where import-linter's contracts (setup.cfg, ``make lint``) cannot say it:
+no run-time import cycle, SQL only in ``safeupdates/database/statements.py``, a cursor only in
+``safeupdates/database/``, ``django.tasks`` only in ``safeupdates/delivery/``, the request log written only
+through ``safeupdates.lifecycle``, Django's and psycopg's internals only behind one module."""
 
 from __future__ import annotations
 
@@ -317,5 +320,138 @@ def test_only_the_internals_module_reaches_below_the_public_api():
         for name, tree in modules().items()
         if name != INTERNALS_MODULE
         for line, text in private_uses(tree)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+#: The wing that runs statements (DESIGN: "database/, the only place that opens a cursor").
+DATABASE_WING = "safeupdates.database"
+
+
+def cursor_uses(tree: ast.Module) -> list[tuple[int, str]]:
+    """Where ``tree`` opens a cursor (``x.cursor()``, ``statement_cursor(...)``) or runs a statement on one
+    (``<a cursor>.execute(...)``, ``executemany``, ``fetchone`` ...): a Redis pipeline's ``execute()`` is
+    not a cursor's."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+        if name in ("cursor", "statement_cursor") or (
+            name in ("execute", "executemany", "fetchone", "fetchall", "fetchmany") and "cursor" in receiver.lower()
+        ):
+            found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_the_cursor_rule_finds_cursors():
+    source = (
+        "with connection.cursor() as cursor:\n    cursor.execute(sql)\n    row = cursor.fetchone()\n"
+        "with statement_cursor(connection) as c:\n    pass\n"
+    )
+    assert [line for line, _text in cursor_uses(ast.parse(source))] == [1, 2, 3, 4]
+    assert cursor_uses(ast.parse("pipe.execute()\nasked.execute()[1:]\nfetch_one(connection, sql)\n")) == []
+
+
+def test_only_the_database_wing_opens_a_cursor():
+    """Every statement of the package runs through ``safeupdates.database.cursors``: one place to see how
+    a statement runs (prepared or not), and to time, log or trace it."""
+    offenders = [
+        f"{name}:{line}: {text}"
+        for name, tree in modules().items()
+        if not (name == DATABASE_WING or name.startswith(f"{DATABASE_WING}."))
+        for line, text in cursor_uses(tree)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+#: The one wing that imports Django's Tasks framework (import-linter names external packages by their
+#: root, so ``django.tasks``, a part of ``django``, is checked here; the backport ``django_tasks`` is in
+#: the contract too).
+DELIVERY_WING = "safeupdates.delivery"
+
+
+def tasks_imports(tree: ast.Module, name: str) -> list[str]:
+    """Imports of ``django.tasks`` (or the backport ``django_tasks``) in ``tree``, at any depth."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith(("django.tasks", "django_tasks"))]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module
+            and (
+                node.module.startswith(("django.tasks", "django_tasks"))
+                or (node.module == "django" and any(alias.name == "tasks" for alias in node.names))
+            )
+        ):
+            found.append(node.module)
+    return [f"{name}: {module}" for module in found]
+
+
+def test_the_tasks_rule_finds_every_way_in():
+    sources = ["from django.tasks import task\n", "import django_tasks\n", "from django import tasks\n"]
+    assert [len(tasks_imports(ast.parse(source), "m")) for source in sources] == [1, 1, 1]
+    assert tasks_imports(ast.parse("from django.db import models\n"), "m") == []
+
+
+def test_only_the_delivery_wing_imports_djangos_tasks_framework():
+    offenders = [
+        reference
+        for name, tree in modules().items()
+        if not name.startswith(f"{DELIVERY_WING}.") and name != DELIVERY_WING
+        for reference in tasks_imports(tree, name)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+#: What writes rows of a model: the request log's rows are created, changed and deleted only through the
+#: methods of its QuerySet (safeupdates.lifecycle), whose own writes this rule does not read.
+_LOG_WRITES = {"bulk_create", "create", "update", "bulk_update", "update_or_create", "get_or_create", "delete", "save"}
+
+
+def request_log_writes(tree: ast.Module) -> list[tuple[int, str]]:
+    """Writes of request-log rows that bypass the lifecycle: a write method called on an expression that
+    names ``ProcessedRequest``, or on a name assigned from one (``log = ProcessedRequest.objects...``)."""
+    tainted = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and "ProcessedRequest" in ast.unparse(node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LOG_WRITES:
+            receiver = ast.unparse(node.func.value)
+            root = receiver.split(".")[0].split("(")[0]
+            if "ProcessedRequest" in receiver or root in tainted:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_the_request_log_rule_finds_writes():
+    source = (
+        "log = ProcessedRequest.objects.using(alias)\n"
+        "log.bulk_create([ProcessedRequest(key=k)], ignore_conflicts=True)\n"
+        "ProcessedRequest.objects.filter(pk=1).update(error='')\n"
+        "log.filter(pk=1).delete()\n"
+        "log.create_pending_rows([row], kind=kind)\n"
+        "Batch.objects.create(total=1)\n"
+    )
+    assert [line for line, _text in request_log_writes(ast.parse(source))] == [2, 3, 4]
+
+
+def test_contrib_writes_the_request_log_only_through_the_lifecycle():
+    """Every status a request-log row ever has, its first included, is written in safeupdates.lifecycle:
+    the job tools create their rows with ``create_pending_rows()`` and end them with ``complete()``."""
+    offenders = [
+        f"{name}:{line}: {text}"
+        for name, tree in modules().items()
+        if CONTRIB.match(name)
+        for line, text in request_log_writes(tree)
     ]
     assert not offenders, "\n".join(offenders)
