@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 import warnings
 from html import unescape
@@ -11,7 +10,6 @@ from typing import Any
 
 import pytest
 from django.contrib import admin
-from django.db.models.signals import pre_save
 from django.test import Client
 from django.urls import reverse
 
@@ -20,6 +18,7 @@ from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.htmlforms import form_data
 from tests.testapp.models import Chapter, Document, Profile
+from tests.workers import meanwhile
 
 pytestmark = pytest.mark.django_db
 
@@ -115,22 +114,12 @@ def test_a_write_between_the_check_and_the_save_is_refused_by_save(admin_client:
     StaleObjectError refuses it, and the page shows the conflict (no compare-then-write)."""
     profile = ProfileFactory(name="a")
     data = change_form(admin_client, profile)
-    rids: list[uuid.UUID] = []
-
-    def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
-        if sender is Profile and not rids:
-            rids.append(uuid.uuid4())
-            worker = threading.Thread(target=lambda: queued_and_closed(instance.pk, rids[0]))
-            worker.start()
-            worker.join()
-
-    pre_save.connect(meanwhile)
-    try:
+    rid = uuid.uuid4()
+    with meanwhile(Profile, lambda instance: queued_and_closed(instance.pk, rid)) as ran:
         response = admin_client.post(change_url(profile), {**data, "name": "b"})
-    finally:
-        pre_save.disconnect(meanwhile)
+    assert len(ran) == 1
     assert response.status_code == 200
-    assert f"Active: you saw False, now True (request {rids[0]} at" in text(response)
+    assert f"Active: you saw False, now True (request {rid} at" in text(response)
     assert row(profile)[:2] == ("a", True)
 
 
@@ -140,22 +129,12 @@ def test_a_list_editable_row_written_after_its_check_is_refused_by_save(
 ) -> None:
     profile = ProfileFactory(name="a")
     data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
-    rids: list[uuid.UUID] = []
-
-    def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
-        if sender is Profile and not rids:
-            rids.append(uuid.uuid4())
-            worker = threading.Thread(target=lambda: queued_and_closed(instance.pk, rids[0]))
-            worker.start()
-            worker.join()
-
-    pre_save.connect(meanwhile)
-    try:
+    rid = uuid.uuid4()
+    with meanwhile(Profile, lambda instance: queued_and_closed(instance.pk, rid)) as ran:
         response = admin_client.post(reverse(CHANGELIST), {**data, "form-0-score": "4", "_save": "Save"})
-    finally:
-        pre_save.disconnect(meanwhile)
+    assert len(ran) == 1
     assert response.status_code == 200
-    assert f"Active: you saw False, now True (request {rids[0]} at" in text(response)
+    assert f"Active: you saw False, now True (request {rid} at" in text(response)
     assert row(profile)[1:4] == (True, False, 0)
 
 

@@ -17,6 +17,7 @@ from safeupdates.models import BASE_VERSION_KEY
 from safeupdates.versions import next_version
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.testapp.models import Chapter, Document, Profile
+from tests.workers import assert_a_stale_copy_is_refused
 
 pytestmark = pytest.mark.django_db
 
@@ -245,13 +246,7 @@ class TestRollback:
         with transaction.atomic():
             profile.name = "b"
             profile.save()
-        stale = Profile.objects.get(pk=profile.pk)
-        profile.name = "c"
-        profile.save()
-        stale.name = "d"
-        with pytest.raises(StaleObjectError):
-            stale.save()
-        assert Profile.objects.get(pk=profile.pk).name == "c"
+        assert_a_stale_copy_is_refused(profile)
 
 
 class TestDeleteStatements:

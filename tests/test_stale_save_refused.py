@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from html import unescape
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.db.models.signals import post_delete, pre_save
+from django.db.models.signals import post_delete
 from django.test import Client
 from django.urls import reverse
 
@@ -30,6 +29,7 @@ from tests import drf_urls, http_urls
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.htmlforms import form_data
 from tests.testapp.models import Chapter, Document, Profile, Restaurant
+from tests.workers import meanwhile
 
 #: The fields a full save of a Profile writes (the versions aside).
 PROFILE_FIELDS = ("active", "dark_mode", "last_synced_at", "name", "newsletter", "note", "score")
@@ -309,21 +309,9 @@ def test_an_admin_save_refused_after_the_forms_check_is_one_refusal(
     the admin shows the form again and its check says why. One signal, the admin's."""
     profile = ProfileFactory(name="a")
     data = {**form_data(admin_client.get(change_url(profile)).content, "profile_form"), "_save": "Save"}
-    landed: list[bool] = []
-
-    def meanwhile(sender: Any, instance: Any, **kwargs: Any) -> None:
-        if sender is Profile and not landed:
-            landed.append(True)
-            other = threading.Thread(target=lambda: (moved_on(profile), connection.close()))
-            other.start()
-            other.join()
-
-    pre_save.connect(meanwhile)
-    try:
+    with meanwhile(Profile, lambda _instance: (moved_on(profile), connection.close())) as ran:
         assert admin_client.post(change_url(profile), {**data, "name": "b"}).status_code == 200
-    finally:
-        pre_save.disconnect(meanwhile)
-    assert landed == [True]
+    assert len(ran) == 1
     # The save's refusal (it writes the whole row), named after the admin; the form's second look is silent.
     assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "admin")]
 

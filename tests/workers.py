@@ -4,7 +4,8 @@ commands use too), started against the test database and Redis, and threads that
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from demo_project.processes import (
@@ -20,8 +21,10 @@ __all__ = [
     "ROOT",
     "RowLock",
     "Workers",
+    "assert_a_stale_copy_is_refused",
     "kill_tree",
     "locked_elsewhere",
+    "meanwhile",
     "run_threads",
     "start_threads",
     "subprocess_env",
@@ -153,3 +156,44 @@ def locked_elsewhere(model: Any, pk: Any, using: str = "default") -> bool:
     thread.start()
     thread.join()
     return found[0]
+
+
+@contextmanager
+def meanwhile(model: Any, action: Callable[[Any], object]) -> Iterator[list[Any]]:
+    """Inside the block, when the first save of a ``model`` instance begins (``pre_save``), run
+    ``action(instance)`` in another thread, on a connection of its own that commits, and wait for it: a
+    write that lands between a check and the save it guards. Yields the instances it ran for (one, or
+    none if no save began); what ``action`` raised is raised from the save."""
+    from django.db.models.signals import pre_save
+
+    ran: list[Any] = []
+
+    def receiver(sender: Any, instance: Any, **kwargs: Any) -> None:
+        if sender is model and not ran:
+            ran.append(instance)
+            other = _Thread(target=action, args=(instance,))
+            other.start()
+            other.join()
+
+    pre_save.connect(receiver, weak=False)
+    try:
+        yield ran
+    finally:
+        pre_save.disconnect(receiver)
+
+
+def assert_a_stale_copy_is_refused(instance: Any) -> None:
+    """A copy of ``instance``'s row loaded now, then ``instance`` saved again (``name`` "c"): the copy's
+    save (``name`` "d") raises ``StaleObjectError`` and the row keeps ``instance``'s write."""
+    import pytest
+
+    from safeupdates.exceptions import StaleObjectError
+
+    rows = type(instance)._base_manager
+    stale = rows.get(pk=instance.pk)
+    instance.name = "c"
+    instance.save()
+    stale.name = "d"
+    with pytest.raises(StaleObjectError):
+        stale.save()
+    assert rows.get(pk=instance.pk).name == "c"
