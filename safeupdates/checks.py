@@ -475,9 +475,9 @@ def tasks_available() -> bool:
 @register(Tags.compatibility)
 def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """E020: ``SAFEUPDATES_DELIVERY`` is not ``"rq"`` or ``"tasks"``. With ``"tasks"``: E021, Django's Tasks
-    framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E023,
-    ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``; W020, the
-    backend has no deferred runs (retries come from the relay). (W021, job tools that need RQ: in
+    framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E024, its
+    backend never runs a task (``DummyBackend``); E023, ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``;
+    W020, the backend has no deferred runs (retries come from the relay). (W021, job tools that need RQ: in
     :mod:`safeupdates.contrib`.)"""
     value = conf.delivery()
     if value not in conf.DELIVERIES:
@@ -516,6 +516,18 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     from safeupdates.delivery import tasks as taskqueue
 
     backend = taskqueue.backend()
+    traits = taskqueue.traits(backend)
+    if not traits.runs_tasks:
+        return [
+            Error(
+                f"SAFEUPDATES_TASK_BACKEND is {alias!r}, a {type(backend).__name__}: it keeps every task and never "
+                "runs one, so no request would ever be applied.",
+                hint="Use the ImmediateBackend in development and tests (tasks run when the transaction commits), "
+                "and a backend with workers in production (django-tasks-db's DatabaseBackend, django-tasks-rq's "
+                "RQBackend).",
+                id="safeupdates.E024",
+            )
+        ]
     served = sorted(getattr(backend, "queues", None) or ())
     queue = conf.queue_name()
     if served and queue not in served:

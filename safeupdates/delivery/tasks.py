@@ -28,13 +28,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, router
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
 from safeupdates.database.registry import request_log
-from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, Redelivered, RunningJob
+from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 try:  # Django 6.0+
@@ -44,8 +46,10 @@ except ImportError:  # Django 5.2, with the django-tasks backport
 
 __all__ = [
     "APPLY_TASK",
+    "TRAITS",
     "Attempt",
     "TasksBackend",
+    "Traits",
     "apply_update",
     "backend",
     "coalesces",
@@ -53,6 +57,7 @@ __all__ = [
     "deliver",
     "queue_name",
     "running",
+    "traits",
     "will_retry",
 ]
 
@@ -159,22 +164,64 @@ def record_key(content_type_id: int, object_id: str) -> str:
     return f"{content_type_id}:{object_id}"
 
 
+@dataclass(frozen=True)
+class Traits:
+    """What safeupdates knows of a kind of task backend: whether it ever runs a task, whether it can say
+    that a record's task waits (its queued tasks can be listed), and whether its workers can be seen."""
+
+    runs_tasks: bool = True
+    lists_queued: bool = False
+    heartbeats: bool = False
+    #: How to start a worker of queue ``{queue}`` (its command), for the status page's advice.
+    worker: str = "start the workers of the TASKS backend"
+
+
+#: The task backends safeupdates knows, by the dotted path of their class (or of a base class). Any other
+#: runs tasks and can tell nothing more: every request gets a task, the relay delivers from the request log
+#: alone, and the status page judges by the age of the oldest pending request.
+TRAITS: dict[str, Traits] = {
+    # Django's own (6.0+) and the backport's (5.2).
+    **dict.fromkeys(
+        ("django.tasks.backends.immediate.ImmediateBackend", "django_tasks.backends.immediate.ImmediateBackend"),
+        Traits(worker="the immediate backend runs a task where it is enqueued: run python manage.py safeupdates_relay"),
+    ),
+    **dict.fromkeys(
+        ("django.tasks.backends.dummy.DummyBackend", "django_tasks.backends.dummy.DummyBackend"),
+        Traits(runs_tasks=False),
+    ),
+    # django-tasks-db: its task rows say which tasks wait (READY); no heartbeats of its workers.
+    "django_tasks_db.backend.DatabaseBackend": Traits(
+        lists_queued=True, worker="python manage.py db_worker --queue-name {queue}"
+    ),
+    # django-tasks-rq: its workers are RQ's, registered in Redis with heartbeats.
+    "django_tasks_rq.backend.RQBackend": Traits(heartbeats=True, worker="python manage.py rqworker {queue}"),
+}
+
+
+def traits(task_backend: Any = None) -> Traits:
+    """The :class:`Traits` of ``task_backend`` (default: the backend of ``SAFEUPDATES_TASK_BACKEND``), found
+    by its class, never by importing what the backend itself would import (its models)."""
+    for cls in type(backend() if task_backend is None else task_backend).__mro__:
+        known = TRAITS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if known is not None:
+            return known
+    return Traits()
+
+
 def coalesces() -> bool:
     """True if the backend can say whether a record's task is waiting (django-tasks-db's database
     backend): a burst of one record then costs one task."""
-    return _db_results() is not None
+    return traits().lists_queued
 
 
 def _db_results() -> Any:
     """django-tasks-db's queryset of task rows on the database they are written to, if the backend is
-    its database backend; else None."""
-    try:
-        from django_tasks_db.backend import DatabaseBackend
-        from django_tasks_db.models import DBTaskResult
-    except ImportError:
+    its database backend; else None. Its models are imported only then: a project on another backend may
+    not have its app."""
+    if not traits().lists_queued:
         return None
-    if not isinstance(backend(), DatabaseBackend):
-        return None
+    from django_tasks_db.models import DBTaskResult
+
     # The primary: a replica could still show READY a task that a worker has claimed meanwhile.
     return DBTaskResult.objects.using(router.db_for_write(DBTaskResult))
 
@@ -284,7 +331,34 @@ class TasksBackend(Backend):
 
     @property
     def can_list_queued(self) -> bool:  # type: ignore[override]
-        return coalesces()
+        return traits().lists_queued
+
+    @property
+    def has_worker_heartbeats(self) -> bool:  # type: ignore[override]
+        return traits().heartbeats
+
+    def worker_hint(self, queue: str) -> str:
+        return traits().worker.format(queue=queue)
+
+    def health(self) -> list[QueueHealth]:
+        """django-tasks-rq: RQ's view of its queues (their workers' heartbeats); django-tasks-db: the tasks
+        waiting per queue; any other backend cannot tell."""
+        known = traits()
+        served = sorted(getattr(backend(), "queues", None) or ())
+        if known.heartbeats:
+            from safeupdates.delivery import rq
+
+            return rq.queue_states(served or sorted(getattr(settings, "RQ_QUEUES", None) or {}))
+        results = _db_results()
+        if results is None:
+            return []
+        waiting = dict(
+            results.filter(status="READY", backend_name=conf.task_backend())
+            .values_list("queue_name")
+            .annotate(count=Count("pk"))
+            .values_list("queue_name", "count")
+        )
+        return [QueueHealth(name, waiting.get(name, 0), None, None, None, None, None) for name in served]
 
     def queue_name(self, queue: str | None) -> str:
         return queue_name(queue)

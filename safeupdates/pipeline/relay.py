@@ -46,6 +46,8 @@ class RelayReport:
     warnings: list[str] = field(default_factory=list)
     #: With ``retry_failed``: ``failed`` update requests made ``pending`` again (or that would be).
     revived: int | None = None
+    #: The delivery backend cannot tell which jobs are queued: every due record was delivered again.
+    from_log_alone: bool = False
 
     def summary(self) -> str:
         revived = ""
@@ -55,9 +57,15 @@ class RelayReport:
         if self.dry_run:
             return f"{revived}would deliver {self.due} job(s) for work pending > {self.older_than:g}s"
         moved = f" ({self.moved} moved from RQ's scheduled or deferred registry)" if self.moved else ""
+        blind = (
+            "; the delivery backend cannot tell which jobs are queued: every overdue record was delivered again "
+            "(a duplicate job changes nothing)"
+            if self.from_log_alone and self.enqueued
+            else ""
+        )
         return (
             f"{revived}{self.due} due (pending > {self.older_than:g}s): enqueued {self.enqueued} job(s){moved}, "
-            f"{self.waiting} already queued"
+            f"{self.waiting} already queued{blind}"
         )
 
     def warn(self, message: str) -> None:
@@ -125,6 +133,7 @@ def relay(
             if queue is not None:
                 deliveries.append(delivery.Delivery(str(request_id), content_type_id, object_id, queue, using))
         done = delivery.redeliver(deliveries)
+        report.from_log_alone = not delivery.backend().can_list_queued
         report.enqueued += done.enqueued
         report.moved += done.moved
         report.waiting += done.waiting
