@@ -382,6 +382,13 @@ _SETTINGS = {
         f"a whole number of seconds, 0 or more; the default is {conf.DEFAULT_RELAY_AFTER}",
         _whole(0),
     ),
+    "SAFEUPDATES_STUCK_AFTER": _Setting(
+        "how old a pending request may grow before safeupdates_status says nothing applies it, where the delivery "
+        "backend cannot show its workers",
+        "a number of seconds, 0 or more; by default twice SAFEUPDATES_RELAY_AFTER, plus SAFEUPDATES_JOB_TIMEOUT "
+        "and the retries' back-off",
+        _seconds,
+    ),
     "SAFEUPDATES_RETENTION": _Setting(
         "how long safeupdates_purge keeps finished requests",
         f"a whole number of days, 0 or more; the default is {conf.DEFAULT_RETENTION}",

@@ -86,6 +86,20 @@ def relay_after() -> int:
     return int(_get("RELAY_AFTER", DEFAULT_RELAY_AFTER))
 
 
+def stuck_after() -> float:
+    """Seconds after which a pending request means that nothing applies it, where the delivery backend
+    cannot show its workers (``safeupdates_status`` is then unhealthy; ``SAFEUPDATES_STUCK_AFTER``). By
+    default what a working system takes at most: the relay's wait twice (``SAFEUPDATES_RELAY_AFTER``: the
+    request's own, and one more pass), the job's timeout and every retry's back-off."""
+    value = _get("STUCK_AFTER", None)
+    if value is not None:
+        return float(value)
+    interval = retry().get("interval", 0)
+    intervals = list(interval) if isinstance(interval, list | tuple) else [interval] * int(retry().get("max") or 0)
+    backoff = sum(float(seconds) for seconds in intervals[: int(retry().get("max") or 0)])
+    return float(2 * relay_after() + job_timeout() + backoff)
+
+
 def retention() -> int:
     """Days that terminal requests are kept by ``safeupdates_purge`` when no ``--older-than`` is given."""
     return int(_get("RETENTION", DEFAULT_RETENTION))

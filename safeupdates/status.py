@@ -20,7 +20,7 @@ from django.db import router
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
-from safeupdates import delivery
+from safeupdates import conf, delivery
 from safeupdates.database.clock import database_now, older_than
 from safeupdates.database.registry import model_of
 from safeupdates.exceptions import BackendUnavailable
@@ -73,6 +73,13 @@ class Status:
     queues: list[delivery.QueueHealth] = field(default_factory=list)
     #: Why the delivery backend could not be asked (Redis unreachable), or "".
     redis_error: str = ""
+    #: The delivery (``SAFEUPDATES_DELIVERY``) whose queues these are.
+    delivery: str = ""
+    #: How old a pending request may grow before it means that nothing applies it, where the backend cannot
+    #: show its workers (``SAFEUPDATES_STUCK_AFTER``); None where it can (a queue's workers are counted).
+    stuck_after: float | None = None
+    #: What to run so that a worker serves each queue with pending requests (the problems' advice).
+    hints: dict[str, str] = field(default_factory=dict)
 
     @property
     def pending(self) -> int:
@@ -87,7 +94,7 @@ class Status:
         """What deserves a look but does not make the system unhealthy."""
         found = []
         for state in self.queues:
-            if state.scheduler_gone:
+            if state.scheduler_gone and not state.scheduled:  # retries waiting: a problem (problems())
                 found.append(
                     f"queue {state.name!r}: {state.workers} worker(s) live but no RQ scheduler runs for it: "
                     f"RQ's retries ({state.scheduled} scheduled) wait for the relay. Restart the workers with "
@@ -98,16 +105,46 @@ class Status:
         return found
 
     def problems(self, *, max_age: float | None = None, max_failed: int | None = None) -> list[str]:
-        """Why the system is unhealthy: a request pending longer than ``max_age`` seconds, more failed
-        requests than ``max_failed``, or Redis unreachable. Empty when healthy."""
+        """Why the system is unhealthy, each with what to do; empty when healthy.
+
+        Without a flag: requests pending on a queue on which no worker is registered (none runs, or its
+        Redis restarted and lost the registrations); retries waiting in a queue's scheduled registry with no
+        RQ scheduler to move them; where the backend cannot show its workers, a request pending longer than
+        :attr:`stuck_after`; the backend unreachable. With ``max_age``: a request pending longer (in place of
+        :attr:`stuck_after`); with ``max_failed``: more failed requests.
+        """
         found = []
         oldest = self.oldest_pending_age
         if max_age is not None and oldest is not None and oldest > max_age:
             found.append(f"a request has been pending for {oldest:.0f} s (more than --max-age {max_age:g} s).")
+        elif max_age is None and self.stuck_after is not None and oldest is not None and oldest > self.stuck_after:
+            queue = max(self.backlog, key=lambda entry: entry.oldest_age).queue
+            found.append(
+                f"a request has been pending for {oldest:.0f} s, longer than a working system takes "
+                f"({self.stuck_after:g} s: SAFEUPDATES_STUCK_AFTER): nothing seems to apply it, and the delivery "
+                f"backend cannot show its workers: start one: {self.hints.get(queue, '')}."
+            )
         if max_failed is not None and self.failed > max_failed:
             found.append(f"{self.failed} failed request(s) (more than --max-failed {max_failed}).")
         if self.redis_error:
             found.append(f"RQ cannot be asked: {self.redis_error}")
+        pending: dict[str, int] = {}
+        for entry in self.backlog:
+            pending[entry.queue] = pending.get(entry.queue, 0) + entry.pending
+        for state in self.queues:
+            waiting = pending.get(state.name, 0)
+            if waiting and state.workers == 0:
+                found.append(
+                    f"queue {state.name!r}: {waiting} request(s) pending, and no worker is registered on it (none "
+                    "runs, or its Redis restarted and lost the workers' registrations): start or restart one: "
+                    f"{self.hints.get(state.name, '')}."
+                )
+            if state.scheduled and state.scheduler is False:
+                found.append(
+                    f"queue {state.name!r}: {state.scheduled} job(s) wait in its scheduled registry (retries), and "
+                    "no RQ scheduler runs for it: restart a worker with --with-scheduler "
+                    f"(python manage.py rqworker {state.name} --with-scheduler)."
+                )
         return found
 
     def as_json(self) -> dict[str, Any]:
@@ -188,9 +225,13 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         failed_requests=failed_requests,
         batches=_batches(using),
     )
+    chosen = delivery.backend()
+    status.delivery = chosen.name
+    status.stuck_after = None if chosen.has_worker_heartbeats else conf.stuck_after()
+    status.hints = {entry.queue: chosen.worker_hint(entry.queue) for entry in status.backlog}
     if ask_rq:
         try:
-            status.queues = delivery.health()
+            status.queues = chosen.health()
         except BackendUnavailable as exc:
             status.redis_error = str(exc)
     return status

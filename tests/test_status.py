@@ -39,6 +39,15 @@ def run_status(*args: str) -> tuple[int, str]:
     return 0, out.getvalue()
 
 
+def registered_worker(redis, queue_name: str) -> Worker:
+    """A worker registered on ``queue_name`` as RQ registers one (no process behind it), gone at the end
+    of the test with its Redis database."""
+    queue = django_rq.get_queue(queue_name)
+    worker = Worker([queue], connection=queue.connection, name=f"registered-{queue_name}")
+    worker.register_birth()
+    return worker
+
+
 def plant_stuck_request(seconds: float) -> ProcessedRequest:
     """A pending request created ``seconds`` ago whose job was lost."""
     request = enqueue_update(ProfileFactory(), active=True)
@@ -80,6 +89,7 @@ class TestCommand:
     def test_a_stuck_request_makes_it_unhealthy(self, redis):
         stuck = plant_stuck_request(7200)
         enqueue_update(ProfileFactory(), active=False)  # a fresh one beside it
+        registered_worker(redis, "default")  # a worker listens: only the age can make it unhealthy here
         assert run_status("--max-age", "9000")[0] == 0
         code, out = run_status("--max-age", "3600")
         assert code == 1
@@ -173,6 +183,9 @@ def test_admin_status_page(redis, admin_client):
     changelist = admin_client.get(reverse("admin:safeupdates_processedrequest_changelist"))
     url = reverse("admin:safeupdates_processedrequest_status")
     assert f'href="{url}" id="safeupdates-status-link"' in changelist.content.decode()
+    unwatched = admin_client.get(url).content.decode()  # no worker on its queue: the page says so
+    assert "no worker is registered on it" in unwatched and "<strong>Healthy</strong>" not in unwatched
+    registered_worker(redis, "default")
     page = admin_client.get(url)
     assert page.status_code == 200
     html = page.content.decode()
@@ -188,3 +201,119 @@ def test_admin_status_page_needs_the_view_permission(client, django_user_model):
     user = django_user_model.objects.create_user("staff", password="x", is_staff=True)
     client.force_login(user)
     assert client.get(reverse("admin:safeupdates_processedrequest_status")).status_code == 403
+
+
+# -- the health check tells the truth without a flag (issue 47): real workers, a Redis of its own ----------
+
+
+@pytest.fixture
+def own_redis():
+    from tests.servers import OwnRedis
+
+    server = OwnRedis().start()
+    yield server
+    server.destroy()
+
+
+@pytest.mark.workers
+def test_pending_requests_and_no_worker_on_their_queue_is_unhealthy(workers, redis):
+    """A worker runs, but on another queue: the pending request waits for good. Unhealthy by default, with
+    what to run; a worker on its queue applies it and the check is healthy again."""
+    workers.start(1, queues=("slow",))
+    assert wait_until(lambda: bool(Worker.all(queue=django_rq.get_queue("slow"))), 30), workers.logs()
+    request = enqueue_update(ProfileFactory(), active=True)
+    code, out = run_status()
+    assert code == 1, out
+    assert (
+        "  problem: queue 'default': 1 request(s) pending, and no worker is registered on it (none runs, or its "
+        "Redis restarted and lost the workers' registrations): start or restart one: "
+        "python manage.py rqworker default --with-scheduler" in out
+    )
+    data = json.loads(run_status("--json")[1])
+    assert data["healthy"] is False and len(data["problems"]) == 1
+    workers.start(1)
+    assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "applied", 60), workers.logs()
+    assert run_status()[0] == 0
+
+
+@pytest.mark.workers
+def test_a_redis_restarted_empty_under_live_workers_is_unhealthy(own_redis, transactional_db, tmp_path):
+    """The workers still run, but their Redis restarted empty: their registrations, the scheduler's lock and
+    the jobs are gone, and the requests committed meanwhile wait. Unhealthy, saying what to do."""
+    from tests.workers import Workers
+
+    queues = {"default": {"URL": own_redis.url}}
+    pool = Workers(tmp_path)
+    try:
+        with override_settings(RQ_QUEUES=queues):
+            pool.start(1, env={"REDIS_URL": own_redis.url})
+            queue = django_rq.get_queue("default")
+            assert wait_until(lambda: bool(Worker.all(queue=queue)), 30), pool.logs()
+            request = enqueue_update(ProfileFactory(), active=True)
+            assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "applied", 60)
+            assert run_status()[0] == 0
+            own_redis.stop()
+            lost = [enqueue_update(ProfileFactory(), active=True) for _ in range(2)]  # left for the relay
+            own_redis.start()  # empty: it keeps nothing on disk
+            code, out = run_status()
+        assert code == 1, out
+        assert "  problem: queue 'default': 2 request(s) pending, and no worker is registered on it" in out
+        assert all(ProcessedRequest.objects.get(pk=r.pk).status == "pending" for r in lost)
+    finally:
+        pool.stop()
+
+
+@pytest.mark.workers
+def test_retries_scheduled_and_no_scheduler_is_unhealthy(workers, redis):
+    """A worker started without --with-scheduler, and a retry waiting in the scheduled registry: nothing
+    will ever move it to the queue but the relay. Unhealthy by default."""
+    workers.start(1, scheduler=False)
+    queue = django_rq.get_queue("default")
+    assert wait_until(lambda: bool(Worker.all(queue=queue)), 30), workers.logs()
+    request = enqueue_update(ProfileFactory(), active=True)
+    assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "applied", 60)
+    # What RQ's Retry does with a failed job that has retries left: back into the scheduled registry.
+    queue.enqueue_in(timedelta(minutes=5), "safeupdates.jobs.apply_update", str(request.request_id))
+    code, out = run_status()
+    assert code == 1, out
+    assert (
+        "  problem: queue 'default': 1 job(s) wait in its scheduled registry (retries), and no RQ scheduler runs "
+        "for it: restart a worker with --with-scheduler (python manage.py rqworker default --with-scheduler)." in out
+    )
+
+
+@pytest.mark.workers
+def test_tasks_delivery_with_every_worker_stopped_is_unhealthy(transactional_db, tmp_path):
+    """django-tasks-db's workers leave no heartbeat: when the oldest pending request is older than a
+    working system takes (twice SAFEUPDATES_RELAY_AFTER, the job timeout and the retries' back-off), the
+    check is unhealthy, and says what to run. With a worker it is healthy."""
+    from demo_project.processes import TaskWorkers
+
+    settings_ = {
+        "SAFEUPDATES_DELIVERY": "tasks",
+        "SAFEUPDATES_TASK_BACKEND": "db",
+        "SAFEUPDATES_RELAY_AFTER": 0,
+        "SAFEUPDATES_JOB_TIMEOUT": 1,
+        "SAFEUPDATES_RETRY": {"max": 0},
+    }
+    pool = TaskWorkers(tmp_path, backend="db", name="status")
+    try:
+        with override_settings(**settings_):
+            pool.start(1)
+            applied = enqueue_update(ProfileFactory(), active=True)
+            assert wait_until(lambda: ProcessedRequest.objects.get(pk=applied.pk).status == "applied", 60), pool.logs()
+            assert run_status()[0] == 0
+            pool.stop()
+            stuck = enqueue_update(ProfileFactory(), active=True)
+            assert wait_until(lambda: run_status()[0] == 1, 30)
+            code, out = run_status()
+        assert code == 1, out
+        assert re.search(
+            r"  problem: a request has been pending for \d+ s, longer than a working system takes \(1 s: "
+            r"SAFEUPDATES_STUCK_AFTER\): nothing seems to apply it, and the delivery backend cannot show its "
+            r"workers: start one: python manage.py db_worker --queue-name default\.",
+            out,
+        ), out
+        assert ProcessedRequest.objects.get(pk=stuck.pk).status == "pending"
+    finally:
+        pool.stop()

@@ -194,6 +194,10 @@ class Backend:
         :class:`~safeupdates.exceptions.BackendUnavailable` if the broker cannot be asked."""
         return []
 
+    def worker_hint(self, queue: str) -> str:
+        """What to run so that a worker serves ``queue`` (the status page's advice)."""
+        return f"start a worker of queue {queue!r}"
+
     def check(self) -> list[CheckMessage]:
         """System check messages for its settings (run by :mod:`safeupdates.checks`)."""
         return []

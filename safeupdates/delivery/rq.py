@@ -688,6 +688,9 @@ class RQBackend(Backend):
     def health(self) -> list[QueueHealth]:
         return queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
 
+    def worker_hint(self, queue: str) -> str:
+        return f"python manage.py rqworker {queue} --with-scheduler"
+
 
 def _scheduler_warning(queue_name: str, moved: int) -> str | None:
     """A warning if jobs wait in ``queue_name``'s scheduled registry (or ``moved`` overdue ones were moved

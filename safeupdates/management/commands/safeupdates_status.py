@@ -1,5 +1,6 @@
-"""``manage.py safeupdates_status``: the backlog, outcomes, failures, batches and RQ's workers and
-schedulers, at a glance; exit status 1 when unhealthy (a health check, a cron alert)."""
+"""``manage.py safeupdates_status``: the backlog, outcomes, failures, batches and the delivery backend's
+queues and workers, at a glance; exit status 1 when unhealthy (a health check, a liveness probe, a cron
+alert): see :meth:`safeupdates.status.Status.problems`."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from safeupdates import status
+from safeupdates.delivery import QueueHealth
 
 
 class Command(BaseCommand):
     help = (
         "Show the request log's backlog by model and queue, the oldest pending request, outcomes of the last "
-        "hour, failed requests, batches, and RQ's workers and schedulers per queue. Exits with status 1 when "
-        "a request has been pending longer than --max-age, failures exceed --max-failed, or Redis cannot be "
-        "reached."
+        "hour, failed requests, batches, and the delivery backend's queues, workers and schedulers. Exits with "
+        "status 1 when pending requests have no worker to apply them (no worker registered on their queue, "
+        "retries scheduled and no RQ scheduler, or, where the backend shows no workers, a request older than "
+        "SAFEUPDATES_STUCK_AFTER), a request has been pending longer than --max-age, failures exceed "
+        "--max-failed, or the broker cannot be reached."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,7 +31,8 @@ class Command(BaseCommand):
             type=float,
             default=None,
             metavar="SECONDS",
-            help="Unhealthy if a request has been pending for longer (default: not checked).",
+            help="Unhealthy if a request has been pending for longer (default: SAFEUPDATES_STUCK_AFTER where the "
+            "delivery backend shows no workers, else not checked: a queue without workers is).",
         )
         parser.add_argument(
             "--max-failed",
@@ -84,9 +89,18 @@ def render(snapshot: status.Status, problems: list[str]) -> list[str]:
     if snapshot.redis_error:
         lines.append(f"Queues: unknown ({snapshot.redis_error})")
     for state in snapshot.queues:
-        scheduler = "scheduler running" if state.scheduler else "NO scheduler"
-        lines.append(
-            f"Queue {state.name}: {state.queued} queued, {state.scheduled} scheduled, {state.failed} failed; "
-            f"{state.workers} worker(s) ({state.busy_workers} busy), {scheduler}"
-        )
+        lines.append(f"Queue {state.name}: {_queue(state)}")
     return lines
+
+
+def _queue(state: QueueHealth) -> str:
+    """What the backend tells of a queue, in words; what it cannot tell is said so."""
+    counts = ", ".join(
+        f"{value} {name}"
+        for value, name in ((state.queued, "queued"), (state.scheduled, "scheduled"), (state.failed, "failed"))
+        if value is not None
+    )
+    if state.workers is None:
+        return f"{counts}; workers not shown by this backend"
+    scheduler = "" if state.scheduler is None else ", scheduler running" if state.scheduler else ", NO scheduler"
+    return f"{counts}; {state.workers} worker(s) ({state.busy_workers} busy){scheduler}"
