@@ -96,7 +96,7 @@ def find_drift(
     # Rows as tuples, not instances: most of a pass is reading them.
     columns = [field.attname for field in model._meta.concrete_fields]
     pk_at, versions_at = columns.index(pk_field.attname), columns.index("field_versions")
-    rows = model._default_manager.db_manager(using).order_by("pk").values_list(*columns)
+    rows = model._base_manager.db_manager(using).order_by("pk").values_list(*columns)
     checked = 0
     while True:
         batch = list((rows if after is None else rows.filter(pk__gt=after))[:batch_size])
@@ -130,7 +130,7 @@ def _as_stored(model: type[models.Model], pk: Any, using: str, field: models.Fie
     if connections[using].vendor == "postgresql":
         expression = Cast(expression, output_field=field)
     query = (
-        model._default_manager.using(using)
+        model._base_manager.using(using)
         .filter(pk=pk)
         .annotate(_safeupdates_as_stored=expression)
         .values_list("_safeupdates_as_stored", flat=True)

@@ -169,7 +169,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             values = {name: (value, version) for name, value in cleaned.items()}
             written = write_if_newer(self.model, pk, values, connection, synced_at=synced_at)
             outcome = outcome_of_write(
-                written is not None, lambda: self.model._default_manager.db_manager(using).filter(pk=pk).exists()
+                written is not None, lambda: self.model._base_manager.db_manager(using).filter(pk=pk).exists()
             )
             if log is not None and record is not None:
                 self._record(log, record, pk, version, outcome, sorted(written or ()), synced_at)

@@ -245,7 +245,7 @@ def _batches(using: str) -> dict[str, int] | None:
         return None
     wanted = [batch.Status.RUNNING, batch.Status.REDUCE_FAILED]
     counts = dict(
-        batch._default_manager.using(using)
+        batch._base_manager.using(using)
         .filter(status__in=wanted)
         .values_list("status")
         .annotate(count=Count("pk"))

@@ -455,3 +455,52 @@ def test_contrib_writes_the_request_log_only_through_the_lifecycle():
         for line, text in request_log_writes(tree)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+#: Where a model's default manager is read on purpose: the records a view serves (``conditional(queryset=
+#: Model)``) are the user-facing set, as Django's generic views read them. Every internal read of a record
+#: goes through ``_base_manager``, Django's own rule: a default manager may hide rows (soft delete, a tenant).
+DEFAULT_MANAGER_READS = {"safeupdates.http"}
+
+
+def default_manager_reads(tree: ast.Module) -> list[tuple[int, str]]:
+    """Reads through a model's default manager: ``_default_manager``, and ``.objects`` of a model held in a
+    variable (``model.objects``, ``self.model.objects``); ``ProcessedRequest.objects`` names a table of the
+    app's own, whose manager hides nothing."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        receiver = node.value
+        name = (
+            receiver.id
+            if isinstance(receiver, ast.Name)
+            else receiver.attr
+            if isinstance(receiver, ast.Attribute)
+            else ""
+        )
+        if node.attr == "_default_manager" or (node.attr == "objects" and name[:1].islower()):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_default_manager_rule_finds_its_reads():
+    source = (
+        "model._default_manager.filter(pk=1)\n"
+        "self.model.objects.get(pk=1)\n"
+        "type(instance)._default_manager.all()\n"
+        "ProcessedRequest.objects.filter(pk=1)\n"
+        "model._base_manager.filter(pk=1)\n"
+        "request_log().objects.using(alias)\n"
+    )
+    assert [line for line, _text in default_manager_reads(ast.parse(source))] == [1, 2, 3]
+
+
+def test_internal_reads_of_a_record_use_the_base_manager():
+    offenders = [
+        f"{name}:{line}: {text}"
+        for name, tree in modules().items()
+        if name not in DEFAULT_MANAGER_READS
+        for line, text in default_manager_reads(tree)
+    ]
+    assert not offenders, "\n".join(offenders)

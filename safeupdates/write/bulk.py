@@ -181,7 +181,7 @@ def _write_per_row(
     versions read cannot change before the writes. Each write is guarded again anyway.
     """
     stored: dict[Any, Any] = dict(
-        model._default_manager.db_manager(connection.alias)
+        model._base_manager.db_manager(connection.alias)
         .filter(pk__in=[row.pk for row in batch])
         .values_list("pk", "field_versions")
     )

@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from safeupdates.admin import SafeUpdateModelAdmin
-from tests.testapp.models import Chapter, Document, Profile
+from tests.testapp.models import Chapter, Document, Memo, Profile
 
 #: Django 6.1+: the action is offered on the change form too.
 EVERYWHERE: dict[str, Any] = (
@@ -41,3 +41,13 @@ class ChapterInline(admin.TabularInline):  # type: ignore[type-arg]
 class DocumentAdmin(SafeUpdateModelAdmin):
     fields = ["title", "body"]
     inlines = [ChapterInline]
+
+
+@admin.register(Memo)
+class MemoAdmin(SafeUpdateModelAdmin):
+    """The admin of a model whose default manager hides the archived rows: its list shows them all."""
+
+    fields = ["text", "pinned", "archived"]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return self.model._base_manager.all()

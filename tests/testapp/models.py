@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 from django.db import models
 from django.db.models.functions import Now
 
+from safeupdates.managers import SafeUpdateManager
 from safeupdates.models import LockVersionMixin, SafeUpdateModel
 
 
@@ -382,3 +383,36 @@ class Logbook(LockVersionMixin):
 
     def __str__(self) -> str:
         return self.entry
+
+
+class ArchivedHidden(SafeUpdateManager):  # type: ignore[misc,valid-type]
+    """A default manager that hides archived rows (soft delete): Django's own internal reads use the base
+    manager, and so must safeupdates'."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return super().get_queryset().filter(archived=False)
+
+
+class Memo(SafeUpdateModel):
+    """A record whose default manager hides some rows (``objects`` leaves out the archived ones)."""
+
+    text = models.CharField(max_length=40, default="")
+    pinned = models.BooleanField(default=False)
+    archived = models.BooleanField(default=False)
+
+    objects = ArchivedHidden()
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = ("text", "pinned")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class TaggedMemo(Memo):
+    """A multi-table child of ``Memo``, whose default manager hides the archived rows too."""
+
+    tag = models.CharField(max_length=20, default="")
+
+    objects = ArchivedHidden()
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = ("text", "pinned", "tag")

@@ -79,7 +79,7 @@ class Command(BaseCommand):
         drifted = 0
         for model in chosen:
             using = database or router.db_for_write(model)
-            rows = model._default_manager.db_manager(using)
+            rows = model._base_manager.db_manager(using)
             total = (rows.all() if after is None else rows.filter(pk__gt=after)).count()
             started = last_line = time.monotonic()
             label = model._meta.label
