@@ -17,6 +17,7 @@ of every row. At 1M requests that made the first page take 600 ms and a search 2
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from functools import cached_property
@@ -41,7 +42,17 @@ from safeupdates.database.cursors import fetch_one
 from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 
-__all__ = ["ProcessedRequestAdmin", "QueueFilter", "RequestLogPaginator", "SafeUpdateModelsFilter", "unfiltered"]
+__all__ = [
+    "ProcessedRequestAdmin",
+    "QueueFilter",
+    "RequestLogPaginator",
+    "SafeUpdateModelsFilter",
+    "hidden_values",
+    "may_view",
+    "unfiltered",
+    "values_shown",
+    "viewable_content_types",
+]
 
 
 class RequestLogPaginator(Paginator):  # type: ignore[type-arg]
@@ -136,6 +147,40 @@ def _request_id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
+def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
+    """Whether the viewer may view ``model`` in the admin: its ``ModelAdmin`` says; a model without one, by
+    its view permission (a superuser has them all)."""
+    if site.is_registered(model):
+        return bool(site.get_model_admin(model).has_view_permission(request))
+    user: Any = request.user
+    return bool(user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}"))
+
+
+def viewable_content_types(request: HttpRequest, site: admin.AdminSite) -> list[int]:
+    """The content types of the models that use safeupdates and that the viewer may view (asked once per
+    request): only their requests' values are shown to this viewer."""
+    cached: list[int] | None = getattr(request, "_safeupdates_viewable", None)
+    if cached is None:
+        versioned = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
+        allowed = [model for model in versioned if may_view(request, model, site)]
+        types = ContentType.objects.get_for_models(*allowed).values() if allowed else []
+        cached = sorted(content_type.pk for content_type in types)
+        request._safeupdates_viewable = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def values_shown(obj: ProcessedRequest) -> bool:
+    """Whether ``obj``'s values may be shown to the viewer its queryset was made for (see
+    :meth:`ProcessedRequestAdmin.get_queryset`; a row from elsewhere is shown as the log's permission allows)."""
+    return bool(getattr(obj, "safeupdates_shown", True))
+
+
+def hidden_values(obj: ProcessedRequest) -> str:
+    """What stands for the values of a request whose model the viewer may not view."""
+    content_type = obj.content_type
+    return f"hidden: you may not view {content_type.app_label}.{content_type.model}" if content_type else "hidden"
+
+
 def _short(changes: Any, limit: int = 60) -> str:
     text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
@@ -184,16 +229,34 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         "target_link",
         "version",
         "synced_at",
-        "changes",
+        "wanted_in_full",
         "status",
         "outcome",
-        "error",
+        "error_shown",
         "attempts",
         "queue",
         "created_at",
         "processed_at",
     ]
     fields = readonly_fields  # type: ignore[assignment]
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
+        """The log, each row marked with whether its values may be shown to this viewer
+        (:func:`values_shown`): its record's model is one the viewer may view, or it has no record."""
+        shown = models.Q(content_type__isnull=True) | models.Q(
+            content_type_id__in=viewable_content_types(request, self.admin_site)
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                safeupdates_shown=models.Case(
+                    models.When(shown, then=models.Value(True)),
+                    default=models.Value(False),
+                    output_field=models.BooleanField(),
+                )
+            )
+        )
 
     def get_paginator(
         self,
@@ -240,7 +303,23 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         """What the request asked for, short (the change page shows all of it)."""
         if obj.kind == RequestKind.BATCH_ITEM or obj.kind == RequestKind.TASK:
             return obj.key
+        if not values_shown(obj):
+            return hidden_values(obj)
         return _short(obj.changes)
+
+    @admin.display(description=_("changes"))
+    def wanted_in_full(self, obj: ProcessedRequest) -> str:
+        """What the request asked for, all of it."""
+        if not values_shown(obj):
+            return hidden_values(obj)
+        return json.dumps(obj.changes, ensure_ascii=False, sort_keys=True, default=str)
+
+    @admin.display(description=_("error"))
+    def error_shown(self, obj: ProcessedRequest) -> str:
+        """Why it was rejected or failed: a database's refusal may quote the values."""
+        if obj.error and not values_shown(obj):
+            return hidden_values(obj)
+        return obj.error
 
     @admin.display(description=_("why"))
     def outcome(self, obj: ProcessedRequest) -> str:
@@ -248,7 +327,7 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         if obj.status == RequestStatus.PENDING:
             return "waiting for a worker"
         if obj.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
-            return obj.error or "-"
+            return self.error_shown(obj) or "-"
         if obj.status != RequestStatus.STALE or obj.kind != RequestKind.UPDATE:
             return "-"
         current = self._target(obj)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
@@ -29,6 +31,7 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_view_permission(request):
             raise PermissionDenied
         snapshot = status.collect()
+        snapshot.failed_requests = [self._as_viewer_may_see(request, entry) for entry in snapshot.failed_requests]
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "title": "Safe updates: status",
@@ -38,3 +41,16 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
             "warnings": snapshot.warnings(),
         }
         return TemplateResponse(request, "safeupdates/admin/status.html", context)
+
+    def _as_viewer_may_see(self, request: HttpRequest, entry: status.FailedRequest) -> status.FailedRequest:
+        """A failed request's error quotes its values where the database refused them: shown only to a
+        viewer who may view its model (see :func:`safeupdates.admin.requestlog.may_view`)."""
+        from safeupdates.admin.requestlog import may_view
+
+        try:
+            model = apps.get_model(entry.model)
+        except (LookupError, ValueError):  # "-" (no record) or a model that is gone
+            return entry
+        if may_view(request, model, self.admin_site):
+            return entry
+        return dataclasses.replace(entry, error=f"hidden: you may not view {model._meta.label_lower}")

@@ -1,0 +1,103 @@
+"""The request log shows a request's values only to a viewer who may view its target model (issue 46.3).
+
+A staff user with only the request log's view permission read, in its list, on a request's page and on
+the status page, the values of models whose own admin refuses that user (403). Now the values (the
+changes, and an error that may quote them) are hidden there, and the row says why; the record's model, its
+key and the request's status stay visible, as the log's own data.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import transaction
+from django.test import Client
+from django.urls import reverse
+
+from safeupdates import enqueue_update
+from safeupdates.models import ProcessedRequest
+from tests.factories import ProfileFactory
+from tests.testapp.models import Gadget, Profile
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "s3cret-value"
+CHANGELIST = "admin:safeupdates_processedrequest_changelist"
+HIDDEN = "hidden: you may not view testapp.profile"
+
+
+def staff(django_user_model, *perms: str) -> Client:
+    user = django_user_model.objects.create_user(f"staff-{uuid.uuid4().hex[:8]}", password="x", is_staff=True)
+    for perm in ("safeupdates.view_processedrequest", *perms):
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def request_with_a_secret() -> ProcessedRequest:
+    with transaction.atomic():
+        return enqueue_update(ProfileFactory(), name=SECRET)
+
+
+def test_the_list_hides_the_values_of_a_model_the_viewer_may_not_view(django_user_model, redis):
+    request = request_with_a_secret()
+    viewer = staff(django_user_model)
+    assert viewer.get(reverse("admin:testapp_profile_changelist")).status_code == 403  # the model's admin refuses
+    page = viewer.get(reverse(CHANGELIST)).content.decode()
+    assert str(request.request_id) in page
+    assert SECRET not in page
+    assert HIDDEN in page
+
+
+def test_the_change_page_hides_the_values_and_the_error(django_user_model, redis):
+    request = request_with_a_secret()
+    ProcessedRequest.objects.filter(pk=request.pk).update(error=f"the database refused it: ... ({SECRET})")
+    viewer = staff(django_user_model)
+    page = viewer.get(reverse("admin:safeupdates_processedrequest_change", args=[request.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert SECRET not in html and HIDDEN in html
+    assert str(request.request_id) in html and "pending" in html  # the log's own data stays
+
+
+def test_a_viewer_who_may_view_the_model_sees_the_values(django_user_model, admin_client, redis):
+    request = request_with_a_secret()
+    viewer = staff(django_user_model, "testapp.view_profile")
+    for client in (viewer, admin_client):
+        list_page = client.get(reverse(CHANGELIST)).content.decode()
+        change_page = client.get(reverse("admin:safeupdates_processedrequest_change", args=[request.pk]))
+        assert SECRET in list_page and SECRET in change_page.content.decode()
+        assert HIDDEN not in list_page
+
+
+def test_a_model_without_an_admin_is_judged_by_its_view_permission(django_user_model, admin_client, redis):
+    """``Gadget`` has no admin: its view permission decides (a superuser has every permission)."""
+    gadget = Gadget.objects.create(label="g")
+    with transaction.atomic():
+        enqueue_update(gadget, label=SECRET)
+    assert SECRET not in staff(django_user_model).get(reverse(CHANGELIST)).content.decode()
+    assert SECRET in staff(django_user_model, "testapp.view_gadget").get(reverse(CHANGELIST)).content.decode()
+    assert SECRET in admin_client.get(reverse(CHANGELIST)).content.decode()
+
+
+def test_the_status_page_hides_a_failed_requests_error(django_user_model, admin_client, redis):
+    request = request_with_a_secret()
+    log = ProcessedRequest.objects.filter(pk=request.pk)
+    log.fail(request.request_id, f"DataError: value too long ({SECRET})", final=True)
+    url = reverse("admin:safeupdates_processedrequest_status")
+    hidden_page = staff(django_user_model).get(url).content.decode()
+    assert str(request.request_id) in hidden_page and SECRET not in hidden_page and HIDDEN in hidden_page
+    assert SECRET in admin_client.get(url).content.decode()
+
+
+def test_a_profile_request_is_hidden_but_a_task_row_is_not(django_user_model, redis):
+    """Rows of no record (an ``@idempotent`` task's) have no model to ask: the log's permission shows them."""
+    request_with_a_secret()
+    ProcessedRequest.objects.create(kind="task", key="refund:7", changes={"function": "shop.refund"})
+    page = staff(django_user_model).get(reverse(CHANGELIST)).content.decode()
+    assert "refund:7" in page and SECRET not in page
+    assert Profile.objects.count() == 1
