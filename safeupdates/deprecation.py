@@ -116,13 +116,18 @@ WIRE_PATHS: dict[str, Sequence[str]] = {
 }
 
 
-def _new_home(module: str, name: str) -> tuple[str, str] | None:
-    """The module that defines old ``module.name`` now, and its name there; None if it never was there."""
+def _new_home(module: str, name: str, *, look: bool = True) -> tuple[str, str] | None:
+    """The module that defines old ``module.name`` now, and its name there; None if it never was there.
+    ``look=False``: a name known to be there (a queued job's), without importing its module yet."""
     target = MOVED.get(module, {}).get(name)
     if target is None and module in MOVED_MODULES:
         default, elsewhere = MOVED_MODULES[module]
         target = elsewhere.get(name)
-        if target is None and not name.startswith("__") and hasattr(importlib.import_module(default), name):
+        if (
+            target is None
+            and not name.startswith("__")
+            and (not look or hasattr(importlib.import_module(default), name))
+        ):
             target = default
     if target is None:
         return None
@@ -161,7 +166,8 @@ def queued_job(module: str, name: str) -> Callable[..., Any]:
     (``-W error::DeprecationWarning``) would fail the job. Each run logs a warning instead, so that an
     operator sees whether old jobs are still queued before upgrading to the release that removes them.
     """
-    home = _new_home(module, name)
+    # Not imported before the job runs: the old module imports without the tool's app, as it always did.
+    home = _new_home(module, name, look=False)
     assert home is not None, f"{module}.{name}"
     target = home[0]
 

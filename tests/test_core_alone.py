@@ -73,6 +73,9 @@ core = [
     for path in sorted(package.rglob("*.py"))
     if "contrib" not in path.relative_to(package).parts
 ]
+from safeupdates.deprecation import MOVED_MODULES
+
+core += sorted(MOVED_MODULES)  # the old modules, made on import: no file of their own
 for name in core:
     importlib.import_module(name)
 assert "safeupdates.batches" in core and "safeupdates.management.commands.safeupdates_relay" in core
