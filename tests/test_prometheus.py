@@ -247,3 +247,26 @@ def test_several_worker_processes(workers, redis, client, tmp_path, monkeypatch)
     files = sorted(path.name for path in Path(directory).glob("counter_*.db"))
     horses = [name for name in files if name.startswith("counter_rq-")]
     assert 1 <= len(horses) <= 3 and len(files) <= 6, files
+
+
+def test_the_metrics_use_prometheus_clients_public_api_only():
+    """No private attribute of prometheus-client's objects (``metric._metrics`` was read to skip
+    ``labels()``): a release may rename it. What is private here is the module's own (and Django's
+    ``_meta``, a public API by its documentation)."""
+    import ast
+    from pathlib import Path
+
+    from safeupdates.contrib.prometheus import metrics
+
+    tree = ast.parse(Path(metrics.__file__).read_text())
+    own = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    private = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls", *own})
+        and node.attr not in {*own, "_meta"}
+    ]
+    assert private == [], private

@@ -109,24 +109,16 @@ def _label(sender: Any) -> str:
     return sender._meta.label if sender is not None else ""
 
 
-def _child(metric: Any, *labels: str) -> Any:
-    """``metric.labels(*labels)``: the child prometheus-client holds for these labels, found without its
-    lock and checks where it exists (every outcome of every request is counted; the labels are ours,
-    strings already). ``clear()`` and ``remove()`` empty that dict: a child is then made again."""
-    child = metric._metrics.get(labels)
-    return child if child is not None else metric.labels(*labels)
-
-
 def _outcome(outcome: str) -> Any:
     def count(sender: Any, fields: tuple[str, ...] = (), held: Any = None, latency: Any = None, **kwargs: Any) -> None:
         model = _label(sender)
-        _child(REQUESTS, model, outcome).inc()
+        REQUESTS.labels(model, outcome).inc()
         for name in fields:
-            _child(FIELD_WRITES, model, name, "applied").inc()
+            FIELD_WRITES.labels(model, name, "applied").inc()
         for name in held or {}:
-            _child(FIELD_WRITES, model, name, "stale").inc()
+            FIELD_WRITES.labels(model, name, "stale").inc()
         if latency is not None:
-            _child(LATENCY, model).observe(latency)
+            LATENCY.labels(model).observe(latency)
 
     count.__name__ = f"count_{outcome}"
     return count
