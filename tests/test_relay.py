@@ -21,6 +21,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import override_settings
 from rq import Worker
+from rq.job import JobStatus
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
@@ -93,6 +94,22 @@ class TestWhatTheRelayEnqueues:
         assert "3 due (pending > 0s): enqueued 0 job(s), 3 already queued" in output
         assert (lpos, hget) == (3, 6)  # per record: its place, its job's and its follow-up's status
         assert queue().count == 3
+
+    def test_a_record_whose_job_is_gone_but_whose_follow_up_waits_gets_no_new_job(self, redis):
+        """The record's job ran (its result is not kept) while its follow-up job waits in the queue: that
+        one will read every pending request of the record, and the relay enqueues nothing more."""
+        profile = ProfileFactory()
+        enqueue_update(profile, active=True)
+        [record_job] = queue().job_ids
+        queue().fetch_job(record_job).set_status(JobStatus.STARTED)  # a worker runs it ...
+        enqueue_update(profile, newsletter=True)  # ... so the next request gets the follow-up job
+        redis.lrem(queue().key, 0, record_job)
+        queue().fetch_job(record_job).delete()  # ... and it finished: gone, with result_ttl 0
+        assert queue().job_ids == [f"{record_job}-next"]
+        assert "1 due (pending > 0s): enqueued 0 job(s), 1 already queued" in relay_output("--older-than", "0")
+        assert queue().job_ids == [f"{record_job}-next"]
+        enqueue_update(profile, dark_mode=True)  # and a request committed now (a burst) waits for it too
+        assert queue().job_ids == [f"{record_job}-next"]
 
     def test_a_queued_status_without_the_job_in_the_queue_gets_a_new_job(self, redis):
         """A worker took the job off the queue and died before it started it: RQ still says "queued"."""

@@ -227,13 +227,23 @@ def deliver_with_outcome(
     A record has two job ids, tried in turn: its job, and its follow-up job. While the record's job runs
     (a slow or cut-off worker), the requests committed meanwhile share the follow-up job instead of
     getting one job each. Only when both have started (or failed) does a request get a job of its own.
+    Where the record's job is known to be gone (its status was asked: ``likely_queued``) while its
+    follow-up job waits, that one reads the request: no job is enqueued.
     """
     queue = get_queue(queue_name)
     args, kwargs = (str(request_id),), job_kwargs(using)
     options = job_options(content_type_id, object_id)
     record_job = job_id(content_type_id, object_id, using)
-    for candidate in (record_job, f"{record_job}-next"):
+    follow_up = f"{record_job}-next"
+    for candidate in (record_job, follow_up):
         status = _job_status(queue, candidate) if likely_queued else None
+        if status is None and likely_queued and candidate == record_job:
+            # The record's job is gone (it ran: no result is kept); its follow-up may still wait.
+            waiting = _job_status(queue, follow_up)
+            if waiting in _WILL_RUN:
+                found = _find_waiting(queue, follow_up, waiting) if force else (None, WAITING)
+                if found is not None:
+                    return found
         if status is None:
             job = queue.create_job(APPLY_UPDATE, args=args, kwargs=kwargs, job_id=candidate, meta=meta, **options)
             try:
