@@ -1180,3 +1180,20 @@ def test_a_childs_fields_saved_while_the_parent_is_written_are_stale(postgres_on
     assert waited == [True]  # mine waited for the lock, and was refused on the row as committed
     row = Restaurant.objects.get(pk=restaurant.pk)
     assert (row.name, row.seats) == ("theirs", 3)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", [{}, {"update_fields": ["name"]}, {"force_update": True}])
+def test_a_never_loaded_instance_refreshed_then_given_another_rows_key_is_never_loaded(how: dict[str, Any]) -> None:
+    """Issue 42's loose end: ``Profile(pk=a)`` refreshed from row ``a``, then given row ``b``'s key,
+    never loaded ``b``: ``NeverLoadedError`` (what a loaded instance given another key gets), not "was
+    changed after it was loaded". Already so since a refresh counts as loading its own row."""
+    a, b = ProfileFactory(name="a"), ProfileFactory(name="b")
+    instance = Profile(pk=a.pk)
+    instance.refresh_from_db()
+    instance.pk, instance.name = b.pk, "x"
+    with pytest.raises(
+        NeverLoadedError, match=rf"^testapp.Profile pk={b.pk} exists, and this instance never loaded it"
+    ):
+        instance.save(**how)
+    assert Profile.objects.get(pk=b.pk).name == "b"
