@@ -37,6 +37,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.admin.mixins import ReadOnlyAdmin
+from safeupdates.admin.permissions import hidden_values, values_shown, viewable_content_types
 from safeupdates.admin.status import StatusPageMixin
 from safeupdates.database.cursors import fetch_one
 from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
@@ -47,11 +48,7 @@ __all__ = [
     "QueueFilter",
     "RequestLogPaginator",
     "SafeUpdateModelsFilter",
-    "hidden_values",
-    "may_view",
     "unfiltered",
-    "values_shown",
-    "viewable_content_types",
 ]
 
 
@@ -145,40 +142,6 @@ def _request_id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
         return None
     digits = term.replace("-", "").lower()
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
-
-
-def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
-    """Whether the viewer may view ``model`` in the admin: its ``ModelAdmin`` says; a model without one, by
-    its view permission (a superuser has them all)."""
-    if site.is_registered(model):
-        return bool(site.get_model_admin(model).has_view_permission(request))
-    user: Any = request.user
-    return bool(user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}"))
-
-
-def viewable_content_types(request: HttpRequest, site: admin.AdminSite) -> list[int]:
-    """The content types of the models that use safeupdates and that the viewer may view (asked once per
-    request): only their requests' values are shown to this viewer."""
-    cached: list[int] | None = getattr(request, "_safeupdates_viewable", None)
-    if cached is None:
-        versioned = [m for m in apps.get_models() if issubclass(m, LockVersionMixin) and not m._meta.proxy]
-        allowed = [model for model in versioned if may_view(request, model, site)]
-        types = ContentType.objects.get_for_models(*allowed).values() if allowed else []
-        cached = sorted(content_type.pk for content_type in types)
-        request._safeupdates_viewable = cached  # type: ignore[attr-defined]
-    return cached
-
-
-def values_shown(obj: ProcessedRequest) -> bool:
-    """Whether ``obj``'s values may be shown to the viewer its queryset was made for (see
-    :meth:`ProcessedRequestAdmin.get_queryset`; a row from elsewhere is shown as the log's permission allows)."""
-    return bool(getattr(obj, "safeupdates_shown", True))
-
-
-def hidden_values(obj: ProcessedRequest) -> str:
-    """What stands for the values of a request whose model the viewer may not view."""
-    content_type = obj.content_type
-    return f"hidden: you may not view {content_type.app_label}.{content_type.model}" if content_type else "hidden"
 
 
 def _short(changes: Any, limit: int = 60) -> str:

@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from safeupdates import status
+from safeupdates.admin.permissions import may_view
 
 __all__ = ["StatusPageMixin"]
 
@@ -44,9 +45,7 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _as_viewer_may_see(self, request: HttpRequest, entry: status.FailedRequest) -> status.FailedRequest:
         """A failed request's error quotes its values where the database refused them: shown only to a
-        viewer who may view its model (see :func:`safeupdates.admin.requestlog.may_view`)."""
-        from safeupdates.admin.requestlog import may_view
-
+        viewer who may view its model (see :func:`safeupdates.admin.permissions.may_view`)."""
         try:
             model = apps.get_model(entry.model)
         except (LookupError, ValueError):  # "-" (no record) or a model that is gone
