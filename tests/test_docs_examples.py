@@ -15,6 +15,7 @@ from demo_project.toggles.models import Profile
 from safeupdates import enqueue_update
 from safeupdates.jobs import apply_update
 from tests.docs_blocks import Block, blocks
+from tests.workers import ROOT
 
 
 def block_with(page: str, text: str, lang: str = "python") -> Block:
@@ -58,3 +59,20 @@ def test_the_logging_example_prints_each_line_once_with_its_request_id(
         line,
     ), line
     assert not logging.getLogger("django.request").disabled  # Django's loggers still log
+
+
+def toctree_pages() -> list[str]:
+    """The pages of docs/index.md's toctrees, in order, as paths from the checkout."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    trees = re.findall(r"```\{toctree\}\n(.*?)```", index, re.S)
+    names = [line.strip() for tree in trees for line in tree.splitlines() if line.strip() and ":" not in line]
+    return ["CHANGELOG.md" if name == "changelog" else f"docs/{name}.md" for name in names]
+
+
+def test_the_readme_lists_every_page_of_the_docs_in_their_order():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"\]\(((?:docs/|CHANGELOG)[^)]*\.md)\)", section)
+    assert listed == toctree_pages()
+    pages = {f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")} - {"docs/index.md", "docs/changelog.md"}
+    assert pages <= set(toctree_pages())  # Sphinx warns of a page in no toctree, too
