@@ -245,23 +245,31 @@ def database(request, tmp_path):
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_the_quickstart_runs_as_written(tmp_path, database, redis):
+def project_env(database: dict[str, object] | None) -> dict[str, str]:
+    """The environment of the quick start's project: this test's Redis database, and its PostgreSQL
+    ``database`` (None: the project's own SQLite file)."""
     import json
 
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
     env.update(PYTHONPATH=str(ROOT), QUICKSTART_REDIS_URL=settings.REDIS_URL)
     if database is not None:
         env["QUICKSTART_POSTGRES"] = json.dumps(database)
+    return env
+
+
+def write_project(root: Path, env: dict[str, str]) -> list[list[str]]:
+    """The quick start's project in ``root``, as the page makes it: its files written, its commands run
+    (startproject, makemigrations, migrate). Returns the commands of its "Run it" block (not run)."""
     background: list[list[str]] = []
     for block in blocks():
         if block.mark == "run":
             for argv in commands(block):
-                run(argv, tmp_path, env)
+                run(argv, root, env)
         elif block.mark == "run: background":
             background = commands(block)
         elif block.mark.startswith("file: "):
             target, _, how = block.mark.removeprefix("file: ").partition(" ")
-            path = tmp_path / target
+            path = root / target
             path.parent.mkdir(parents=True, exist_ok=True)
             if how == "(append)":
                 with path.open("a") as file:
@@ -270,6 +278,12 @@ def test_the_quickstart_runs_as_written(tmp_path, database, redis):
                         file.write(SETTINGS_FOR_THE_TEST)
             else:
                 path.write_text(block.body)
+    return background
+
+
+def test_the_quickstart_runs_as_written(tmp_path, database, redis):
+    env = project_env(database)
+    background = write_project(tmp_path, env)
 
     (tmp_path / "pending.py").write_text(SETUP + PENDING)
     pending = run([sys.executable, "pending.py"], tmp_path, env, check=False)
