@@ -104,6 +104,12 @@ def test_race_demo_shows_the_race_and_safeupdates_fixing_it(demo_database: str, 
     duplicates = naive_absorbed.split("/")[1]
     assert (naive_absorbed, safe_absorbed) == (f"0/{duplicates}", f"{duplicates}/{duplicates}")
     assert row(lines, "stale writes dropped")[0] == "0"
+    # What the SIGKILL did, in words under the table: on the safeupdates path nothing is lost.
+    _naive_cut, safe_cut = map(int, row(lines, "jobs cut off by SIGKILL"))
+    words = " ".join(line.strip() for line in lines)
+    cut = f"{safe_cut} job" if safe_cut else "no job"
+    assert "The SIGKILL cut off" in words and f"On the safeupdates path it cut off {cut}" in words, words
+    assert ("Nothing was lost." in words) is (safe_cut > 0), words
     match = SUMMARY.match(lines[-1])
     assert match, lines[-1]
     _naive_wrong, naive_total, safe_wrong, safe_total = map(int, match.groups())

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from demo_project.toggles.plan import FIELDS, RoundResult, make_plan, summary_line
+from demo_project.toggles.plan import FIELDS, RoundResult, make_plan, summary_line, what_the_kill_did
 
 
 def test_same_seed_same_plan() -> None:
@@ -60,3 +60,38 @@ def test_summary_line() -> None:
         wrong=0, fields=30, duplicates=38, absorbed=38, stale_dropped=9, seconds=1, jobs=1, lost=0, killed_busy=True
     )
     assert summary_line(naive, safe) == "naive: 11/30 fields wrong; safeupdates: 0/30 fields wrong"
+
+
+def _round(lost: int, relayed: int | None = None) -> RoundResult:
+    return RoundResult(
+        wrong=0, fields=30, duplicates=38, absorbed=38, stale_dropped=9, seconds=1, jobs=1, lost=lost,
+        killed_busy=True, relayed=relayed,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "naive, safe, says",
+    [
+        # The reading that looked like a loss ("jobs lost 1, relay re-delivered 0"): other jobs applied them.
+        (_round(1), _round(1, 0), "On the safeupdates path it cut off 1 job: its requests stayed pending in the "
+         "request log, and other jobs applied them (a job applies every pending request of its profile): the "
+         "relay found nothing left to deliver. Nothing was lost."),
+        (_round(0), _round(2, 3), "On the safeupdates path it cut off 2 jobs: their requests stayed pending in the "
+         "request log, and the relay delivered 3 record(s) again, whose jobs applied them. Nothing was lost."),
+        (_round(1), _round(0, 1), "On the safeupdates path it cut off no job; the relay delivered 1 record(s) whose "
+         "requests were still pending, and their jobs applied them."),
+        (_round(1), _round(0, 0), "On the safeupdates path it cut off no job."),
+    ],
+)  # fmt: skip
+def test_what_the_kill_did_says_where_the_requests_of_a_cut_off_job_went(
+    naive: RoundResult, safe: RoundResult, says: str
+) -> None:
+    words = " ".join(what_the_kill_did(naive, safe).split())
+    naive_words = (
+        "The SIGKILL cut off 1 job on the naive path: never run again, so a click whose write was not made yet "
+        "is lost for good."
+        if naive.lost
+        else "The SIGKILL cut off no job on the naive path."
+    )
+    assert words == f"{naive_words} {says}"
+    assert all(len(line) <= 96 for line in what_the_kill_did(naive, safe).splitlines())

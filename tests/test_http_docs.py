@@ -31,12 +31,16 @@ pytestmark = pytest.mark.django_db
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "http.md"
 _BLOCK = re.compile(r"<!-- file: toggles/(?P<name>\w+\.py) -->\n```python\n(?P<body>.*?)```", re.S)
 PACKAGE = "http_docs_example"
-URLS = """
+# The routes as the page gives them, both in one URLconf: a project that takes both examples.
+VIEW_ROUTE = re.search(r'`(path\("[^"]+", api\.profile_api\))`', PAGE.read_text())
+DRF_ROUTE = re.search(r'`(router\.register\("[^"]+", api_drf\.ProfileViewSet, basename="profile"\))`', PAGE.read_text())
+assert VIEW_ROUTE and DRF_ROUTE, "docs/http.md no longer says how to route its examples"
+URLS = f"""
 from django.urls import include, path
 
 from . import api
 
-urlpatterns = [path("api/profile/<int:pk>/", api.profile_api)]
+urlpatterns = [{VIEW_ROUTE[1]}]
 try:
     from rest_framework.routers import SimpleRouter
 
@@ -45,7 +49,7 @@ except ImportError:  # DRF is an optional extra
     pass
 else:
     router = SimpleRouter()
-    router.register("api/profiles", api_drf.ProfileViewSet, basename="profile")
+    {DRF_ROUTE[1]}
     urlpatterns += [path("", include(router.urls))]
 """
 

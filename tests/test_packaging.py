@@ -63,6 +63,10 @@ def test_the_wheel_builds_without_warnings_and_holds_every_file_of_the_package(t
     }
     assert files - names == set()
     assert {"safeupdates/py.typed", "safeupdates/templates/safeupdates/admin/change_form.html"} <= names
+    # pytest loads the fixtures of safeupdates.testing wherever the wheel is installed.
+    (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    declared = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[pytest11]\nsafeupdates.testing = safeupdates.testing\n" in declared
     apps = {path.parent.parent for path in package.rglob("migrations/__init__.py")}
     assert apps == {package, package / "contrib" / "batches"}  # every app with tables
     for app in apps:

@@ -2,9 +2,10 @@
 
 Each block marked ``<!-- file: PATH -->`` is written to PATH (``(append)``: appended), each command
 of a ``<!-- run -->`` block is run, in the order of the page, in a temporary directory. Then the page
-and the view are driven with Django's test client in a process of that project, while the
-``rqworker --with-scheduler`` of the page's "Run it" block applies the jobs, and its relay makes a
-pass. The only addition is this test's database and Redis, appended to the settings (below).
+and the view are driven with Django's test client in a process of that project: first a click with no
+worker running (the page says it is pending), then everything else while the ``rqworker
+--with-scheduler`` of the page's "Run it" block applies the jobs; its relay makes a pass. The only
+addition is this test's database and Redis, appended to the settings (below).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ if _os.environ.get("QUICKSTART_POSTGRES"):
     DATABASES = {"default": _json.loads(_os.environ["QUICKSTART_POSTGRES"])}
 """
 
-DRIVE = r"""
+# The start of both scripts below: the project, and the page's state as a browser sees it.
+SETUP = r"""
 import os, re, sys, time, uuid
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
@@ -59,22 +61,54 @@ from django.test.utils import setup_test_environment
 
 from safeupdates.models import ProcessedRequest
 from toggles.models import Profile
+
+setup_test_environment()
+
+
+def page_of(client):
+    page = client.get("/settings/")
+    assert page.status_code == 200, page
+    html = page.content.decode()
+    request_id = re.search(r'name="request_id" value="([0-9a-f-]{36})"', html).group(1)
+    checked = re.findall(r'name="active" value="(true|false)" checked', html)
+    saving = re.search(r"Saving: (\w+)\. Saved now: (\w+);", html)
+    return request_id, checked, saving and saving.groups()
+"""
+
+# Before any worker runs: a click is pending, and the page says so (the value asked, and the value saved).
+PENDING = r"""
+grace = User.objects.create_user("grace", password="not-used")
+client = Client()
+client.force_login(grace)
+request_id, checked, saving = page_of(client)
+assert (checked, saving) == (["false"], None), (checked, saving)
+response = client.post("/settings/toggle/", {"active": "true", "request_id": request_id})
+assert response.status_code == 302, response
+request_id, checked, saving = page_of(client)
+assert (checked, saving) == (["true"], ("Active", "Inactive")), (checked, saving)
+assert Profile.objects.get(user=grace).active is False
+assert ProcessedRequest.objects.get().status == "pending"
+print("pending shown")
+"""
+
+DRIVE = r"""
+from tests.htmlforms import form_data
 from toggles.services import deactivate, spend_credit
 from toggles.webhooks import on_subscription_event
 
-setup_test_environment()
+grace = Profile.objects.get(user__username="grace")
+graces = ProcessedRequest.objects.filter(object_id=str(grace.pk))
+log = ProcessedRequest.objects.exclude(object_id=str(grace.pk))  # this script's requests: ada's
 user = User.objects.create_user("ada", password="not-used")
 client = Client()
 
 # Anonymous: sent to log in, nothing recorded.
 response = client.post("/settings/toggle/", {"active": "true", "request_id": str(uuid.uuid4())})
 assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), response
-assert not ProcessedRequest.objects.exists()
+assert not log.exists()
 
 client.force_login(user)
-page = client.get("/settings/")
-assert page.status_code == 200, page
-request_id = re.search(r'name="request_id" value="([0-9a-f-]{36})"', page.content.decode()).group(1)
+request_id, checked, saving = page_of(client)
 
 # Strict input: a 400 for anything but true/false and a UUID, and nothing recorded.
 for data in (
@@ -87,13 +121,13 @@ for data in (
 ):
     response = client.post("/settings/toggle/", data)
     assert response.status_code == 400, (data, response.status_code, response.content)
-assert not ProcessedRequest.objects.exists()
+assert not log.exists()
 
 # A double click: the same page's request id twice, recorded once.
 for _ in range(2):
     response = client.post("/settings/toggle/", {"active": "true", "request_id": request_id})
     assert response.status_code == 302 and response["Location"] == "/settings/", response
-assert ProcessedRequest.objects.count() == 1
+assert log.count() == 1
 # The same old page sent again with the other value: refused, not silently dropped.
 response = client.post("/settings/toggle/", {"active": "false", "request_id": request_id})
 assert response.status_code == 409, response
@@ -102,16 +136,43 @@ assert response.status_code == 409, response
 event = {"id": "evt_1", "type": "subscription.created", "username": "ada"}
 on_subscription_event(event)
 on_subscription_event(event)
-assert ProcessedRequest.objects.count() == 2
+assert log.count() == 2
 
 # The worker applies both.
 deadline = time.monotonic() + 60
-while ProcessedRequest.objects.filter(status="pending").exists() and time.monotonic() < deadline:
+while log.filter(status="pending").exists() and time.monotonic() < deadline:
     time.sleep(0.1)
-statuses = sorted(ProcessedRequest.objects.values_list("status", flat=True))
+statuses = sorted(log.values_list("status", flat=True))
 assert statuses == ["applied", "applied"], statuses
 profile = Profile.objects.get(user=user)
 assert (profile.active, profile.newsletter) == (True, True), profile.__dict__
+
+# The first click, pending before the worker started, is applied: the page shows it saved.
+while graces.filter(status="pending").exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+assert list(graces.values_list("status", flat=True)) == ["applied"]
+grace_client = Client()
+grace_client.force_login(grace.user)
+assert page_of(grace_client)[1:] == (["true"], None)
+
+# The admin: a profile saved from a page opened before a toggle landed is refused, nothing written over.
+root = User.objects.create_superuser("root", password="not-used")
+admin = Client()
+admin.force_login(root)
+changelist = admin.get("/admin/toggles/profile/")
+assert changelist.status_code == 200 and ">2 requests</a>" in changelist.content.decode(), changelist
+url = f"/admin/toggles/profile/{profile.pk}/change/"
+data = {**form_data(admin.get(url).content, "profile_form"), "_save": "Save"}
+assert data["safeupdates_token"]
+assert deactivate(profile.pk, uuid.uuid4()).applied  # lands while the form is open
+data["credits"] = "5"
+refused = admin.post(url, data)
+assert refused.status_code == 200 and "was changed by someone else" in refused.content.decode(), refused
+assert (Profile.objects.get(pk=profile.pk).active, Profile.objects.get(pk=profile.pk).credits) == (False, 0)
+fresh = {**form_data(admin.get(url).content, "profile_form"), "_save": "Save", "credits": "5"}
+assert admin.post(url, fresh).status_code == 302
+assert (Profile.objects.get(pk=profile.pk).active, Profile.objects.get(pk=profile.pk).credits) == (False, 5)
+Profile.objects.filter(pk=profile.pk).update(credits=0, active=True)
 
 # Trusted code.
 assert deactivate(profile.pk, uuid.uuid4()).applied
@@ -184,23 +245,31 @@ def database(request, tmp_path):
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_the_quickstart_runs_as_written(tmp_path, database, redis):
+def project_env(database: dict[str, object] | None) -> dict[str, str]:
+    """The environment of the quick start's project: this test's Redis database, and its PostgreSQL
+    ``database`` (None: the project's own SQLite file)."""
     import json
 
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
     env.update(PYTHONPATH=str(ROOT), QUICKSTART_REDIS_URL=settings.REDIS_URL)
     if database is not None:
         env["QUICKSTART_POSTGRES"] = json.dumps(database)
+    return env
+
+
+def write_project(root: Path, env: dict[str, str]) -> list[list[str]]:
+    """The quick start's project in ``root``, as the page makes it: its files written, its commands run
+    (startproject, makemigrations, migrate). Returns the commands of its "Run it" block (not run)."""
     background: list[list[str]] = []
     for block in blocks():
         if block.mark == "run":
             for argv in commands(block):
-                run(argv, tmp_path, env)
+                run(argv, root, env)
         elif block.mark == "run: background":
             background = commands(block)
         elif block.mark.startswith("file: "):
             target, _, how = block.mark.removeprefix("file: ").partition(" ")
-            path = tmp_path / target
+            path = root / target
             path.parent.mkdir(parents=True, exist_ok=True)
             if how == "(append)":
                 with path.open("a") as file:
@@ -209,6 +278,16 @@ def test_the_quickstart_runs_as_written(tmp_path, database, redis):
                         file.write(SETTINGS_FOR_THE_TEST)
             else:
                 path.write_text(block.body)
+    return background
+
+
+def test_the_quickstart_runs_as_written(tmp_path, database, redis):
+    env = project_env(database)
+    background = write_project(tmp_path, env)
+
+    (tmp_path / "pending.py").write_text(SETUP + PENDING)
+    pending = run([sys.executable, "pending.py"], tmp_path, env, check=False)
+    assert pending.returncode == 0 and "pending shown" in pending.stdout, f"{pending.stdout}\n{pending.stderr}"
 
     worker_argv = next(argv for argv in background if "rqworker" in argv)
     assert "--with-scheduler" in worker_argv
@@ -218,7 +297,7 @@ def test_the_quickstart_runs_as_written(tmp_path, database, redis):
             worker_argv, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        (tmp_path / "drive.py").write_text(DRIVE)
+        (tmp_path / "drive.py").write_text(SETUP + DRIVE)
         driven = run([sys.executable, "drive.py"], tmp_path, env, check=False)
         assert driven.returncode == 0, f"{driven.stdout}\n{driven.stderr}\nworker:\n{log.read_text()}"
         assert "quickstart driven" in driven.stdout

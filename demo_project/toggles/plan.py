@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import textwrap
 from dataclasses import dataclass
 
 #: The toggles of a profile: ``Profile.safe_update_fields``.
@@ -96,3 +97,41 @@ class RoundResult:
 def summary_line(naive: RoundResult, safe: RoundResult) -> str:
     """The demo's last line: ``naive: X/N fields wrong; safeupdates: Y/N fields wrong``."""
     return f"naive: {naive.wrong}/{naive.fields} fields wrong; safeupdates: {safe.wrong}/{safe.fields} fields wrong"
+
+
+def what_the_kill_did(naive: RoundResult, safe: RoundResult) -> str:
+    """In words, what became of the jobs the SIGKILL cut off, on each path: a naive job cut off is never
+    run again; a safeupdates job cut off leaves its requests pending in the request log, and other jobs
+    or the relay apply them (the round ends only when no request is pending)."""
+    if naive.lost:
+        first = (
+            f"The SIGKILL cut off {_jobs(naive.lost)} on the naive path: never run again, so a click whose "
+            "write was not made yet is lost for good."
+        )
+    else:
+        first = "The SIGKILL cut off no job on the naive path."
+    if safe.lost:
+        whose = "its" if safe.lost == 1 else "their"
+        if safe.relayed:
+            how = f"the relay delivered {safe.relayed} record(s) again, whose jobs applied them."
+        else:
+            how = (
+                "other jobs applied them (a job applies every pending request of its profile): the relay "
+                "found nothing left to deliver."
+            )
+        second = (
+            f"On the safeupdates path it cut off {_jobs(safe.lost)}: {whose} requests stayed pending in the "
+            f"request log, and {how} Nothing was lost."
+        )
+    elif safe.relayed:
+        second = (
+            f"On the safeupdates path it cut off no job; the relay delivered {safe.relayed} record(s) whose "
+            "requests were still pending, and their jobs applied them."
+        )
+    else:
+        second = "On the safeupdates path it cut off no job."
+    return textwrap.fill(f"{first} {second}", width=96)
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from demo_project.processes import Workers, wait_until
 from demo_project.toggles.jobs import naive_update
 from demo_project.toggles.models import Profile
-from demo_project.toggles.plan import FIELDS, Plan, RoundResult
+from demo_project.toggles.plan import FIELDS, Plan, RoundResult, what_the_kill_did
 from safeupdates.jobs import apply_update, enqueue_update, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 
@@ -253,13 +253,16 @@ class RaceDemo:
             ("time taken", f"{naive.seconds:.1f} s", f"{safe.seconds:.1f} s"),
             ("jobs run", str(naive.jobs), str(safe.jobs)),
             ("SIGKILL hit a running job", _yes(naive.killed_busy), _yes(safe.killed_busy)),
-            ("jobs lost to the SIGKILL", str(naive.lost), str(safe.lost)),
-            ("relay re-delivered", "-", f"{safe.relayed} record(s)"),
+            ("jobs cut off by SIGKILL", str(naive.lost), str(safe.lost)),
+            ("records left for the relay", "-", str(safe.relayed)),
         ]
         w("")
         w(f"    {'':<26}{'naive':>10}{'safeupdates':>14}")
         for label, left, right in rows:
             w(f"    {label:<26}{left:>10}{right:>14}")
+        w("")
+        for line in what_the_kill_did(naive, safe).splitlines():
+            w(f"    {line}")
         w("")
         w("    naive writes whatever arrives last. safeupdates gives each click a version from the database;")
         w("    per field, the newest version wins and an older request that arrives late is dropped as stale.")
