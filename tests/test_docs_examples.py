@@ -14,7 +14,8 @@ How each kind of block is run:
 - **console** / **sh**: each command is a command of this project (:func:`unrecognised`): a
   ``manage.py`` command that exists and takes the arguments shown, a ``make`` target and its variables,
   ``pip install`` of this project and its extras, a script or module of the checkout and its options.
-- **json**: parsed; **yaml** (Prometheus rules): the metrics they query are safeupdates'; **ini**: a
+- **json**: parsed; **yaml** (Prometheus rules): the metrics they query are safeupdates'; (a Kubernetes
+  probe): its commands are this project's; **ini**: a
   systemd unit parses and starts a command of this project, and PostgreSQL settings are set on
   PostgreSQL; **sql**: run on PostgreSQL.
 - **text**: program output and diagrams, not code (the output of ``safeupdates_relay --retry-failed`` is
@@ -560,7 +561,18 @@ def test_json_blocks_parse(block: Block) -> None:
     json.loads(block.body)
 
 
-@pytest.mark.parametrize("block", data_blocks("yaml"), ids=str)
+def probes(block: Block) -> list[list[str]]:
+    """The commands of a Kubernetes probe block (``exec: command: [...]``, in YAML's flow style); none for
+    another YAML block."""
+    return [json.loads(found) for found in re.findall(r"^\s*command:\s*(\[.*\])\s*$", block.body, re.M)]
+
+
+@pytest.mark.parametrize("block", [b for b in data_blocks("yaml") if probes(b)], ids=str)
+def test_the_kubernetes_probes_run_commands_of_this_project(block: Block) -> None:
+    assert [(command, unrecognised(command)) for command in probes(block) if unrecognised(command)] == []
+
+
+@pytest.mark.parametrize("block", [b for b in data_blocks("yaml") if not probes(b)], ids=str)
 @pytest.mark.django_db  # a scrape reads the age of the oldest pending request
 def test_the_prometheus_rules_query_safeupdates_metrics(block: Block) -> None:
     pytest.importorskip("prometheus_client")
