@@ -53,7 +53,6 @@ __all__ = [
     "MISSING_TARGET",
     "STATUS_OF_OUTCOME",
     "TERMINAL_STATUSES",
-    "Outcome",
     "RequestKind",
     "RequestLogQuerySet",
     "RequestStatus",
