@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -12,8 +14,12 @@ class SafeUpdatesConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from safeupdates import checks  # noqa: F401  (registers the system checks)
+        from safeupdates import checks, conf  # noqa: F401  (checks: registers the system checks)
         from safeupdates.versions import floor_after_migrate
 
         # After every migrate: the source may have been dropped and created again at 1.
         post_migrate.connect(floor_after_migrate, sender=self, dispatch_uid="safeupdates.raise_floor")
+        # With celery delivery the apply task registers with the Celery apps here, in the web process and in the
+        # worker alike (Celery's Django fix-up sets Django up before the worker consumes).
+        if conf.uses_celery() and importlib.util.find_spec("celery") is not None:
+            import safeupdates.delivery.celery  # noqa: F401

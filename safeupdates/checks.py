@@ -24,7 +24,7 @@ def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     Neither with ``SAFEUPDATES_DELIVERY = "tasks"`` (see :func:`check_delivery`)."""
     from safeupdates.delivery.rq import queue_problem
 
-    if conf.uses_tasks():
+    if conf.delivery() != conf.DELIVERY_RQ:
         return []
     problem = queue_problem()
     if problem is None:
@@ -447,7 +447,7 @@ def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
     """
     queues = getattr(settings, "RQ_QUEUES", {}) or {}
     messages: list[CheckMessage] = []
-    if conf.uses_tasks():
+    if conf.delivery() != conf.DELIVERY_RQ:
         return messages  # W021 says what needs RQ
     for name in sorted(dir(settings)):
         if not (name.startswith("SAFEUPDATES_") and name.endswith("_QUEUE")) or name == "SAFEUPDATES_QUEUE":
@@ -481,7 +481,8 @@ def tasks_available() -> bool:
 
 @register(Tags.compatibility)
 def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E020: ``SAFEUPDATES_DELIVERY`` is not ``"rq"`` or ``"tasks"``. With ``"tasks"``: E021, Django's Tasks
+    """E020: ``SAFEUPDATES_DELIVERY`` is not ``"rq"``, ``"tasks"`` or ``"celery"`` (for ``"celery"``:
+    :func:`check_celery`). With ``"tasks"``: E021, Django's Tasks
     framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E024, its
     backend never runs a task (``DummyBackend``); E023, ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``;
     W020, the backend has no deferred runs (retries come from the relay). (W021, job tools that need RQ: in
@@ -491,11 +492,14 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         return [
             Error(
                 f"SAFEUPDATES_DELIVERY = {value!r} is not valid. It sets how apply jobs are delivered.",
-                hint='Set it to "rq" (the default: RQ through django-rq) or "tasks" (Django\'s Tasks framework, '
-                "on the TASKS backend named by SAFEUPDATES_TASK_BACKEND).",
+                hint='Set it to "rq" (the default: RQ through django-rq), "tasks" (Django\'s Tasks framework, '
+                'on the TASKS backend named by SAFEUPDATES_TASK_BACKEND) or "celery" (the project\'s Celery app, '
+                "SAFEUPDATES_CELERY_APP).",
                 id="safeupdates.E020",
             )
         ]
+    if value == conf.DELIVERY_CELERY:
+        return check_celery()
     if value != conf.DELIVERY_TASKS:
         return []
     if not tasks_available():
@@ -557,3 +561,20 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     return messages
+
+
+def check_celery() -> list[CheckMessage]:
+    """With ``SAFEUPDATES_DELIVERY = "celery"``: E025, Celery cannot be imported; else the backend's own
+    checks (:meth:`safeupdates.delivery.celery.CeleryBackend.check`: E026 ... W024)."""
+    if importlib.util.find_spec("celery") is None:
+        return [
+            Error(
+                'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
+                hint='Install it with its Redis support (pip install "django-safeupdates[celery]"), or set '
+                'SAFEUPDATES_DELIVERY to "rq" or "tasks".',
+                id="safeupdates.E025",
+            )
+        ]
+    from safeupdates import delivery
+
+    return delivery.backend().check()

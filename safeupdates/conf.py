@@ -21,10 +21,14 @@ DEFAULT_RELAY_AFTER = 30
 DEFAULT_RETENTION = 30
 DEFAULT_REDUCE_ATTEMPTS = 5
 DEFAULT_METRICS_CACHE = 10
-#: The values of ``SAFEUPDATES_DELIVERY``: RQ through django-rq (the default), or Django's Tasks framework.
+#: The values of ``SAFEUPDATES_DELIVERY``: RQ through django-rq (the default), Django's Tasks framework, or Celery.
 DELIVERY_RQ = "rq"
 DELIVERY_TASKS = "tasks"
-DELIVERIES = (DELIVERY_RQ, DELIVERY_TASKS)
+DELIVERY_CELERY = "celery"
+DELIVERIES = (DELIVERY_RQ, DELIVERY_TASKS, DELIVERY_CELERY)
+#: Where the project's Celery app is found by default: Celery's current app, which is the project's app once
+#: its package imports it (``proj/__init__.py``, as Celery's Django guide does).
+DEFAULT_CELERY_APP = "celery.current_app"
 
 
 def _get(name: str, default: Any) -> Any:
@@ -43,14 +47,36 @@ def queue_name() -> str:
 
 
 def delivery() -> str:
-    """How apply jobs are delivered (``SAFEUPDATES_DELIVERY``): ``"rq"`` (the default, through django-rq)
-    or ``"tasks"`` (Django's Tasks framework, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``)."""
+    """How apply jobs are delivered (``SAFEUPDATES_DELIVERY``): ``"rq"`` (the default, through django-rq),
+    ``"tasks"`` (Django's Tasks framework, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``) or
+    ``"celery"`` (the project's Celery app, ``SAFEUPDATES_CELERY_APP``)."""
     return str(_get("DELIVERY", DELIVERY_RQ))
 
 
 def uses_tasks() -> bool:
     """True if apply jobs go through Django's Tasks framework (``SAFEUPDATES_DELIVERY = "tasks"``)."""
     return delivery() == DELIVERY_TASKS
+
+
+def uses_celery() -> bool:
+    """True if apply jobs are Celery tasks of the project's Celery app (``SAFEUPDATES_DELIVERY = "celery"``)."""
+    return delivery() == DELIVERY_CELERY
+
+
+def celery_app() -> str:
+    """The dotted path of the project's Celery app (``SAFEUPDATES_CELERY_APP``, default
+    ``"celery.current_app"``): the app whose broker apply tasks are published to."""
+    return str(_get("CELERY_APP", DEFAULT_CELERY_APP))
+
+
+def celery_queue() -> str | None:
+    """The Celery queue apply tasks are routed to when ``enqueue_update()`` names none:
+    ``SAFEUPDATES_CELERY_QUEUE``, else ``SAFEUPDATES_QUEUE`` where it is set; None where neither is (the Celery
+    app's own default queue, which its workers consume without ``-Q``)."""
+    value = _get("CELERY_QUEUE", None)
+    if value is None:
+        value = _get("QUEUE", None)
+    return None if value is None else str(value)
 
 
 def task_backend() -> str:

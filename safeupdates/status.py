@@ -73,8 +73,11 @@ class Status:
     queues: list[delivery.QueueHealth] = field(default_factory=list)
     #: Why the delivery backend could not be asked (Redis unreachable), or "".
     redis_error: str = ""
-    #: The delivery (``SAFEUPDATES_DELIVERY``) whose queues these are.
+    #: The delivery (``SAFEUPDATES_DELIVERY``) whose queues these are, and what it is called.
     delivery: str = ""
+    backend_label: str = "RQ"
+    #: Why a queue can show no worker, as the backend knows it.
+    no_worker: str = ""
     #: How old a pending request may grow before it means that nothing applies it, where the backend cannot
     #: show its workers (``SAFEUPDATES_STUCK_AFTER``); None where it can (a queue's workers are counted).
     stuck_after: float | None = None
@@ -127,7 +130,7 @@ class Status:
         if max_failed is not None and self.failed > max_failed:
             found.append(f"{self.failed} failed request(s) (more than --max-failed {max_failed}).")
         if self.redis_error:
-            found.append(f"RQ cannot be asked: {self.redis_error}")
+            found.append(f"{self.backend_label} cannot be asked: {self.redis_error}")
         pending: dict[str, int] = {}
         for entry in self.backlog:
             pending[entry.queue] = pending.get(entry.queue, 0) + entry.pending
@@ -135,9 +138,8 @@ class Status:
             waiting = pending.get(state.name, 0)
             if waiting and state.workers == 0:
                 found.append(
-                    f"queue {state.name!r}: {waiting} request(s) pending, and no worker is registered on it (none "
-                    "runs, or its Redis restarted and lost the workers' registrations): start or restart one: "
-                    f"{self.hints.get(state.name, '')}."
+                    f"queue {state.name!r}: {waiting} request(s) pending, and no worker is registered on it "
+                    f"({self.no_worker}): start or restart one: {self.hints.get(state.name, '')}."
                 )
             if state.scheduled and state.scheduler is False:
                 found.append(
@@ -226,7 +228,7 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         batches=_batches(using),
     )
     chosen = delivery.backend()
-    status.delivery = chosen.name
+    status.delivery, status.backend_label, status.no_worker = chosen.name, chosen.label, chosen.no_worker
     status.stuck_after = None if chosen.has_worker_heartbeats else conf.stuck_after()
     status.hints = {entry.queue: chosen.worker_hint(entry.queue) for entry in status.backlog}
     if ask_rq:

@@ -84,6 +84,14 @@ if SAFEUPDATES_DELIVERY == "tasks" and SAFEUPDATES_TASK_BACKEND == "rq":
     RQ = {"JOB_CLASS": "django_tasks_rq.Job"}
 SAFEUPDATES_RELAY_AFTER = 0
 
+# SAFEUPDATES_DELIVERY = "celery" (tests/test_celery_delivery.py): the configuration of tests.celery_app, whose
+# broker a test names through the environment (its own RabbitMQ vhost or redis-server).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # with acks_late: a worker holds no more than it runs
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -232,18 +232,6 @@ def test_no_delivery_messages_with_rq():
     assert check_tools_need_rq() == []
 
 
-@override_settings(SAFEUPDATES_DELIVERY="celery")
-def test_e020_delivery_not_valid():
-    assert checks.check_delivery() == [
-        Error(
-            "SAFEUPDATES_DELIVERY = 'celery' is not valid. It sets how apply jobs are delivered.",
-            hint='Set it to "rq" (the default: RQ through django-rq) or "tasks" (Django\'s Tasks framework, on the '
-            "TASKS backend named by SAFEUPDATES_TASK_BACKEND).",
-            id="safeupdates.E020",
-        )
-    ]
-
-
 @DATABASE
 def test_e021_tasks_framework_missing(monkeypatch):
     monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name, *args: None)
@@ -417,7 +405,13 @@ def test_status_does_not_ask_redis_with_tasks_delivery(db):
     from safeupdates.status import collect
 
     status = collect()
-    assert (status.queues, status.redis_error) == ([], "")
+    assert status.redis_error == "" and status.problems() == []
+    # What the database backend can tell: the tasks waiting per queue, from its table; no workers.
+    assert [(q.name, q.queued, q.workers) for q in status.queues] == [
+        ("default", 0, None),
+        ("fast", 0, None),
+        ("slow", 0, None),
+    ]
 
 
 @pytest.mark.workers

@@ -209,17 +209,15 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         shown = models.Q(content_type__isnull=True) | models.Q(
             content_type_id__in=viewable_content_types(request, self.admin_site)
         )
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                safeupdates_shown=models.Case(
-                    models.When(shown, then=models.Value(True)),
-                    default=models.Value(False),
-                    output_field=models.BooleanField(),
-                )
+        log: models.QuerySet[Any] = super().get_queryset(request)
+        marked: models.QuerySet[Any] = log.annotate(
+            safeupdates_shown=models.Case(
+                models.When(shown, then=models.Value(True)),
+                default=models.Value(False),
+                output_field=models.BooleanField(),
             )
         )
+        return marked
 
     def get_paginator(
         self,

@@ -78,15 +78,18 @@ RQ_ONLY_TOOLS = {
 
 @register(Tags.compatibility)
 def check_tools_need_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W021: ``SAFEUPDATES_DELIVERY = "tasks"``, and job tools that deliver through RQ only are installed."""
+    """W021: ``SAFEUPDATES_DELIVERY = "tasks"`` or ``"celery"``, and job tools that deliver through RQ only are
+    installed."""
     tools = [tool for app, tool in RQ_ONLY_TOOLS.items() if apps.is_installed(app)]
-    if not conf.uses_tasks() or not tools:
+    if conf.delivery() == conf.DELIVERY_RQ or not tools:
         return []
+    functions = "Celery task functions" if conf.uses_celery() else "Django task functions"
     return [
         Warning(
-            f'SAFEUPDATES_DELIVERY is "tasks", but {" and ".join(tools)} deliver their jobs through RQ only.',
+            f'SAFEUPDATES_DELIVERY is "{conf.delivery()}", but {" and ".join(tools)} deliver their jobs through RQ '
+            "only.",
             hint="Keep django_rq, RQ_QUEUES and rqworker processes for them, or remove their apps from "
-            "INSTALLED_APPS. @idempotent works on Django task functions.",
+            f"INSTALLED_APPS. @idempotent works on {functions}.",
             id="safeupdates.W021",
         )
     ]

@@ -7,11 +7,13 @@ the queue to deliver on (:func:`queue_name`, :func:`relay_queue`), which job run
 (:func:`running_job`), will it run again (:func:`will_retry`), and what the queues look like
 (:func:`health`). Each verb asks :func:`backend`, the :class:`Backend` that ``SAFEUPDATES_DELIVERY``
 names; each backend is one module of this package (:mod:`~safeupdates.delivery.rq`,
-:mod:`~safeupdates.delivery.tasks`), so a new one is one new file and a line in :data:`BACKENDS`.
+:mod:`~safeupdates.delivery.tasks`, :mod:`~safeupdates.delivery.celery`), so a new one is one new file and a
+line in :data:`BACKENDS`.
 
 Whatever the backend, the request log is the outbox: a job carries request ids and the record's
 identity, never the changes, and the relay delivers again whatever was lost. This package is the only
-part of the core that imports a queue library (``rq``, ``django_rq``, ``redis``, ``django.tasks``).
+part of the core that imports a queue library (``rq``, ``django_rq``, ``redis``, ``django.tasks``,
+``celery``, ``kombu``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ APPLY_UPDATE = "safeupdates.jobs.apply_update"
 BACKENDS: dict[str, str] = {
     conf.DELIVERY_RQ: "safeupdates.delivery.rq.RQBackend",
     conf.DELIVERY_TASKS: "safeupdates.delivery.tasks.TasksBackend",
+    conf.DELIVERY_CELERY: "safeupdates.delivery.celery.CeleryBackend",
 }
 
 
@@ -108,11 +111,11 @@ class QueueHealth:
 
     name: str
     queued: int | None
-    scheduled: int | None
-    failed: int | None
-    workers: int | None
-    busy_workers: int | None
-    scheduler: bool | None
+    scheduled: int | None = None
+    failed: int | None = None
+    workers: int | None = None
+    busy_workers: int | None = None
+    scheduler: bool | None = None
 
     @property
     def scheduler_gone(self) -> bool:
@@ -129,6 +132,10 @@ class Backend:
 
     #: The value of ``SAFEUPDATES_DELIVERY`` that selects it.
     name: ClassVar[str]
+    #: What the status page calls it when it cannot be asked ("RQ cannot be asked: ...").
+    label: ClassVar[str] = "the delivery backend"
+    #: Why a queue can show no worker, for the status page ("no worker is registered on it (...)").
+    no_worker: ClassVar[str] = "none runs, or its broker restarted and lost the workers' registrations"
     #: Whether it can tell that a record's job is waiting: a burst of one record then costs one job, and
     #: the relay counts it "already queued". Without it every request gets a job and the relay delivers
     #: from the request log alone: the guarded, idempotent apply makes a duplicate harmless.

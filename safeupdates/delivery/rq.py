@@ -589,6 +589,8 @@ class RQBackend(Backend):
     with back-off by RQ (``SAFEUPDATES_RETRY``), run by ``rqworker --with-scheduler``."""
 
     name = conf.DELIVERY_RQ
+    label = "RQ"
+    no_worker = "none runs, or its Redis restarted and lost the workers' registrations"
     can_list_queued = True
     has_worker_heartbeats = True
     can_take_waiting = True

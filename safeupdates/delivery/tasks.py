@@ -328,6 +328,7 @@ class TasksBackend(Backend):
     """
 
     name = conf.DELIVERY_TASKS
+    label = "the task backend"
 
     @property
     def can_list_queued(self) -> bool:  # type: ignore[override]

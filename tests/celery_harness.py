@@ -1,0 +1,220 @@
+"""Helpers of the Celery tests (``SAFEUPDATES_DELIVERY = "celery"``): a RabbitMQ vhost of the test's own,
+the web process's Celery app on a test's broker, and real prefork workers (``celery -A tests.celery_app
+worker --pool prefork -c 2``) as subprocesses, optionally under a supervisor that starts a worker again
+when it exits (as production runs them)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from django.test import override_settings
+
+from demo_project.processes import children, kill_tree
+from tests.faults.harness import SupervisedWorkers
+from tests.workers import ROOT, Workers, subprocess_env, wait_until
+
+#: The shared RabbitMQ (tests create and delete vhosts of their own on it, nothing else).
+RABBITMQ_HOST, RABBITMQ_PORT = "127.0.0.1", 5672
+
+#: The Celery app of the web process (this test process) while a test delivers through Celery:
+#: ``SAFEUPDATES_CELERY_APP`` names it (:func:`celery_delivery`).
+WEB_APP: Celery | None = None
+
+
+def rabbitmq_missing() -> str | None:
+    """Why the RabbitMQ tests cannot run here, or None."""
+    if shutil.which("rabbitmqctl") is None:
+        return "rabbitmqctl is not on PATH (install rabbitmq-server)"
+    with contextlib.suppress(OSError), socket.create_connection((RABBITMQ_HOST, RABBITMQ_PORT), timeout=1):
+        return None
+    return f"RabbitMQ does not answer at {RABBITMQ_HOST}:{RABBITMQ_PORT}"
+
+
+class RabbitVhost:
+    """A vhost of the test's own on the shared RabbitMQ (``safeupdates_test_<random>``), guest's to use;
+    :meth:`delete` removes it with its queues."""
+
+    def __init__(self) -> None:
+        self.name = f"safeupdates_test_{secrets.token_hex(4)}"
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+    def create(self) -> RabbitVhost:
+        self._ctl("add_vhost", self.name)
+        self._ctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
+        return self
+
+    def url(self, port: int = RABBITMQ_PORT) -> str:
+        """The broker URL of the vhost, directly or through a proxy listening on ``port``."""
+        return f"amqp://guest:guest@{RABBITMQ_HOST}:{port}/{self.name}"
+
+    def delete(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._ctl("delete_vhost", self.name)
+
+
+def web_app(broker_url: str, **config: Any) -> Celery:
+    """A Celery app configured as ``tests.celery_app`` is (the ``CELERY_*`` settings), on ``broker_url``."""
+    app = Celery("tests-web", set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.broker_url = broker_url
+    app.conf.update(config)
+    return app
+
+
+@contextlib.contextmanager
+def celery_delivery(broker_url: str, **config: Any) -> Iterator[Celery]:
+    """Deliver through Celery on ``broker_url`` in this process (``SAFEUPDATES_DELIVERY = "celery"``, the
+    app :data:`WEB_APP`), for the block; yields the app."""
+    global WEB_APP
+    app = web_app(broker_url, **config)
+    WEB_APP = app
+    try:
+        with override_settings(SAFEUPDATES_DELIVERY="celery", SAFEUPDATES_CELERY_APP="tests.celery_harness.WEB_APP"):
+            yield app
+    finally:
+        WEB_APP = None
+        app.close()
+
+
+def queued(app: Celery, queue: str = "default") -> int:
+    """Messages waiting in ``queue`` of ``app``'s broker (0 if the queue does not exist)."""
+    with app.connection_for_read() as connection:
+        channel = connection.channel()
+        try:
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
+        except connection.channel_errors:
+            return 0
+        finally:
+            with contextlib.suppress(Exception):
+                channel.close()
+
+
+def take_messages(app: Celery, queue: str = "default") -> list[Any]:
+    """Take every message waiting in ``queue`` off the broker (acknowledged): what a worker would get."""
+    messages = []
+    with app.connection_for_read() as connection:
+        simple = connection.SimpleQueue(queue, no_ack=False)
+        try:
+            while True:
+                try:
+                    message = simple.get(block=True, timeout=0.5)
+                except simple.Empty:
+                    return messages
+                message.ack()
+                messages.append(message)
+        finally:
+            simple.close()
+
+
+class CeleryWorkers(Workers):
+    """Real Celery workers of ``tests.celery_app``: ``celery -A tests.celery_app worker --pool prefork -c 2
+    -Q QUEUES``, each in a session of its own, output in a log file per worker. ``scheduler`` is RQ's:
+    ignored. :meth:`kill` SIGKILLs a worker with its pool processes; :meth:`kill_pool` only its pool
+    processes (the worker sees its tasks' processes lost)."""
+
+    def start(
+        self,
+        count: int = 1,
+        queues: tuple[str, ...] = ("default",),
+        *,
+        scheduler: bool = True,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        verbosity: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        for _ in range(count):
+            index = len(self.procs)
+            name = f"{self.name or 'celery'}-{os.getpid()}-{index}-{time.monotonic_ns()}"
+            args = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "--pool", "prefork", "-c", "2"]
+            args += ["-Q", ",".join(queues), "-n", f"{name}@%h", "-l", "INFO"]
+            args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+            environment = subprocess_env(**{"SAFEUPDATES_DELIVERY": "celery", **(env or {})})
+            path = self.log_dir / f"celery-{index}-{time.monotonic_ns()}.log"
+            with open(path, "wb") as log:
+                proc = subprocess.Popen(
+                    args, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            self.log_paths[proc.pid] = path
+            self.envs[proc.pid] = dict(env or {})
+            self.procs.append(proc)
+
+    @property
+    def log_paths(self) -> dict[int, Path]:
+        """The log file of each worker started, by process id."""
+        if not hasattr(self, "_log_paths"):
+            self._log_paths: dict[int, Path] = {}
+        return self._log_paths
+
+    @property
+    def envs(self) -> dict[int, dict[str, str]]:
+        """The environment each worker started was given (beyond the test's own), by process id."""
+        if not hasattr(self, "_envs"):
+            self._envs: dict[int, dict[str, str]] = {}
+        return self._envs
+
+    def log_of(self, index: int) -> str:
+        path = self.log_paths.get(self.procs[index].pid)
+        return path.read_text(errors="replace") if path is not None and path.exists() else ""
+
+    def ready(self) -> int:
+        """How many live workers have said they are ready (connected, consuming)."""
+        return sum(1 for index in self.running() if re.search(r"@\S+ ready\.", self.log_of(index)))
+
+    def wait_ready(self, timeout: float = 90) -> bool:
+        return wait_until(lambda: self.ready() == len(self.procs), timeout, interval=0.2)
+
+    def kill_pool(self, index: int) -> int:
+        """SIGKILL the pool processes of worker ``index`` (a task's process dies mid-task: an OOM kill);
+        the worker itself lives on and starts new ones. Returns how many were killed."""
+        victims = children(self.procs[index].pid)
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(victims)
+
+    def stop(self) -> None:
+        """SIGTERM (Celery's warm shutdown), then SIGKILL what is left after 10 s, pool processes too."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            kill_tree(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self.procs.clear()
+
+    def rq_states(self) -> list[str]:
+        raise NotImplementedError("Celery workers are not RQ workers")
+
+
+class SupervisedCeleryWorkers(SupervisedWorkers, CeleryWorkers):
+    """Celery workers under the supervisor of the fault scenarios: one that exits (a prefork worker can,
+    when its Redis broker restarts) is started again a second later."""
+
+    def registered(self) -> int:
+        return self.ready()
+
+
+def worker_log_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "celery-workers"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
