@@ -68,6 +68,7 @@ OWNERS: dict[str, tuple[str, set[str]]] = {
     "docs/quickstart.md": ("tests/test_quickstart.py", {"*"}),
     "docs/http.md": ("tests/test_http_docs.py", {"toggles/api.py", "toggles/api_drf.py"}),
     "docs/admin.md": ("tests/test_admin_docs.py", {"toggles/admin.py", "toggles/forms.py"}),
+    "docs/delivery.md": ("tests/test_celery_docs.py", {"proj/celery.py", "proj/__init__.py", "proj/settings.py"}),
     "docs/testing-your-project.md": (
         "tests/test_testing_plugin.py",
         {"mysite/test_settings.py", "pytest.ini", "toggles/tests.py", "toggles/test_pending.py"},
@@ -503,6 +504,11 @@ def unrecognised(words: list[str]) -> str | None:
         return f"pytest: no {missing}" if missing else None
     if program == "mutmut" and tool("mutmut"):
         return None
+    if program == "celery" and tool("celery"):
+        # celery -A APP SUBCOMMAND ...: a Celery app's worker, beat and their tools.
+        subcommand = next((w for w in words[3:4] if not w.startswith("-")), "")
+        known = {"worker", "beat", "inspect", "control", "status", "purge", "events"}
+        return None if words[1:2] == ["-A"] and subcommand in known else f"celery {shlex.join(words[1:])}: not a worker"
     return f"{words[0]}: not a command of this project"
 
 
