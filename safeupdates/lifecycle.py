@@ -537,8 +537,8 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         """After commit: one log line per update request's outcome, and its outcome signal (with its
         ``latency``, else its entry in ``latencies``, else read now if the signals have receivers)."""
         updates = [r for r in results if r.request.kind == RequestKind.UPDATE]
-        if not updates:
-            return
+        if not updates or not _heard(updates, duplicate):
+            return  # no log line would be written, no receiver would run: nothing to do after the commit
         using, job_id = self.db, delivery.current_job_id()
         if latencies is None:
             listening = not duplicate and latency is None and target is not None and listened(target.model)
@@ -551,7 +551,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                 request = result.request
                 # A request reserved by update_if_newer() gets its version with its outcome.
                 version = request.version if result.version is None else result.version
-                level = logging.WARNING if outcome in ("rejected", "failed") else logging.INFO
+                level = logging.WARNING if outcome in _WARNED else logging.INFO
                 signal = signals.OUTCOME_SIGNALS[outcome]
                 if logger.isEnabledFor(level):
                     detail = f" fields={','.join(result.fields)}" if result.fields else ""
@@ -618,6 +618,22 @@ def _encoder(cls: type[json.JSONEncoder]) -> json.JSONEncoder:
     if encoder is None:
         encoder = _encoders[cls] = cls()
     return encoder
+
+
+#: Outcomes whose log line is a WARNING; the others' are INFO.
+_WARNED = frozenset({"rejected", "failed"})
+
+
+def _heard(updates: Sequence[Result], duplicate: bool) -> bool:
+    """Whether an outcome of ``updates`` would be heard: its log line is enabled at its level, or its
+    signal has a receiver (of any sender: asking for the target's would cost more than it saves)."""
+    for result in updates:
+        outcome = "duplicate" if duplicate else str(result.status)
+        if signals.OUTCOME_SIGNALS[outcome].receivers:
+            return True
+        if logger.isEnabledFor(logging.WARNING if outcome in _WARNED else logging.INFO):
+            return True
+    return False
 
 
 def listened(model: type[models.Model]) -> bool:
