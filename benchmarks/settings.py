@@ -18,6 +18,10 @@ BENCH_QUEUE = "safeupdates-bench"
 
 # Section 5 ("save()"): the models it saves, and django-concurrency for one of them.
 INSTALLED_APPS = [*INSTALLED_APPS, "concurrency", "benchmarks.saveapp"]  # noqa: F405
+# The app as a project installs it: the Prometheus receivers of the outcome signals (the test suite's
+# contrib app) cost what the project's metrics cost, not the write path. BENCH_PROMETHEUS=1 keeps them.
+if not env.bool("BENCH_PROMETHEUS", default=False):
+    INSTALLED_APPS.remove("safeupdates.contrib.prometheus")
 
 DATABASES = {"default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates_bench")}
 REDIS_URL = env("BENCH_REDIS_URL", default=env("REDIS_URL", default="redis://127.0.0.1:6379/0"))
