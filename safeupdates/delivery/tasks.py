@@ -195,6 +195,14 @@ TRAITS: dict[str, Traits] = {
     ),
     # django-tasks-rq: its workers are RQ's, registered in Redis with heartbeats.
     "django_tasks_rq.backend.RQBackend": Traits(heartbeats=True, worker="python manage.py rqworker {queue}"),
+    # django-tasks-celery (Django 6.0+): a Celery message per task on the project's broker, run by `celery
+    # worker` once the worker has imported the task (else Celery drops it as unregistered). A broker cannot say
+    # which record's task waits, and its workers are not seen here. It defers (`run_after` as Celery's `eta`);
+    # it supports priorities too, which safeupdates never sets. Queue "default" goes to the app's default queue.
+    "django_tasks_celery.backend.CeleryBackend": Traits(
+        worker="celery -A <your project> worker --include safeupdates.delivery.tasks -Q {queue} "
+        "(django-tasks-celery sends the queue named default to the Celery app's default queue)"
+    ),
 }
 
 
