@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 from django.apps import AppConfig
@@ -14,7 +15,7 @@ class SafeUpdatesConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from safeupdates import checks, conf  # noqa: F401  (checks: registers the system checks)
+        from safeupdates import checks, conf  # checks: registers the system checks
         from safeupdates.versions import floor_after_migrate
 
         # After every migrate: the source may have been dropped and created again at 1.
@@ -22,4 +23,9 @@ class SafeUpdatesConfig(AppConfig):
         # With celery delivery the apply task registers with the Celery apps here, in the web process and in the
         # worker alike (Celery's Django fix-up sets Django up before the worker consumes).
         if conf.uses_celery() and importlib.util.find_spec("celery") is not None:
-            import safeupdates.delivery.celery  # noqa: F401
+            importlib.import_module("safeupdates.delivery.celery")
+        # With tasks delivery the apply task is declared here, and Django's Tasks framework imported with it:
+        # Django 6 registers its task backends' own system checks (a backend's missing app ...) only when
+        # django.tasks is imported, which nothing else does before `manage.py check` runs the checks.
+        if conf.uses_tasks() and checks.tasks_available():
+            importlib.import_module("safeupdates.delivery.tasks")

@@ -535,7 +535,7 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 "runs one, so no request would ever be applied.",
                 hint="Use the ImmediateBackend in development and tests (tasks run when the transaction commits), "
                 "and a backend with workers in production (django-tasks-db's DatabaseBackend, django-tasks-rq's "
-                "RQBackend).",
+                "RQBackend, django-tasks-celery's CeleryBackend).",
                 id="safeupdates.E024",
             )
         ]
@@ -556,7 +556,7 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 "task that fails on a transient database error is not retried with back-off.",
                 hint="The relay (safeupdates_relay) delivers the request again, up to SAFEUPDATES_RETRY['max'] "
                 "failed attempts (counted in the request's attempts); run it, or use a backend with deferred runs "
-                "(django-tasks-db, django-tasks-rq).",
+                "(django-tasks-db, django-tasks-rq, django-tasks-celery).",
                 id="safeupdates.W020",
             )
         )

@@ -122,7 +122,7 @@ def test_the_dummy_backend_is_refused_it_never_runs_a_task():
                 "no request would ever be applied.",
                 hint="Use the ImmediateBackend in development and tests (tasks run when the transaction commits), "
                 "and a backend with workers in production (django-tasks-db's DatabaseBackend, django-tasks-rq's "
-                "RQBackend).",
+                "RQBackend, django-tasks-celery's CeleryBackend).",
                 id="safeupdates.E024",
             )
         ]

@@ -273,7 +273,7 @@ def test_w020_backend_without_deferred_runs_and_w021_tools_that_need_rq():
             "fails on a transient database error is not retried with back-off.",
             hint="The relay (safeupdates_relay) delivers the request again, up to SAFEUPDATES_RETRY['max'] failed "
             "attempts (counted in the request's attempts); run it, or use a backend with deferred runs "
-            "(django-tasks-db, django-tasks-rq).",
+            "(django-tasks-db, django-tasks-rq, django-tasks-celery).",
             id="safeupdates.W020",
         )
     ]
