@@ -385,7 +385,7 @@ class Logbook(LockVersionMixin):
         return self.entry
 
 
-class ArchivedHidden(SafeUpdateManager):  # type: ignore[misc,valid-type]
+class ArchivedHidden(SafeUpdateManager):  # type: ignore[misc,valid-type,type-arg,unused-ignore]
     """A default manager that hides archived rows (soft delete): Django's own internal reads use the base
     manager, and so must safeupdates'."""
 
@@ -400,7 +400,7 @@ class Memo(SafeUpdateModel):
     pinned = models.BooleanField(default=False)
     archived = models.BooleanField(default=False)
 
-    objects = ArchivedHidden()
+    objects: ClassVar[ArchivedHidden] = ArchivedHidden()
 
     safe_update_fields: ClassVar[tuple[str, ...]] = ("text", "pinned")
 
@@ -413,6 +413,6 @@ class TaggedMemo(Memo):
 
     tag = models.CharField(max_length=20, default="")
 
-    objects = ArchivedHidden()
+    objects: ClassVar[ArchivedHidden] = ArchivedHidden()
 
     safe_update_fields: ClassVar[tuple[str, ...]] = ("text", "pinned", "tag")
