@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import django
@@ -61,6 +62,16 @@ DATABASES["tenant"] = {
 }
 
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/15")
+# Under pytest-xdist (make test runs two workers) each worker has a test database of its own (pytest-django
+# names it ..._gw0, ..._gw1) and a Redis database of its own: worker gwN uses the one N below REDIS_URL's.
+# The worker puts it in its environment, marked as chosen: its rqworkers and commands inherit both and
+# keep it, where they would otherwise move N below again.
+_XDIST_WORKER = env("PYTEST_XDIST_WORKER", default="")
+if _XDIST_WORKER[2:].isdigit() and not env.bool("SAFEUPDATES_TEST_REDIS_CHOSEN", default=False):
+    _base, _, _db = REDIS_URL.rpartition("/")
+    if _db.isdigit():
+        REDIS_URL = f"{_base}/{(int(_db) - int(_XDIST_WORKER[2:])) % 16}"
+    os.environ.update(REDIS_URL=REDIS_URL, SAFEUPDATES_TEST_REDIS_CHOSEN="1")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
     "fast": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},

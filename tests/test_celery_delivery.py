@@ -637,7 +637,8 @@ def waiting_for_a_lock() -> list[str]:
     """The application names of worker connections that wait for a row lock inside their transaction."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'celery-%%' "
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name LIKE 'celery-%%' "
             "AND wait_event_type = 'Lock' AND xact_start IS NOT NULL"
         )
         return [row[0] for row in cursor.fetchall()]
