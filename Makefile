@@ -10,7 +10,7 @@ empty :=
 space := $(empty) $(empty)
 TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench mutation docs clean
+.PHONY: install lint types pytest test test-sqlite test-faults test-all tox demo serve worker relay bench mutation docs clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -28,16 +28,29 @@ lint: install
 types: install
 	$(VENV)/bin/mypy
 
-# --durations: the slowest tests, in every log (CI's 30 minutes are mostly a few dozen worker tests).
+# Two pytest-xdist workers (XDIST=0 runs in one process), each on a test database and a Redis database of
+# its own (tests/settings.py): most of the suite's time is spent waiting on workers, servers and the
+# database, not on the cores. worksteal: a worker that runs out takes tests off the other's list.
+XDIST ?= 2
+PYTEST_XDIST := $(if $(filter 0,$(XDIST)),-p no:xdist,-n $(XDIST) --dist worksteal)
+
+# --durations: the slowest tests, in every log. The fault scenarios (marked `faults`: they restart, kill
+# or cut off servers of their own mid-burst) run in `make test-faults`, which `make test-all` and CI add.
 pytest: install
-	$(VENV)/bin/pytest --cov --cov-report=term-missing --durations=25
+	$(VENV)/bin/pytest $(PYTEST_XDIST) -m "not faults" --cov --cov-report=term-missing --durations=25
+
+test-faults: install
+	$(VENV)/bin/pytest $(PYTEST_XDIST) -m faults --durations=25
+
+# Everything: make test, then the fault scenarios (CI runs this).
+test-all: test test-faults
 
 # The same suite on SQLite (row-lock tests skip themselves there).
 # The fault scenarios start their own PostgreSQL and Redis whatever DATABASE_URL says, and the tests marked
 # `once` use no database of the suite's (a wheel build, the demo's and the quick start's own projects):
 # they run once, in the PostgreSQL pass.
 test-sqlite: install
-	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q -m "not faults and not once"
+	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest $(PYTEST_XDIST) -q -m "not faults and not once"
 
 # The README's test command: lint, types, the suite on PostgreSQL with branch coverage, then on SQLite.
 test: lint types pytest test-sqlite
