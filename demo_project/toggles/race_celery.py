@@ -11,6 +11,7 @@ time. What the workers ran is counted by the app's task signals in Redis (``DEMO
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 import uuid
@@ -144,9 +145,11 @@ class CeleryRaceDemo(RaceDemo):
             raise CommandError(f"the Celery workers did not start within 90 s:\n{pool.logs()[-4000:]}")
 
     def stop(self, pool: CeleryWorkers) -> None:
+        """Stop the pool's workers; their logs go to stderr with ``-v 2``, and are deleted."""
         pool.stop()
         if self.show_worker_output:
             sys.stderr.write(pool.logs())
+        shutil.rmtree(pool.log_dir, ignore_errors=True)
 
     def send(self, task: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> str:
         """Send one of the demo's own tasks to its queue; return the task id."""
