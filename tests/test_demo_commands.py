@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -227,6 +228,20 @@ def test_the_rq_demo_and_its_serve_command_never_import_celery(tmp_path: Path) -
             assert "--workers must be at least 2" in run.stderr, run.stderr
         else:
             assert run.returncode == 0, (args, run.stderr)
+
+
+@pytest.mark.parametrize(
+    ("delivery", "pool", "workers"),
+    [("rq", "Workers", "RQ worker"), ("tasks", "TaskWorkers", "db_worker"), ("celery", "CeleryWorkers", "Celery")],
+)
+def test_demo_serve_starts_the_workers_of_the_delivery(delivery: str, pool: str, workers: str, settings: Any) -> None:
+    """``DELIVERY=... make serve``: the apply queue's workers are those of the delivery (it started
+    rqworkers whatever DELIVERY said, and nothing ran Django tasks or Celery tasks)."""
+    from demo_project.toggles.management.commands.demo_serve import Command
+
+    settings.SAFEUPDATES_DELIVERY = delivery
+    apply_pool, _slow_pool, what = Command._pools()
+    assert (type(apply_pool).__name__, what.startswith(workers)) == (pool, True)
 
 
 def test_race_demo_needs_two_workers(tmp_path: Path) -> None:
