@@ -13,6 +13,7 @@ environment names a key prefix in ``DEMO_CELERY_COUNTS`` (the workers ``race_dem
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -40,16 +41,24 @@ if os.environ.get("DEMO_CELERY_COUNTS"):
 
     _prefix = os.environ["DEMO_CELERY_COUNTS"]
 
+    @functools.cache
     def _redis() -> Any:
+        """A client of the demo's Redis, one per pool process (made after the fork, by its first task)."""
         from django.conf import settings
         from redis import Redis
 
         return Redis.from_url(settings.REDIS_URL)
 
+    #: The counts outlive a race_demo stopped midway by an hour at most.
+    _KEEP = 3600
+
     @task_prerun.connect(weak=False)  # type: ignore[untyped-decorator,misc,unused-ignore]
     def _started(**kwargs: Any) -> None:
         # A pool process: its parent is the worker that race_demo started (and may kill).
-        _redis().hincrby(counts_key(_prefix, "running"), str(os.getppid()), 1)
+        with _redis().pipeline() as pipe:
+            pipe.hincrby(counts_key(_prefix, "running"), str(os.getppid()), 1)
+            pipe.expire(counts_key(_prefix, "running"), _KEEP)
+            pipe.execute()
 
     @task_postrun.connect(weak=False)  # type: ignore[untyped-decorator,misc,unused-ignore]
     def _finished(task_id: str = "", retval: Any = None, state: str = "", **kwargs: Any) -> None:
@@ -57,4 +66,5 @@ if os.environ.get("DEMO_CELERY_COUNTS"):
             pipe.hincrby(counts_key(_prefix, "running"), str(os.getppid()), -1)
             if state != "RETRY":  # a retry is a new message under the same id: counted when it ends
                 pipe.hset(counts_key(_prefix, "done"), task_id, json.dumps(retval, default=str))
+                pipe.expire(counts_key(_prefix, "done"), _KEEP)
             pipe.execute()
