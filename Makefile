@@ -61,13 +61,16 @@ tox: install
 	PATH="$(TOX_PATH)" $(VENV)/bin/tox $(TOXARGS)
 
 # DELIVERY=tasks make demo: the same demo on Django tasks (django-tasks-db, db_worker), without Redis.
+# DELIVERY=celery make demo: on the demo's Celery app with Celery prefork workers; its broker is the demo's
+# Redis unless CELERY_BROKER_URL names another (amqp://guest:guest@127.0.0.1:5672// for RabbitMQ).
+# The same DELIVERY for make serve.
 demo: install
 	@if [ "$(DELIVERY)" != "tasks" ]; then $(PY) -m demo_project.check_redis; fi
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py race_demo
 
 serve: install
-	@$(PY) -m demo_project.check_redis
+	@if [ "$(DELIVERY)" != "tasks" ]; then $(PY) -m demo_project.check_redis; fi
 	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py demo_user --keep-existing
 	$(PY) manage.py demo_serve

@@ -1,4 +1,5 @@
-"""Real ``manage.py rqworker`` (and ``runserver``, relay ...) subprocesses, for the demo commands and the tests.
+"""Real ``manage.py rqworker`` (and ``db_worker``, Celery workers, ``runserver``, relay ...) subprocesses, for
+the demo commands and the tests.
 
 A subprocess gets the settings module, the database and the Redis of the process that starts it, so a
 worker started by ``race_demo`` under ``DATABASE_URL=postgres://...``, or by a test on the test database,
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -304,6 +306,102 @@ class TaskWorkers(Workers):
 
     def rq_states(self) -> list[str]:
         raise NotImplementedError("db_workers are not RQ workers")
+
+
+class CeleryWorkers(Workers):
+    """Real Celery prefork workers of the Celery app :attr:`app` (``celery -A APP worker --pool prefork -c 2
+    -Q QUEUES``; ``SAFEUPDATES_DELIVERY = "celery"``), each in a session of its own, its output in a log
+    file (where :meth:`ready` reads that it consumes) unless ``output`` sends it elsewhere. ``scheduler``,
+    ``burst``, ``max_jobs`` are RQ's: ignored. :meth:`kill` SIGKILLs a worker with its pool processes;
+    :meth:`kill_pool` only its pool processes (the worker sees its tasks' processes lost). Celery is not
+    imported here: the workers are ``python -m celery`` subprocesses."""
+
+    #: The ``-A`` of the workers: the demo project's app (``demo_project.celery.app``, which Celery finds
+    #: in the package's ``celery`` module).
+    app: str = "demo_project"
+    #: What the workers' environment adds to ours: the demo's settings read ``DELIVERY``.
+    delivery_env: dict[str, str] = {"DELIVERY": "celery"}
+
+    def __init__(self, log_dir: Path | None = None, *, concurrency: int = 2, **kwargs: Any) -> None:
+        super().__init__(log_dir, **kwargs)
+        self.concurrency = concurrency
+        #: The log file of each worker started, by process id.
+        self.log_paths: dict[int, Path] = {}
+        #: The environment each worker started was given (beyond ours), by process id.
+        self.envs: dict[int, dict[str, str]] = {}
+
+    def start(
+        self,
+        count: int = 1,
+        queues: tuple[str, ...] = ("default",),
+        *,
+        scheduler: bool = True,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        verbosity: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        for _ in range(count):
+            index = len(self.procs)
+            name = f"{self.name or 'celery'}-{os.getpid()}-{index}-{time.monotonic_ns()}"
+            args = [sys.executable, "-m", "celery", "-A", self.app, "worker", "--pool", "prefork"]
+            args += ["-c", str(self.concurrency), "-Q", ",".join(queues), "-n", f"{name}@%h", "-l", "INFO"]
+            args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+            environment = subprocess_env(**{**self.delivery_env, **(env or {})})
+            if self.output != "log":  # ours, or elsewhere: then :meth:`ready` cannot tell
+                proc = subprocess.Popen(
+                    args, cwd=ROOT, env=environment, stdout=self.output, stderr=self.output, start_new_session=True
+                )
+                self.procs.append(proc)
+                continue
+            path = self.log_dir / f"celery-{index}-{time.monotonic_ns()}.log"
+            with open(path, "wb") as log:  # the process keeps its own
+                proc = subprocess.Popen(
+                    args, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            self.log_paths[proc.pid] = path
+            self.envs[proc.pid] = dict(env or {})
+            self.procs.append(proc)
+
+    def log_of(self, index: int) -> str:
+        path = self.log_paths.get(self.procs[index].pid)
+        return path.read_text(errors="replace") if path is not None and path.exists() else ""
+
+    def logs(self) -> str:
+        return "\n".join(path.read_text(errors="replace") for path in self.log_paths.values() if path.exists())
+
+    def ready(self) -> int:
+        """How many live workers have said they are ready (connected, consuming)."""
+        return sum(1 for index in self.running() if re.search(r"@\S+ ready\.", self.log_of(index)))
+
+    def wait_ready(self, timeout: float = 90) -> bool:
+        return wait_until(lambda: self.ready() == len(self.procs), timeout, interval=0.2)
+
+    def kill_pool(self, index: int) -> int:
+        """SIGKILL the pool processes of worker ``index`` (a task's process dies mid-task: an OOM kill);
+        the worker itself lives on and starts new ones. Returns how many were killed."""
+        victims = children(self.procs[index].pid)
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(victims)
+
+    def stop(self) -> None:
+        """SIGTERM (Celery's warm shutdown), then SIGKILL what is left after 10 s, pool processes too."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            kill_tree(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self.procs.clear()
+
+    def rq_states(self) -> list[str]:
+        raise NotImplementedError("Celery workers are not RQ workers")
 
 
 def wait_until(

@@ -1,7 +1,8 @@
 """Settings of the demo project, configured from the environment with django-environ.
 
 ``DATABASE_URL`` (default: a SQLite file ``demo.sqlite3``) and ``REDIS_URL`` (default
-``redis://127.0.0.1:6379/0``).
+``redis://127.0.0.1:6379/0``); ``DELIVERY`` (``rq``, the default, ``tasks`` or ``celery``) and, with
+``celery``, ``CELERY_BROKER_URL`` (default: ``REDIS_URL``).
 """
 
 from __future__ import annotations
@@ -44,11 +45,17 @@ INSTALLED_APPS = [
 
 # `DELIVERY=tasks make demo`: apply jobs as Django tasks on django-tasks-db's database backend, run by
 # `manage.py db_worker`; no Redis (docs/delivery.md). The job tools that need RQ stay installed for the
-# other pages of the demo: their warning (W021) is silenced.
+# other pages of the demo: their warning (W021) is silenced, with Celery too.
 SAFEUPDATES_DELIVERY = env("DELIVERY", default="rq")
 INSTALLED_APPS += ["django_tasks_db"] + (["django_tasks"] if django.VERSION < (6, 0) else [])
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "race_demo"]}}
-SILENCED_SYSTEM_CHECKS = ["safeupdates.W021"] if SAFEUPDATES_DELIVERY == "tasks" else []
+SILENCED_SYSTEM_CHECKS = ["safeupdates.W021"] if SAFEUPDATES_DELIVERY != "rq" else []
+
+# `DELIVERY=celery make demo`: apply jobs as tasks of the demo's Celery app (demo_project/celery.py, whose
+# configuration is these CELERY_* settings), run by `celery -A demo_project worker` processes. Its broker is
+# the demo's Redis unless CELERY_BROKER_URL names another (amqp://guest:guest@127.0.0.1:5672// for RabbitMQ).
+# The app is named by its path: nothing here imports Celery, which the other deliveries do not need.
+SAFEUPDATES_CELERY_APP = "demo_project.celery.app"
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -65,6 +72,11 @@ RQ_QUEUES = {
 SAFEUPDATES_QUEUE = "default"  # toggles: milliseconds
 SAFEUPDATES_FAST_QUEUE = "default"  # enqueue() without queue=
 SAFEUPDATES_SLOW_QUEUE = "slow"  # reports, exports: a worker pool of its own
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # with acks_late: a worker holds no more than it runs
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # The relay of `make serve` re-delivers requests still pending after this many seconds.
 SAFEUPDATES_RELAY_AFTER = env.int("SAFEUPDATES_RELAY_AFTER", default=10)
 

@@ -1,7 +1,8 @@
 """What an operator needs to see of the job path, read at once: :func:`collect` and :class:`Status`.
 
 The backlog per model and queue and the oldest pending request (one query through the
-``safeupdates_pending`` index), outcomes of the last hour and the failed requests (through
+``safeupdates_pending`` index), the records waiting for the relay (pending for longer than
+``SAFEUPDATES_RELAY_AFTER``; another such query), outcomes of the last hour and the failed requests (through
 ``safeupdates_outcomes``), the batches of ``fan_out()`` when their app is installed (found through the
 app registry: the core never imports ``safeupdates.contrib``), and what the delivery backend shows of each
 queue (:func:`safeupdates.delivery.health`; RQ: jobs waiting, workers, and whether a scheduler runs).
@@ -25,9 +26,9 @@ from safeupdates.database.clock import database_now, older_than
 from safeupdates.database.registry import model_of
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
-from safeupdates.models import ProcessedRequest
+from safeupdates.models import ProcessedRequest, RequestKind
 
-__all__ = ["Backlog", "FailedRequest", "Status", "backlog", "collect", "model_label"]
+__all__ = ["Backlog", "FailedRequest", "Status", "backlog", "collect", "model_label", "relay_due"]
 
 #: The window of :attr:`Status.outcomes`, in seconds.
 RECENT = 3600
@@ -83,6 +84,10 @@ class Status:
     stuck_after: float | None = None
     #: What to run so that a worker serves each queue with pending requests (the problems' advice).
     hints: dict[str, str] = field(default_factory=dict)
+    #: Records with an update request pending for longer than ``SAFEUPDATES_RELAY_AFTER`` (:attr:`relay_after`
+    #: seconds): waiting for the relay, whose next pass delivers them again (their job may be lost).
+    relay_due: int = 0
+    relay_after: int = 0
 
     @property
     def pending(self) -> int:
@@ -194,6 +199,20 @@ def backlog(using: str | None = None) -> list[Backlog]:
     ]
 
 
+def relay_due(seconds: float, using: str | None = None) -> int:
+    """The records with an update request pending for longer than ``seconds``: those a relay pass
+    (:func:`safeupdates.pipeline.relay.relay`) would deliver again. One query through the
+    ``safeupdates_pending`` index."""
+    using = using or router.db_for_write(ProcessedRequest)
+    return (
+        ProcessedRequest.objects.using(using)
+        .filter(status=RequestStatus.PENDING, kind=RequestKind.UPDATE, created_at__lte=older_than(seconds))
+        .values("content_type_id", "object_id")
+        .distinct()
+        .count()
+    )
+
+
 def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = True) -> Status:
     """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, the delivery
     backend's view of its queues (:func:`safeupdates.delivery.health`; RQ: every queue of ``RQ_QUEUES``).
@@ -226,7 +245,9 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         failed=failed.count(),
         failed_requests=failed_requests,
         batches=_batches(using),
+        relay_after=conf.relay_after(),
     )
+    status.relay_due = relay_due(status.relay_after, using)
     chosen = delivery.backend()
     status.delivery, status.backend_label, status.no_worker = chosen.name, chosen.label, chosen.no_worker
     status.stuck_after = None if chosen.has_worker_heartbeats else conf.stuck_after()

@@ -6,15 +6,10 @@ when it exits (as production runs them)."""
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,9 +17,8 @@ from typing import Any
 from celery import Celery
 from django.test import override_settings
 
-from demo_project.processes import children, kill_tree
+from demo_project import processes
 from tests.faults.harness import SupervisedWorkers
-from tests.workers import ROOT, Workers, subprocess_env, wait_until
 
 #: The shared RabbitMQ (tests create and delete vhosts of their own on it, nothing else).
 RABBITMQ_HOST, RABBITMQ_PORT = "127.0.0.1", 5672
@@ -121,89 +115,13 @@ def take_messages(app: Celery, queue: str = "default") -> list[Any]:
             simple.close()
 
 
-class CeleryWorkers(Workers):
+class CeleryWorkers(processes.CeleryWorkers):
     """Real Celery workers of ``tests.celery_app``: ``celery -A tests.celery_app worker --pool prefork -c 2
-    -Q QUEUES``, each in a session of its own, output in a log file per worker. ``scheduler`` is RQ's:
-    ignored. :meth:`kill` SIGKILLs a worker with its pool processes; :meth:`kill_pool` only its pool
-    processes (the worker sees its tasks' processes lost)."""
+    -Q QUEUES`` (:class:`demo_project.processes.CeleryWorkers`, which the Celery demo runs too), on the
+    tests' settings."""
 
-    def start(
-        self,
-        count: int = 1,
-        queues: tuple[str, ...] = ("default",),
-        *,
-        scheduler: bool = True,
-        burst: bool = False,
-        max_jobs: int | None = None,
-        verbosity: int | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        for _ in range(count):
-            index = len(self.procs)
-            name = f"{self.name or 'celery'}-{os.getpid()}-{index}-{time.monotonic_ns()}"
-            args = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "--pool", "prefork", "-c", "2"]
-            args += ["-Q", ",".join(queues), "-n", f"{name}@%h", "-l", "INFO"]
-            args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-            environment = subprocess_env(**{"SAFEUPDATES_DELIVERY": "celery", **(env or {})})
-            path = self.log_dir / f"celery-{index}-{time.monotonic_ns()}.log"
-            with open(path, "wb") as log:
-                proc = subprocess.Popen(
-                    args, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            self.log_paths[proc.pid] = path
-            self.envs[proc.pid] = dict(env or {})
-            self.procs.append(proc)
-
-    @property
-    def log_paths(self) -> dict[int, Path]:
-        """The log file of each worker started, by process id."""
-        if not hasattr(self, "_log_paths"):
-            self._log_paths: dict[int, Path] = {}
-        return self._log_paths
-
-    @property
-    def envs(self) -> dict[int, dict[str, str]]:
-        """The environment each worker started was given (beyond the test's own), by process id."""
-        if not hasattr(self, "_envs"):
-            self._envs: dict[int, dict[str, str]] = {}
-        return self._envs
-
-    def log_of(self, index: int) -> str:
-        path = self.log_paths.get(self.procs[index].pid)
-        return path.read_text(errors="replace") if path is not None and path.exists() else ""
-
-    def ready(self) -> int:
-        """How many live workers have said they are ready (connected, consuming)."""
-        return sum(1 for index in self.running() if re.search(r"@\S+ ready\.", self.log_of(index)))
-
-    def wait_ready(self, timeout: float = 90) -> bool:
-        return wait_until(lambda: self.ready() == len(self.procs), timeout, interval=0.2)
-
-    def kill_pool(self, index: int) -> int:
-        """SIGKILL the pool processes of worker ``index`` (a task's process dies mid-task: an OOM kill);
-        the worker itself lives on and starts new ones. Returns how many were killed."""
-        victims = children(self.procs[index].pid)
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return len(victims)
-
-    def stop(self) -> None:
-        """SIGTERM (Celery's warm shutdown), then SIGKILL what is left after 10 s, pool processes too."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            kill_tree(proc.pid, signal.SIGKILL)
-            proc.wait()
-        self.procs.clear()
-
-    def rq_states(self) -> list[str]:
-        raise NotImplementedError("Celery workers are not RQ workers")
+    app = "tests.celery_app"
+    delivery_env = {"SAFEUPDATES_DELIVERY": "celery"}
 
 
 class SupervisedCeleryWorkers(SupervisedWorkers, CeleryWorkers):

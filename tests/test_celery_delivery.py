@@ -471,6 +471,10 @@ def test_status_shows_the_celery_queue(db, rabbit, django_capture_on_commit_call
     status = collect()
     assert [(h.name, h.queued, h.workers) for h in status.queues] == [("default", 1, 0)]
     assert status.redis_error == ""
+    # The record waits for the relay once its request has been pending for SAFEUPDATES_RELAY_AFTER.
+    assert status.relay_due == 1 and status.relay_after == 0
+    with override_settings(SAFEUPDATES_RELAY_AFTER=60):
+        assert collect().relay_due == 0
     # RabbitMQ counts the queue's consumers: none, with a request pending on it, is a problem.
     assert status.problems() == [
         "queue 'default': 1 request(s) pending, and no worker is registered on it (no worker consumes it: none "

@@ -1,5 +1,6 @@
 """The demo's commands, run the way `make demo` runs them: ``manage.py`` subprocesses on the demo settings,
-with real RQ workers, a real Redis and a database of their own (SQLite, and PostgreSQL when the tests use it)."""
+with real RQ workers (db_workers with ``DELIVERY=tasks``, Celery prefork workers with ``DELIVERY=celery``), a
+real Redis (or RabbitMQ) and a database of their own (SQLite, and PostgreSQL when the tests use it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -137,6 +139,109 @@ def test_race_demo_on_django_tasks_runs_without_redis(tmp_path: Path) -> None:
     match = SUMMARY.match(lines[-1])
     assert match, lines[-1]
     assert match.group(3, 4) == ("0", "9")
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize(
+    ("demo_database", "broker"), [("sqlite", "redis"), ("postgresql", "rabbitmq")], indirect=["demo_database"]
+)
+def test_race_demo_on_celery_with_prefork_workers(demo_database: str, broker: str, redis: Redis) -> None:
+    """``DELIVERY=celery make demo``: the demo's Celery app (demo_project/celery.py), ``celery -A demo_project
+    worker --pool prefork -c 2`` processes, on the tests' Redis or on a RabbitMQ vhost of the test's own."""
+    env = {"DELIVERY": "celery", "CELERY_BROKER_URL": settings.REDIS_URL}
+    vhost = None
+    if broker == "rabbitmq":
+        from tests.celery_harness import RabbitVhost, rabbitmq_missing
+
+        if missing := rabbitmq_missing():
+            pytest.skip(missing)
+        vhost = RabbitVhost().create()
+        env["CELERY_BROKER_URL"] = vhost.url()
+    try:
+        migrate = manage(demo_database, "migrate", "--no-input", "-v", "0", env=env)
+        assert migrate.returncode == 0, migrate.stderr
+        plan = ("--toggles", "40", "--records", "3", "--workers", "2", "--seed", "3")
+        run = manage(demo_database, "race_demo", *plan, timeout=300, env=env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        lines = run.stdout.rstrip().splitlines()
+        assert lines[0].startswith("safeupdates race demo on Celery: "), lines[0]
+        assert f"broker {'redis' if broker == 'redis' else 'amqp'}://" in lines[0], lines[0]
+        # (a) the story: the naive path ends on the first click, safeupdates on the last one.
+        assert "    result: active=True  WRONG: the last click said False" in lines
+        assert "    result: active=False  right" in lines
+        # (b) 0 applied twice: every duplicate delivery absorbed by safeupdates, none by the naive path.
+        naive_absorbed, safe_absorbed = row(lines, "duplicates absorbed")
+        duplicates = naive_absorbed.split("/")[1]
+        assert (naive_absorbed, safe_absorbed) == (f"0/{duplicates}", f"{duplicates}/{duplicates}"), lines
+        # 0 lost: every field ends on its newest click, though a worker was SIGKILLed mid-round.
+        match = SUMMARY.match(lines[-1])
+        assert match, lines[-1]
+        assert match.group(3, 4) == ("0", "9"), run.stdout
+        _naive_cut, safe_cut = map(int, row(lines, "jobs cut off by SIGKILL"))
+        words = " ".join(line.strip() for line in lines)
+        assert ("Nothing was lost." in words) is (safe_cut > 0), words
+        # The demo cleaned up after itself: its queue is empty, and a Redis broker keeps no message of it
+        # that a killed worker held (kombu would bring it back an hour later).
+        status = manage(demo_database, "safeupdates_status", "--json", env=env)
+        assert '"pending": 0' in status.stdout, status.stdout + status.stderr
+        if broker == "redis":
+            assert redis.llen("race_demo") == 0
+            assert not [raw for raw in redis.hvals("unacked") if b'"race_demo"' in raw]
+    finally:
+        if vhost is not None:
+            vhost.delete()
+
+
+#: Runs ``manage.py`` with Celery (and kombu) impossible to import, as in a project without the [celery] extra.
+WITHOUT_CELERY = """
+import runpy, sys
+from importlib.abc import MetaPathFinder
+
+class NoCelery(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("celery", "kombu"):
+            raise ImportError(f"No module named {name!r} (blocked by the test)")
+        return None
+
+sys.meta_path.insert(0, NoCelery())
+sys.argv = ["manage.py", *sys.argv[1:]]
+runpy.run_path("manage.py", run_name="__main__")
+"""
+
+
+def test_the_rq_demo_and_its_serve_command_never_import_celery(tmp_path: Path) -> None:
+    """Celery is an optional extra: the demo project (settings, commands, worker management) loads without it."""
+    env = demo_env(f"sqlite:///{tmp_path / 'demo.sqlite3'}")
+    env.pop("DELIVERY", None)
+    for args in (
+        ("check",),
+        ("migrate", "--no-input", "-v", "0"),
+        ("demo_serve", "--help"),
+        ("race_demo", "--workers", "1"),
+    ):
+        run = subprocess.run(
+            [sys.executable, "-c", WITHOUT_CELERY, *args],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert "blocked by the test" not in run.stdout + run.stderr, (args, run.stderr)
+        if args[0] == "race_demo":
+            assert "--workers must be at least 2" in run.stderr, run.stderr
+        else:
+            assert run.returncode == 0, (args, run.stderr)
+
+
+@pytest.mark.parametrize(
+    ("delivery", "pool", "workers"),
+    [("rq", "Workers", "RQ worker"), ("tasks", "TaskWorkers", "db_worker"), ("celery", "CeleryWorkers", "Celery")],
+)
+def test_demo_serve_starts_the_workers_of_the_delivery(delivery: str, pool: str, workers: str, settings: Any) -> None:
+    """``DELIVERY=... make serve``: the apply queue's workers are those of the delivery (it started
+    rqworkers whatever DELIVERY said, and nothing ran Django tasks or Celery tasks)."""
+    from demo_project.toggles.management.commands.demo_serve import Command
+
+    settings.SAFEUPDATES_DELIVERY = delivery
+    apply_pool, _slow_pool, what = Command._pools()
+    assert (type(apply_pool).__name__, what.startswith(workers)) == (pool, True)
 
 
 def test_race_demo_needs_two_workers(tmp_path: Path) -> None:

@@ -197,6 +197,31 @@ def test_admin_status_page(redis, admin_client):
 
 
 @pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_RELAY_AFTER=60)
+def test_records_waiting_for_the_relay_are_counted_in_the_command_and_the_admin(redis, admin_client):
+    """A record is waiting for the relay when a request of it has been pending longer than
+    SAFEUPDATES_RELAY_AFTER (its job may be lost): two old requests of one record and one of another count
+    as two records; a fresh request does not count."""
+    old = plant_stuck_request(120)
+    again = enqueue_update(old.target, newsletter=True)
+    ProcessedRequest.objects.filter(pk=again.pk).update(created_at=timezone.now() - timedelta(seconds=90))
+    plant_stuck_request(300)
+    enqueue_update(ProfileFactory(), active=True)  # fresh: its job has not had the time to run
+    snapshot = status.collect()
+    assert (snapshot.relay_due, snapshot.relay_after) == (2, 60)
+    out = run_status()[1]
+    line = (
+        "Waiting for the relay: 2 record(s) with a request pending for more than 60 s (SAFEUPDATES_RELAY_AFTER): "
+        "its next pass delivers them again"
+    )
+    assert line in out.splitlines(), out
+    data = json.loads(run_status("--json")[1])
+    assert (data["relay_due"], data["relay_after"]) == (2, 60)
+    html = admin_client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
+    assert '<p id="safeupdates-relay-due">Waiting for the relay: <strong>2</strong> record(s)' in html, html
+
+
+@pytest.mark.django_db(transaction=True)
 def test_admin_status_page_needs_the_view_permission(client, django_user_model):
     user = django_user_model.objects.create_user("staff", password="x", is_staff=True)
     client.force_login(user)

@@ -16,7 +16,8 @@ from safeupdates.delivery import QueueHealth
 
 class Command(BaseCommand):
     help = (
-        "Show the request log's backlog by model and queue, the oldest pending request, outcomes of the last "
+        "Show the request log's backlog by model and queue, the oldest pending request, the records waiting for "
+        "the relay, outcomes of the last "
         "hour, failed requests, batches, and the delivery backend's queues, workers and schedulers. Exits with "
         "status 1 when pending requests have no worker to apply them (no worker registered on their queue, "
         "retries scheduled and no RQ scheduler, or, where the backend shows no workers, a request older than "
@@ -74,6 +75,8 @@ def render(snapshot: status.Status, problems: list[str]) -> list[str]:
             f"  {entry.model} on {entry.queue}: {entry.pending}, oldest {entry.oldest_age:.0f} s"
             for entry in snapshot.backlog
         ),
+        f"Waiting for the relay: {snapshot.relay_due} record(s) with a request pending for more than "
+        f"{snapshot.relay_after} s (SAFEUPDATES_RELAY_AFTER): its next pass delivers them again",
         "Last hour: "
         + ", ".join(f"{count} {name}" for name, count in snapshot.outcomes.items())
         + " (duplicates are not stored: see the metrics)",

@@ -1,4 +1,5 @@
-"""``manage.py demo_serve``: the development server, a worker and the relay, together (``make serve``)."""
+"""``manage.py demo_serve``: the development server, workers of ``SAFEUPDATES_DELIVERY`` and the relay, together
+(``make serve``)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from demo_project.processes import Workers, manage_py
+from demo_project.processes import CeleryWorkers, TaskWorkers, Workers, manage_py
 from safeupdates import conf
 
 
 class Command(BaseCommand):
     help = (
-        "Run the demo: `runserver`, RQ worker(s) on the safeupdates queue, one on the slow queue, and the relay "
-        "that re-delivers "
-        "requests left pending (lost jobs), until Ctrl-C."
+        "Run the demo: `runserver`, worker(s) on the safeupdates queue (rqworker; db_worker with DELIVERY=tasks; "
+        "Celery prefork workers with DELIVERY=celery), an RQ worker on the slow queue, and the relay that "
+        "re-delivers requests left pending (lost jobs), until Ctrl-C."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,18 +36,19 @@ class Command(BaseCommand):
         metrics_dir = tempfile.mkdtemp(prefix="safeupdates-demo-metrics-")
         env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
         server = manage_py("runserver", options["addrport"], env=env)
-        # Separate pools, as in production: toggles never wait behind a slow job.
-        pool = Workers(name="demo-serve", output=None)
+        pool, slow_pool, workers = self._pools()
         pool.start(options["workers"], (queue,), verbosity=1, env=env)
-        slow_pool = Workers(name="demo-serve-slow", output=None)
-        if slow_queue != queue:
+        # Separate pools, as in production: toggles never wait behind a slow job (RQ's job tools only).
+        slow = ""
+        if slow_queue != queue and conf.delivery() == conf.DELIVERY_RQ:
             slow_pool.start(1, (slow_queue,), verbosity=1, env=env)
+            slow = f" and one on the slow queue {slow_queue!r}"
         interval = options["relay_interval"]
         relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
         threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()
         self.stdout.write(
-            f"Serving http://{options['addrport']}/ with {options['workers']} worker(s) on queue {queue!r} and "
-            f"one on the slow queue {slow_queue!r}; relay: safeupdates_relay every {interval:g} s for requests "
+            f"Serving http://{options['addrport']}/ with {options['workers']} {workers} on queue {queue!r}{slow}; "
+            f"relay: safeupdates_relay every {interval:g} s for requests "
             f"pending over {conf.relay_after()} s. "
             "Log in as demo / demo (`python manage.py demo_user`). Ctrl-C stops everything.\n"
             f"Status: http://{options['addrport']}/admin/safeupdates/processedrequest/status/ "
@@ -81,6 +83,17 @@ class Command(BaseCommand):
                     except subprocess.TimeoutExpired:
                         proc.kill()
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+    @staticmethod
+    def _pools() -> tuple[Workers, Workers, str]:
+        """The worker pools of ``SAFEUPDATES_DELIVERY`` (the apply queue's, the slow queue's) and what
+        their workers are called."""
+        if conf.uses_celery():
+            return CeleryWorkers(name="demo-serve", output=None), Workers(), "Celery prefork worker(s)"
+        if conf.uses_tasks():
+            backend = conf.task_backend()
+            return TaskWorkers(name="demo-serve", backend=backend, output=None), Workers(), "db_worker(s)"
+        return Workers(name="demo-serve", output=None), Workers(name="demo-serve-slow", output=None), "RQ worker(s)"
 
     def _echo_deliveries(self, proc: subprocess.Popen[bytes]) -> None:
         """Echo the relay's passes that delivered something (one line every few seconds otherwise)."""

@@ -24,7 +24,8 @@ def _positive(value: str) -> int:
 
 class Command(BaseCommand):
     help = (
-        "Show the race of queued updates with real RQ workers: the seeds' story (two jobs in reverse order), "
+        "Show the race of queued updates with real workers (RQ; with DELIVERY=tasks db_worker, with "
+        "DELIVERY=celery Celery): the seeds' story (two jobs in reverse order), "
         "then a stress round (shuffled, duplicated deliveries, a worker killed), naive jobs against "
         "safeupdates. The last line reads 'naive: X/N fields wrong; safeupdates: Y/N fields wrong'."
     )
@@ -47,6 +48,9 @@ class Command(BaseCommand):
         self._check_migrated()
         if conf.uses_tasks():
             self._tasks_demo(options)
+            return
+        if conf.uses_celery():
+            self._celery_demo(options)
             return
         demo = RaceDemo(
             workers=options["workers"],
@@ -95,6 +99,42 @@ class Command(BaseCommand):
         self._write("")
         self._write(f"    done in {time.monotonic() - started:.0f} s")
         self._write(f"naive: {naive}/{plan.fields} fields wrong; safeupdates: {safe}/{plan.fields} fields wrong")
+
+    def _celery_demo(self, options: dict[str, Any]) -> None:
+        """``DELIVERY=celery``: the same demo on the demo's Celery app, with Celery prefork workers."""
+        from demo_project.toggles.race_celery import CeleryRaceDemo, broker_url
+
+        demo = CeleryRaceDemo(
+            workers=options["workers"],
+            write=self._write,
+            progress=options["progress"],
+            show_worker_output=options["verbosity"] >= 2,
+        )
+        try:
+            demo.queue.connection.ping()
+        except RedisError as exc:
+            raise CommandError(
+                f"Redis is not reachable ({exc}); the demo counts the workers' tasks there. Start it with "
+                "`redis-server --daemonize yes`, or set REDIS_URL."
+            ) from exc
+        try:
+            demo.queued()
+        except Exception as exc:
+            raise CommandError(f"the Celery broker at {broker_url()} is not reachable ({exc}).") from exc
+        started = time.monotonic()
+        plan = make_plan(options["toggles"], options["records"], options["seed"])
+        vendor = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+        self._write(
+            f"safeupdates race demo on Celery: {vendor} database {connection.settings_dict['NAME']}, "
+            f"broker {broker_url()}, queue {RACE_QUEUE!r}, prefork workers (celery -A demo_project worker)"
+        )
+        self._write("")
+        with demo.exclusive():
+            demo.story()
+            naive, safe = demo.stress(plan)
+        self._write("")
+        self._write(f"    done in {time.monotonic() - started:.0f} s")
+        self._write(summary_line(naive, safe))
 
     def _write(self, line: str) -> None:
         self.stdout.write(line)
