@@ -178,7 +178,13 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
                 if not self.filter(request_id=record.request_id).exists():
                     raise
                 return False, False
-            return True, False
+            others = self.filter(
+                kind=RequestKind.UPDATE,
+                status=RequestStatus.PENDING,
+                content_type_id=record.content_type_id,
+                object_id=record.object_id,
+            ).exclude(pk=record.pk)
+            return True, others.exists()
         changes = self.model._meta.get_field("changes").get_db_prep_save(record.changes, connection)
         sql, params = statements.insert_pending(
             request_id=record.request_id,
