@@ -219,6 +219,13 @@ def test_every_code_block_is_marked():
     assert {b.mark for b in blocks() if b.lang == "console"} <= {"", "run", "run: background"}
 
 
+def xdist_suffix() -> str:
+    """``_gwN`` under pytest-xdist worker gwN, else nothing: a database this suite makes beside its test
+    database is one per worker, as that one is."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return f"_{worker}" if worker else ""
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database(request, tmp_path):
     """The project's database: the docs' SQLite file, or a throwaway PostgreSQL database."""
@@ -230,7 +237,7 @@ def database(request, tmp_path):
     import psycopg
 
     config = environ.Env.db_url_config(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/x"))
-    name = f"{config['NAME']}_quickstart"
+    name = f"{config['NAME']}{xdist_suffix()}_quickstart"
     admin = {k: v for k, v in (("user", config.get("USER")), ("password", config.get("PASSWORD"))) if v}
     dsn = {"host": config.get("HOST") or "127.0.0.1", "port": config.get("PORT") or 5432, "dbname": "postgres"}
     with psycopg.connect(**dsn, **admin, autocommit=True) as conn:
