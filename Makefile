@@ -10,7 +10,7 @@ empty :=
 space := $(empty) $(empty)
 TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite tox demo serve worker relay bench mutation docs clean
+.PHONY: install lint types pytest test test-sqlite test-topologies tox demo serve worker relay bench mutation docs clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -30,17 +30,26 @@ types: install
 
 # --durations: the slowest tests, in every log (CI's 30 minutes are mostly a few dozen worker tests).
 pytest: install
-	$(VENV)/bin/pytest --cov --cov-report=term-missing --durations=25
+	$(VENV)/bin/pytest --cov --cov-report=term-missing --durations=25 -m "not topologies"
 
 # The same suite on SQLite (row-lock tests skip themselves there).
 # The fault scenarios start their own PostgreSQL and Redis whatever DATABASE_URL says, and the tests marked
 # `once` use no database of the suite's (a wheel build, the demo's and the quick start's own projects):
 # they run once, in the PostgreSQL pass.
 test-sqlite: install
-	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q -m "not faults and not once"
+	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest -q -m "not faults and not once and not topologies"
 
 # The README's test command: lint, types, the suite on PostgreSQL with branch coverage, then on SQLite.
 test: lint types pytest test-sqlite
+
+# tests/test_topologies.py (the write path, the job path with a real rqworker, verify and purge) again
+# under each other way of reaching PostgreSQL: through PgBouncer in transaction and in session mode (its
+# own, on a free port; Debian's pgbouncer package is installed first if it is missing, as root), Django's
+# connection pool, persistent connections. Each in a pytest of its own, on database <DATABASE_URL's>_topo.
+# TOPOLOGY=pgbouncer-transaction (or another) runs one; docs/testing.md.
+TOPOLOGY ?=
+test-topologies: install
+	$(VENV)/bin/pytest -q -p no:randomly --no-cov -m topologies tests/test_topologies.py $(if $(TOPOLOGY),-k "[$(TOPOLOGY)]")
 
 # Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
 # Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.

@@ -29,10 +29,11 @@ class DatabaseOperations(operations.DatabaseOperations):
 
 class DatabaseCreation(creation.DatabaseCreation):
     def _destroy_test_db(self, test_database_name: str, verbosity: int) -> None:
-        if not getattr(settings, "SAFEUPDATES_TEST_TOPOLOGY", "direct").startswith("pgbouncer-"):
+        if getattr(settings, "SAFEUPDATES_TEST_TOPOLOGY", "direct") == "direct":
             return super()._destroy_test_db(test_database_name, verbosity)
         # Behind PgBouncer (tests/pooler.py) the pooler keeps its server connections to the test
-        # database open after the suite's are closed: FORCE ends them (PostgreSQL 13+).
+        # database open after the suite's are closed, as Django's pool keeps its idle ones: FORCE
+        # ends them (PostgreSQL 13+).
         with self._nodb_cursor() as cursor:
             cursor.execute(f"DROP DATABASE {self.connection.ops.quote_name(test_database_name)} WITH (FORCE)")
 
