@@ -71,6 +71,12 @@ serve: install
 bench: install
 	$(PY) benchmarks/bench.py
 
+# update_if_newer(), save() and the drain against their naive ORM equivalents, directly and through a
+# PgBouncer of its own in transaction mode, side by side (benchmarks/topology_bench.py; docs/benchmarks.md).
+.PHONY: bench-topologies
+bench-topologies: install
+	$(PY) benchmarks/topology_bench.py $(TOPOLOGYARGS)
+
 # At production size: per-operation costs over 0, 100k and 1M logged requests side by side, verify and
 # purge at that size (docs/benchmarks.md). SCALEARGS="--quick" on a CI-sized machine, "--explain" for plans.
 .PHONY: bench-scale
