@@ -120,12 +120,26 @@ def test_the_write_path():
 
 @pytest.mark.workers
 def test_enqueue_apply_verify_and_purge_with_a_worker(workers):
-    """Requests enqueued, applied by a real rqworker (--with-scheduler) under this topology; then
-    safeupdates_verify finds no drift and safeupdates_purge deletes the terminal requests."""
+    """Requests enqueued, applied by a real rqworker (--with-scheduler) under this topology, one of them
+    delivered again by the relay after its job was lost; then safeupdates_verify finds no drift and
+    safeupdates_purge deletes the terminal requests."""
     profiles = [ProfileFactory() for _ in range(5)]
     requests = [enqueue_update(p, **{field: True}) for p in profiles for field in ("active", "newsletter")]
+    # One record's job lost before any worker ran it: only the relay (a pass from this process, under
+    # this topology) can bring it.
+    orphan = ProfileFactory()
+    orphaned = enqueue_update(orphan, dark_mode=True)
+    queue = django_rq.get_queue("default")
+    lost = [job_id for job_id in queue.job_ids if str(orphaned.request_id) in str(queue.fetch_job(job_id).args)]
+    assert len(lost) == 1
+    queue.remove(lost[0])
     workers.start(1)
+    assert wait_until(lambda: pending() == 1, 60), workers.logs()
+    call_command("safeupdates_relay", "--older-than", "0", verbosity=0)
+    requests.append(orphaned)
     assert wait_until(lambda: pending() == 0, 60), workers.logs()
+    orphan.refresh_from_db()
+    assert orphan.dark_mode
     assert {r.status for r in ProcessedRequest.objects.filter(pk__in=[r.pk for r in requests])} == {"applied"}
     assert all(p.active and p.newsletter for p in Profile.objects.filter(pk__in=[p.pk for p in profiles]))
     call_command("safeupdates_verify", verbosity=0)  # exits with status 1 on drift
