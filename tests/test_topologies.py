@@ -23,6 +23,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, connections
+from django.test import override_settings
 
 from safeupdates import enqueue_update
 from safeupdates.exceptions import LockUnavailable, StaleObjectError
@@ -146,6 +147,27 @@ def test_enqueue_apply_verify_and_purge_with_a_worker(workers):
     call_command("safeupdates_purge", "--older-than", "0", "--pause", "0", verbosity=0)
     assert not ProcessedRequest.objects.filter(pk__in=[r.pk for r in requests]).exists()
     assert wait_until(idle_queue, 30)
+    assert wait_until(lambda: others_in_transaction() == [], 10), others_in_transaction()
+
+
+@pytest.mark.workers
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_apply_on_django_tasks_with_db_workers(tmp_path):
+    """SAFEUPDATES_DELIVERY = "tasks" on django-tasks-db's backend: requests enqueued and applied by real
+    db_worker processes under this topology (they claim tasks with SELECT ... FOR UPDATE SKIP LOCKED)."""
+    from demo_project.processes import TaskWorkers
+
+    pool = TaskWorkers(tmp_path, backend="db", name="topology")
+    try:
+        with override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db"):
+            profiles = [ProfileFactory() for _ in range(4)]
+            requests = [enqueue_update(p, **{field: True}) for p in profiles for field in ("active", "dark_mode")]
+        pool.start(2)
+        assert wait_until(lambda: pending() == 0, 60), pool.logs()
+    finally:
+        pool.stop()
+    assert {r.status for r in ProcessedRequest.objects.filter(pk__in=[r.pk for r in requests])} == {"applied"}
+    assert all(p.active and p.dark_mode for p in Profile.objects.filter(pk__in=[p.pk for p in profiles]))
     assert wait_until(lambda: others_in_transaction() == [], 10), others_in_transaction()
 
 
