@@ -3,7 +3,7 @@
 
 Run from the repository root (``make bench-topologies`` does)::
 
-    .venv/bin/python benchmarks/topology_bench.py [--rounds 3] [--ops 1500] [--toggles 2000] [--records 200]
+    .venv/bin/python benchmarks/topology_bench.py [--rounds 3] [--ops 1500] [--toggles 1000] [--records 200]
 
 It starts a PgBouncer of its own (tests/pooler.py: Debian's 1.18, installed if missing) in transaction
 mode in front of the PostgreSQL of ``BENCH_DATABASE_URL`` (default
@@ -122,7 +122,7 @@ def child(args: argparse.Namespace) -> dict[str, list[float]]:
 
     # The drain: the same burst of toggles, naive jobs against enqueue_update + apply_update.
     records = bench.make_profiles(args.records)
-    timeout = max(120.0, args.toggles * 0.1)
+    timeout = max(300.0, args.toggles * 0.5)  # a liveness bound on a shared machine, not a target
     with bench.workers(queue, args.workers) as pool:
 
         def drain(kind: str, round_: int) -> float:
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the single-row writes and saves")
     parser.add_argument("--drain-rounds", type=int, default=1, help="rounds of the drain (default 1)")
     parser.add_argument("--ops", type=int, default=1500, help="writes and saves per contender per round")
-    parser.add_argument("--toggles", type=int, default=2000, help="toggles in the drain's burst")
+    parser.add_argument("--toggles", type=int, default=1000, help="toggles in the drain's burst")
     parser.add_argument("--records", type=int, default=200, help="records the toggles spread over")
     parser.add_argument("--workers", type=int, default=2, help="rqworker processes for the drain")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
