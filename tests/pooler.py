@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--no-cov", "tests/topology_cases.py"]
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--no-cov", "-m", "not topologies"]
+        command.append("tests/test_topologies.py")
     env = {**os.environ, "SAFEUPDATES_TEST_TOPOLOGY": topology}
     mode = POOLER_MODES.get(topology)
     if mode is None:
