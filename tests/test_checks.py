@@ -607,3 +607,36 @@ def test_e026_session_mode_keeps_prepared_statements_to_their_client(through_pgb
 
     through_pgbouncer("session")
     assert check_prepared_behind_pooler(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+def test_what_e026_refuses_happens_behind_pgbouncer_in_transaction_mode(postgres_only):
+    """Why E026 is an error: PgBouncer 1.18 in transaction mode with one server connection, two clients
+    that prepare as psycopg does (statements named _pg3_0, _pg3_1 ... per client). The second finds the
+    first's statement already there (42P05), which safeupdates counts as transient: retried, not
+    rejected. (Had the second client's name been free and the first's statement been the same shape,
+    the second would have run the first's statement: nothing would have been raised at all.)"""
+    import psycopg
+    from django.db import DatabaseError
+    from django.db import connection as django_connection
+
+    from safeupdates.database.errors import is_transient
+    from tests.pooler import PgBouncer, ensure_installed
+
+    try:
+        ensure_installed()
+    except (RuntimeError, OSError) as exc:
+        pytest.skip(str(exc))
+    single = PgBouncer("transaction", pool_size=1).start()
+    try:
+        url = f"postgres://postgres@127.0.0.1:{single.port}/{django_connection.settings_dict['NAME']}"
+        with psycopg.connect(url, autocommit=True) as first, psycopg.connect(url, autocommit=True) as second:
+            first.execute("SELECT 1", prepare=True)
+            with pytest.raises(psycopg.Error) as raised:
+                second.execute("SELECT 2", prepare=True)
+        assert raised.value.sqlstate == "42P05"
+        wrapped = DatabaseError(str(raised.value))
+        wrapped.__cause__ = raised.value
+        assert is_transient(wrapped)
+    finally:
+        single.destroy()
