@@ -213,7 +213,7 @@ def check_pooler(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
 def check_prepared_behind_pooler(
     app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """E026: prepared statements are on, and a PostgreSQL database is reached through a pooler that lets
+    """E029: prepared statements are on, and a PostgreSQL database is reached through a pooler that lets
     one client run the prepared statements of another (PgBouncer in transaction mode before 1.22, or
     without ``max_prepared_statements``): a guarded write could run another client's statement, or fail.
 
@@ -235,7 +235,7 @@ def check_prepared_behind_pooler(
             "safeupdates runs its guarded writes as prepared statements.",
             hint="Set SAFEUPDATES_PREPARED_STATEMENTS = False, or run PgBouncer >= 1.22 with "
             "max_prepared_statements > 0, or in session mode.",
-            id="safeupdates.E026",
+            id="safeupdates.E029",
         )
         for alias in databases
         if alias in settings.DATABASES

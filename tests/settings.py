@@ -61,7 +61,7 @@ if SAFEUPDATES_TEST_TOPOLOGY != "direct" and DATABASES["default"]["ENGINE"] == "
         DATABASES["default"]["PORT"] = env("SAFEUPDATES_TEST_POOLER_PORT")
     if SAFEUPDATES_TEST_TOPOLOGY == "pgbouncer-transaction":
         # What Django asks for behind a transaction pooler, and what safeupdates' docs ask for behind
-        # PgBouncer < 1.22 (no max_prepared_statements): system checks W004 and E026.
+        # PgBouncer < 1.22 (no max_prepared_statements): system checks W004 and E029.
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
         SAFEUPDATES_PREPARED_STATEMENTS = False
     elif SAFEUPDATES_TEST_TOPOLOGY == "django-pool":

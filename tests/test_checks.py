@@ -593,10 +593,10 @@ def test_e026_prepared_statements_behind_pgbouncer_in_transaction_mode_are_refus
 
     assert check_prepared_behind_pooler(databases=["default"]) == []  # direct
     through_pgbouncer("transaction")
-    assert [m.id for m in check_prepared_behind_pooler(databases=["default"])] == ["safeupdates.E026"]
+    assert [m.id for m in check_prepared_behind_pooler(databases=["default"])] == ["safeupdates.E029"]
     # A database check: `migrate` and `check --database` run it, a plain `check` does not connect.
-    assert "safeupdates.E026" in [m.id for m in run_checks(databases=["default"])]
-    assert "safeupdates.E026" not in [m.id for m in run_checks()]
+    assert "safeupdates.E029" in [m.id for m in run_checks(databases=["default"])]
+    assert "safeupdates.E029" not in [m.id for m in run_checks()]
     settings.SAFEUPDATES_PREPARED_STATEMENTS = False
     assert check_prepared_behind_pooler(databases=["default"]) == []
 
@@ -611,7 +611,7 @@ def test_e026_session_mode_keeps_prepared_statements_to_their_client(through_pgb
 
 @pytest.mark.django_db
 def test_what_e026_refuses_happens_behind_pgbouncer_in_transaction_mode(postgres_only):
-    """Why E026 is an error: PgBouncer 1.18 in transaction mode with one server connection, two clients
+    """Why E029 is an error: PgBouncer 1.18 in transaction mode with one server connection, two clients
     that prepare as psycopg does (statements named _pg3_0, _pg3_1 ... per client). The second finds the
     first's statement already there (42P05), which safeupdates counts as transient: retried, not
     rejected. (Had the second client's name been free and the first's statement been the same shape,

@@ -43,7 +43,7 @@ _TRANSIENT_SQLSTATES = frozenset(
         # A pooler in transaction mode without prepared statement support (PgBouncer < 1.22) hands the next
         # transaction another server connection, where the client's prepared statement does not exist, or
         # one of the same name does: the statement did not run, and may on another connection (system
-        # check E026 refuses that configuration where it can see it).
+        # check E029 refuses that configuration where it can see it).
         "26000",  # invalid_sql_statement_name: prepared statement does not exist
         "42P05",  # duplicate_prepared_statement
     }

@@ -20,7 +20,7 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
   ``fast_deletes`` and ``field_updates``, which are not public API.
 - The guarded statements run as server-side prepared statements through Django's
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
-- System check E026 probes for a pooler that lets one client run another's prepared statement
+- System check E029 probes for a pooler that lets one client run another's prepared statement
   (:func:`shares_prepared_statements`) with psycopg's libpq-level calls on connections of its own.
 
 Nothing else in the package imports a private name from Django or psycopg.

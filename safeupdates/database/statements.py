@@ -947,7 +947,7 @@ def applied_values(vendor: str) -> AppliedValues:
     )
 
 
-# --- system check E026: a pooler that hands one client's prepared statements to another -----------------
+# --- system check E029: a pooler that hands one client's prepared statements to another -----------------
 
 
 class _PoolerProbe:
