@@ -10,7 +10,7 @@ empty :=
 space := $(empty) $(empty)
 TOX_PATH := $(PATH)$(subst $(space),,$(foreach dir,$(PYENV_BINS),:$(dir)))
 
-.PHONY: install lint types pytest test test-sqlite test-faults test-all tox demo serve worker relay bench mutation docs clean
+.PHONY: install lint types pytest test test-sqlite test-faults test-topologies test-all tox demo serve worker relay bench mutation docs clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -37,23 +37,33 @@ PYTEST_XDIST := $(if $(filter 0,$(XDIST)),-p no:xdist,-n $(XDIST) --dist workste
 # --durations: the slowest tests, in every log. The fault scenarios (marked `faults`: they restart, kill
 # or cut off servers of their own mid-burst) run in `make test-faults`, which `make test-all` and CI add.
 pytest: install
-	$(VENV)/bin/pytest $(PYTEST_XDIST) -m "not faults" --cov --cov-report=term-missing --durations=25
+	$(VENV)/bin/pytest $(PYTEST_XDIST) -m "not faults and not topologies" --cov --cov-report=term-missing --durations=25
 
 test-faults: install
 	$(VENV)/bin/pytest $(PYTEST_XDIST) -m faults --durations=25
 
-# Everything: make test, then the fault scenarios (CI runs this).
-test-all: test test-faults
+# Everything: make test, then the fault scenarios, then the topologies (CI runs this, with
+# TOPOLOGY=pgbouncer-transaction).
+test-all: test test-faults test-topologies
 
 # The same suite on SQLite (row-lock tests skip themselves there).
 # The fault scenarios start their own PostgreSQL and Redis whatever DATABASE_URL says, and the tests marked
 # `once` use no database of the suite's (a wheel build, the demo's and the quick start's own projects):
 # they run once, in the PostgreSQL pass.
 test-sqlite: install
-	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest $(PYTEST_XDIST) -q -m "not faults and not once"
+	DATABASE_URL=sqlite:///test.sqlite3 $(VENV)/bin/pytest $(PYTEST_XDIST) -q -m "not faults and not once and not topologies"
 
 # The README's test command: lint, types, the suite on PostgreSQL with branch coverage, then on SQLite.
 test: lint types pytest test-sqlite
+
+# tests/test_topologies.py (the write path, the job path with a real rqworker, verify and purge) again
+# under each other way of reaching PostgreSQL: through PgBouncer in transaction and in session mode (its
+# own, on a free port; Debian's pgbouncer package is installed first if it is missing, as root), Django's
+# connection pool, persistent connections. Each in a pytest of its own, on database <DATABASE_URL's>_topo.
+# TOPOLOGY=pgbouncer-transaction (or another) runs one; docs/testing.md.
+TOPOLOGY ?=
+test-topologies: install
+	$(VENV)/bin/pytest -q -p no:randomly --no-cov -m topologies tests/test_topologies.py $(if $(TOPOLOGY),-k "[$(TOPOLOGY)]")
 
 # Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
 # Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.
@@ -77,6 +87,12 @@ serve: install
 
 bench: install
 	$(PY) benchmarks/bench.py
+
+# update_if_newer(), save() and the drain against their naive ORM equivalents, directly and through a
+# PgBouncer of its own in transaction mode, side by side (benchmarks/topology_bench.py; docs/benchmarks.md).
+.PHONY: bench-topologies
+bench-topologies: install
+	$(PY) benchmarks/topology_bench.py $(TOPOLOGYARGS)
 
 # At production size: per-operation costs over 0, 100k and 1M logged requests side by side, verify and
 # purge at that size (docs/benchmarks.md). SCALEARGS="--quick" on a CI-sized machine, "--explain" for plans.

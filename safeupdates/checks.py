@@ -209,6 +209,41 @@ def check_pooler(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     ]
 
 
+@register(Tags.database)
+def check_prepared_behind_pooler(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E029: prepared statements are on, and a PostgreSQL database is reached through a pooler that lets
+    one client run the prepared statements of another (PgBouncer in transaction mode before 1.22, or
+    without ``max_prepared_statements``): a guarded write could run another client's statement, or fail.
+
+    A probe (:func:`~safeupdates.database.internals.shares_prepared_statements`: a statement prepared on
+    one new connection, run from a second), so a database check: ``migrate`` and ``check --database``
+    run it. A probe that cannot tell (another client took the server connection in between) finds
+    nothing; W004 still reads the settings.
+    """
+    if not databases or not conf.prepared_statements():
+        return []
+    from django.db import connections
+
+    from safeupdates.database.internals import shares_prepared_statements
+
+    return [
+        Error(
+            f"Database {alias!r} is reached through a pooler that lets one client run another's prepared "
+            "statements (PgBouncer in transaction mode before 1.22 or without max_prepared_statements), and "
+            "safeupdates runs its guarded writes as prepared statements.",
+            hint="Set SAFEUPDATES_PREPARED_STATEMENTS = False, or run PgBouncer >= 1.22 with "
+            "max_prepared_statements > 0, or in session mode.",
+            id="safeupdates.E029",
+        )
+        for alias in databases
+        if alias in settings.DATABASES
+        and vendor_of(settings.DATABASES[alias]) == "postgresql"
+        and shares_prepared_statements(connections[alias])
+    ]
+
+
 _DJANGOS_OWN = {"django.db.backends.postgresql": "postgresql", "django.db.backends.sqlite3": "sqlite"}
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import django
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 env = environ.Env()
 
@@ -46,6 +47,29 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
     DATABASES["default"].setdefault("TEST", {})["NAME"] = env("SQLITE_TEST_NAME", default="test_safeupdates.sqlite3")
+
+# How the suite reaches PostgreSQL (tests/pooler.py; docs/testing.md): ``direct`` (the default),
+# ``pgbouncer-transaction`` and ``pgbouncer-session`` (through the PgBouncer on port
+# SAFEUPDATES_TEST_POOLER_PORT, which ``python -m tests.pooler TOPOLOGY -- COMMAND`` starts), ``django-pool``
+# (Django's psycopg_pool, max_size 2) and ``persistent`` (CONN_MAX_AGE with CONN_HEALTH_CHECKS).
+SAFEUPDATES_TEST_TOPOLOGY = env("SAFEUPDATES_TEST_TOPOLOGY", default="direct")
+_TOPOLOGIES = {"direct", "pgbouncer-transaction", "pgbouncer-session", "django-pool", "persistent"}
+if SAFEUPDATES_TEST_TOPOLOGY not in _TOPOLOGIES:
+    raise ImproperlyConfigured(f"SAFEUPDATES_TEST_TOPOLOGY={SAFEUPDATES_TEST_TOPOLOGY!r}")
+if SAFEUPDATES_TEST_TOPOLOGY != "direct" and DATABASES["default"]["ENGINE"] == "tests.backends.postgresql":
+    if SAFEUPDATES_TEST_TOPOLOGY.startswith("pgbouncer-"):
+        DATABASES["default"]["HOST"] = "127.0.0.1"
+        DATABASES["default"]["PORT"] = env("SAFEUPDATES_TEST_POOLER_PORT")
+    if SAFEUPDATES_TEST_TOPOLOGY == "pgbouncer-transaction":
+        # What Django asks for behind a transaction pooler, and what safeupdates' docs ask for behind
+        # PgBouncer < 1.22 (no max_prepared_statements): system checks W004 and E029.
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+        SAFEUPDATES_PREPARED_STATEMENTS = False
+    elif SAFEUPDATES_TEST_TOPOLOGY == "django-pool":
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 0, "max_size": 2, "timeout": 30}
+    elif SAFEUPDATES_TEST_TOPOLOGY == "persistent":
+        DATABASES["default"]["CONN_MAX_AGE"] = 600
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 # A second database on the same server, for the database-per-tenant tests (tests/test_routing.py);
 # pytest-django creates its test database only when one of them runs.

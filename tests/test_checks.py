@@ -552,3 +552,91 @@ def test_the_database_settings_checks_run_in_a_plain_check(settings):
     ]
     settings.DATABASES = {"default": {"ENGINE": SQLITE, "NAME": "dev.sqlite3", "AUTOCOMMIT": False}}
     assert "safeupdates.W007" in [m.id for m in run_checks()]
+
+
+@pytest.fixture
+def through_pgbouncer(postgres_only, monkeypatch):
+    """Point the default database's settings at a PgBouncer of the test's own (tests/pooler.py), in the
+    pool mode the test passes; the suite's own connection stays where it was."""
+    from django.db import connections
+
+    from tests.pooler import PgBouncer, ensure_installed
+
+    try:
+        ensure_installed()
+    except (RuntimeError, OSError) as exc:
+        pytest.skip(str(exc))
+    started: list[PgBouncer] = []
+
+    def through(pool_mode: str) -> PgBouncer:
+        pooler = PgBouncer(pool_mode).start()
+        started.append(pooler)
+        config = connections["default"].settings_dict
+        monkeypatch.setitem(config, "HOST", "127.0.0.1")
+        monkeypatch.setitem(config, "PORT", str(pooler.port))
+        return pooler
+
+    yield through
+    monkeypatch.undo()
+    for pooler in started:
+        pooler.destroy()
+
+
+@pytest.mark.django_db
+def test_e026_prepared_statements_behind_pgbouncer_in_transaction_mode_are_refused(through_pgbouncer, settings):
+    """PgBouncer 1.18 in transaction mode hands a server connection, with the prepared statements one
+    client made there, to the next client: the database check sees it and refuses the configuration
+    unless SAFEUPDATES_PREPARED_STATEMENTS = False (what docs/deployment.md asks for there)."""
+    from django.core.checks import run_checks
+
+    from safeupdates.checks import check_prepared_behind_pooler
+
+    assert check_prepared_behind_pooler(databases=["default"]) == []  # direct
+    through_pgbouncer("transaction")
+    assert [m.id for m in check_prepared_behind_pooler(databases=["default"])] == ["safeupdates.E029"]
+    # A database check: `migrate` and `check --database` run it, a plain `check` does not connect.
+    assert "safeupdates.E029" in [m.id for m in run_checks(databases=["default"])]
+    assert "safeupdates.E029" not in [m.id for m in run_checks()]
+    settings.SAFEUPDATES_PREPARED_STATEMENTS = False
+    assert check_prepared_behind_pooler(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+def test_e026_session_mode_keeps_prepared_statements_to_their_client(through_pgbouncer):
+    from safeupdates.checks import check_prepared_behind_pooler
+
+    through_pgbouncer("session")
+    assert check_prepared_behind_pooler(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+def test_what_e026_refuses_happens_behind_pgbouncer_in_transaction_mode(postgres_only):
+    """Why E029 is an error: PgBouncer 1.18 in transaction mode with one server connection, two clients
+    that prepare as psycopg does (statements named _pg3_0, _pg3_1 ... per client). The second finds the
+    first's statement already there (42P05), which safeupdates counts as transient: retried, not
+    rejected. (Had the second client's name been free and the first's statement been the same shape,
+    the second would have run the first's statement: nothing would have been raised at all.)"""
+    import psycopg
+    from django.db import DatabaseError
+    from django.db import connection as django_connection
+
+    from safeupdates.database.errors import is_transient
+    from tests.pooler import PgBouncer, ensure_installed
+
+    try:
+        ensure_installed()
+    except (RuntimeError, OSError) as exc:
+        pytest.skip(str(exc))
+    single = PgBouncer("transaction", pool_size=1).start()
+    try:
+        url = f"postgres://postgres@127.0.0.1:{single.port}/{django_connection.settings_dict['NAME']}"
+        with psycopg.connect(url, autocommit=True) as first, psycopg.connect(url, autocommit=True) as second:
+            first.execute("SELECT 1", prepare=True)
+            with pytest.raises(psycopg.Error) as raised:
+                second.execute("SELECT 2", prepare=True)
+        assert raised.value.sqlstate == "42P05"
+        wrapped = DatabaseError(str(raised.value))
+        wrapped.__cause__ = raised.value
+        assert is_transient(wrapped)
+    finally:
+        single.destroy()

@@ -231,10 +231,13 @@ class TestValuesTheDatabaseRefuses:
         assert (profile.active, profile.newsletter, profile.name) == (True, True, first_name)
 
     # Transient: serialization failure, deadlock, lock not available, admin shutdown, connection
-    # failure, too many connections, query canceled (statement_timeout); and, though psycopg raises an
-    # InternalError for them, a read-only transaction (a failover) and an internal error.
+    # failure, too many connections, query canceled (statement_timeout); though psycopg raises an
+    # InternalError for them, a read-only transaction (a failover) and an internal error; and what a
+    # pooler says: a protocol violation (PgBouncer's "server conn crashed?", "query_wait_timeout"), a
+    # prepared statement that does not exist or already exists (its server connection changed under it).
     @pytest.mark.parametrize(
-        "sqlstate", ["40001", "40P01", "55P03", "57P01", "08006", "53300", "57014", "25006", "XX000"]
+        "sqlstate",
+        ["40001", "40P01", "55P03", "57P01", "08006", "53300", "57014", "25006", "XX000", "08P01", "26000", "42P05"],
     )
     def test_a_transient_error_is_raised_for_rq_to_retry(self, redis, refusing_trigger, sqlstate):
         refusing_trigger(sqlstate)

@@ -26,7 +26,7 @@ LOCK_NOT_AVAILABLE = "55P03"
 # own and would fail again: the request that causes it is rejected.
 _TRANSIENT_SQLSTATE_CLASSES = frozenset(
     {
-        "08",  # connection exception
+        "08",  # connection exception; PgBouncer's own errors too (08P01: "server conn crashed?" ...)
         "40",  # transaction rollback: serialization failure 40001, deadlock 40P01, ...
         "53",  # insufficient resources: disk full, out of memory, too many connections
         "57",  # operator intervention: query canceled (statement_timeout) 57014, shutdown 57P01-57P03
@@ -40,6 +40,12 @@ _TRANSIENT_SQLSTATES = frozenset(
         "55006",  # object in use
         "25006",  # read-only transaction: a primary that became a standby in a failover
         "25P03",  # idle_in_transaction_session_timeout
+        # A pooler in transaction mode without prepared statement support (PgBouncer < 1.22) hands the next
+        # transaction another server connection, where the client's prepared statement does not exist, or
+        # one of the same name does: the statement did not run, and may on another connection (system
+        # check E029 refuses that configuration where it can see it).
+        "26000",  # invalid_sql_statement_name: prepared statement does not exist
+        "42P05",  # duplicate_prepared_statement
     }
 )
 

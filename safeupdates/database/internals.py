@@ -20,6 +20,8 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
   ``fast_deletes`` and ``field_updates``, which are not public API.
 - The guarded statements run as server-side prepared statements through Django's
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
+- System check E029 probes for a pooler that lets one client run another's prepared statement
+  (:func:`shares_prepared_statements`) with psycopg's libpq-level calls on connections of its own.
 
 Nothing else in the package imports a private name from Django or psycopg.
 """
@@ -53,6 +55,7 @@ __all__ = [
     "from_db",
     "insert_values",
     "prepared_cursor_class",
+    "shares_prepared_statements",
     "update_returning",
 ]
 
@@ -207,6 +210,45 @@ def prepared_cursor_class() -> type[Any] | None:
             return super().execute(query, params, prepare=True, **kwargs)  # type: ignore[misc]
 
     return PreparedCursor
+
+
+def shares_prepared_statements(connection: BaseDatabaseWrapper) -> bool:
+    """True if a statement prepared on one new connection to ``connection``'s database can be run from
+    another new connection: a pooler in transaction mode that keeps server-side prepared statements on
+    the server connection and hands that connection to the next client (PgBouncer in transaction mode
+    before 1.22, or without ``max_prepared_statements``). There, psycopg's prepared statements of one
+    client run on behalf of another, or are missing where it expects them.
+
+    Direct connections and PgBouncer in session mode keep a session's statements to it, and PgBouncer
+    1.22+ with ``max_prepared_statements`` tracks them per client: False. False too where it cannot be
+    told (psycopg 2, no connection): the probe sees a shared server connection only if no other client
+    takes it in between (PgBouncer hands out its most recently used server connection first).
+    """
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    from safeupdates.database.statements import pooler_probe
+
+    if connection.vendor != "postgresql" or not is_psycopg3:
+        return False
+    import psycopg
+    from psycopg import pq
+
+    params = dict(connection.get_connection_params())
+    for django_only in ("cursor_factory", "context"):
+        params.pop(django_only, None)
+    name = f"safeupdates_probe_{uuid.uuid4().hex}"
+    try:
+        with psycopg.connect(**params, autocommit=True) as first:
+            if first.pgconn.prepare(name.encode(), pooler_probe.prepared.encode()).status != pq.ExecStatus.COMMAND_OK:
+                return False
+            with psycopg.connect(**params, autocommit=True) as second:
+                shared = second.pgconn.exec_prepared(name.encode(), None).status == pq.ExecStatus.TUPLES_OK
+                # On the server connection that holds it, most likely: leave nothing behind.
+                first.pgconn.exec_(pooler_probe.forget(name).encode())
+                second.pgconn.exec_(pooler_probe.forget(name).encode())
+                return shared
+    except psycopg.Error:
+        return False
 
 
 def collect(instance: models.Model, using: str, keep_parents: bool) -> Collector | None:

@@ -945,3 +945,21 @@ def applied_values(vendor: str) -> AppliedValues:
         f"FROM (SELECT json_extract(value, '$[0]') AS object_id, json_extract(value, '$[1]') AS name, "
         f"json_extract(value, '$[2]') AS version FROM json_each(%(wanted)s)) want",
     )
+
+
+# --- system check E029: a pooler that hands one client's prepared statements to another -----------------
+
+
+class _PoolerProbe:
+    """PostgreSQL: the statement the probe prepares on one connection and runs from another
+    (:func:`~safeupdates.database.internals.shares_prepared_statements`), and its DEALLOCATE."""
+
+    prepared: str = "SELECT 1"
+
+    @staticmethod
+    def forget(name: str) -> str:
+        # DEALLOCATE takes no parameters: the name is the probe's own (letters, digits, underscores).
+        return f'DEALLOCATE "{name}"'
+
+
+pooler_probe = _PoolerProbe()

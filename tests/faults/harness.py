@@ -284,13 +284,14 @@ class Site:
             ).fetchall()
         return int(rows[0][0].rsplit("-", 1)[1]) if rows else None
 
-    def start_relay(self) -> None:
-        """``safeupdates_relay --interval 1``, as the docs tell operators to run it."""
+    def start_relay(self, **env: str) -> None:
+        """``safeupdates_relay --interval 1``, as the docs tell operators to run it; ``env`` overrides its
+        environment (``DATABASE_URL`` ...)."""
         command = [sys.executable, "manage.py", "safeupdates_relay", "--interval", str(RELAY_INTERVAL)]
         out = (self.tmp_path / "relay.log").open("wb")
         self.relay_proc = subprocess.Popen(
             command,
-            env=self.env(DATABASE_URL=database_url(self.postgres, application_name="relay")),
+            env=self.env(**{"DATABASE_URL": database_url(self.postgres, application_name="relay"), **env}),
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

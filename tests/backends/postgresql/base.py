@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.backends.postgresql import base, operations
+from django.conf import settings
+from django.db.backends.postgresql import base, creation, operations
 
 
 class DatabaseOperations(operations.DatabaseOperations):
@@ -26,5 +27,17 @@ class DatabaseOperations(operations.DatabaseOperations):
         return [f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
 
 
+class DatabaseCreation(creation.DatabaseCreation):
+    def _destroy_test_db(self, test_database_name: str, verbosity: int) -> None:
+        if getattr(settings, "SAFEUPDATES_TEST_TOPOLOGY", "direct") == "direct":
+            return super()._destroy_test_db(test_database_name, verbosity)
+        # Behind PgBouncer (tests/pooler.py) the pooler keeps its server connections to the test
+        # database open after the suite's are closed, as Django's pool keeps its idle ones: FORCE
+        # ends them (PostgreSQL 13+).
+        with self._nodb_cursor() as cursor:
+            cursor.execute(f"DROP DATABASE {self.connection.ops.quote_name(test_database_name)} WITH (FORCE)")
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     ops_class = DatabaseOperations
+    creation_class = DatabaseCreation
