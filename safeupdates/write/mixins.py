@@ -48,6 +48,7 @@ from safeupdates.database.transactions import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
 from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
+from safeupdates.write.validation import check_saved
 
 __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin"]
 
@@ -142,6 +143,8 @@ class LockVersionMixin(models.Model):
             )
         else:
             names = _written_by_name(type(self))
+        # A value no column can hold is refused before any statement: the caller's transaction goes on.
+        check_saved(self, names)
         connection = connections[using]
         expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
         # Loaded from its row, or refreshed from it (Django's refresh_from_db() leaves _state.adding set). A

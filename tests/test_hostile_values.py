@@ -1,0 +1,179 @@
+"""Hostile values: every entry point either writes a value that reads back as it was given, or raises
+``InvalidUpdate`` naming the field before any statement runs, and the caller's transaction goes on.
+
+The defects of issue 46 (item 1) first, each a plain test; the property test over every field of
+:class:`~tests.testapp.models.Everything` follows.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from safeupdates import enqueue_update
+from safeupdates.exceptions import InvalidUpdate
+from safeupdates.jobs import apply_update
+from safeupdates.models import ProcessedRequest
+from safeupdates.versions import next_version
+from tests.testapp.models import Document, Everything, Point
+
+pytestmark = pytest.mark.django_db
+
+
+def stored(pk: Any) -> dict[str, Any]:
+    values = Everything._base_manager.filter(pk=pk).values().get()
+    values.pop("lock_version"), values.pop("field_versions")
+    return values
+
+
+def via_update(pk: Any, **changes: Any) -> None:
+    Everything.objects.update_if_newer(pk, version=next_version(), **changes)
+
+
+def via_recorded_update(pk: Any, **changes: Any) -> None:
+    Everything.objects.update_if_newer(pk, version=next_version(), request_id=uuid.uuid4(), **changes)
+
+
+def via_timestamp(pk: Any, **changes: Any) -> None:
+    from django.utils import timezone
+
+    Everything.objects.update_if_newer(pk, synced_at=timezone.now(), request_id=uuid.uuid4(), **changes)
+
+
+def via_bulk(pk: Any, **changes: Any) -> None:
+    Everything.objects.bulk_update_if_newer([(pk, next_version(), changes)])
+
+
+def via_enqueue(pk: Any, **changes: Any) -> None:
+    request = enqueue_update(Everything, pk, **changes)
+    apply_update(str(request.request_id))  # as the worker does, in this test's transaction
+    request.refresh_from_db()
+    assert request.status == "applied", request.error
+
+
+def via_save(pk: Any, **changes: Any) -> None:
+    instance = Everything.objects.get(pk=pk)
+    for name, value in changes.items():
+        setattr(instance, name, value)
+    instance.save()
+
+
+ENTRY_POINTS: dict[str, Callable[..., None]] = {
+    "update_if_newer": via_update,
+    "update_if_newer(request_id=)": via_recorded_update,
+    "update_if_newer(synced_at=)": via_timestamp,
+    "bulk_update_if_newer": via_bulk,
+    "enqueue_update": via_enqueue,
+    "save": via_save,
+}
+
+
+@pytest.fixture(params=list(ENTRY_POINTS))
+def entry(request: pytest.FixtureRequest) -> Callable[..., None]:
+    return ENTRY_POINTS[request.param]
+
+
+@contextmanager
+def refused(pk: Any, match: str) -> Iterator[None]:
+    """Expect InvalidUpdate matching ``match`` inside the caller's transaction; then check that nothing was
+    written and that the caller's transaction still takes a write."""
+    before, logged = stored(pk), ProcessedRequest.objects.count()
+    with transaction.atomic():
+        with pytest.raises(InvalidUpdate, match=match):
+            yield
+        # The caller's next, unrelated write succeeds: its transaction was not broken.
+        Document.objects.create(title="after")
+    assert stored(pk) == before
+    assert ProcessedRequest.objects.count() == logged
+
+
+@pytest.fixture
+def pk() -> Any:
+    return Everything.objects.create().pk
+
+
+def nested(depth: int, inner: Any) -> Any:
+    value = inner
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, {"b": float("nan")}]},
+        {"a": [float("inf")]},
+        [float("-inf")],
+        {"a": "\ud800"},
+        {"\udfff": 1},
+        {"a": 10 ** (sys.get_int_max_str_digits() + 1)},
+        {"a": ["x\x00"]},
+        {"\x00": 1},
+        nested(100_000, 1),
+    ],
+    ids=["nan", "inf", "-inf", "surrogate", "surrogate key", "huge int", "nul", "nul key", "deep"],
+)
+def test_a_json_value_that_cannot_be_stored_is_refused(entry, pk, value):
+    with refused(pk, r"Everything\.data"):
+        entry(pk, data=value)
+
+
+@pytest.mark.parametrize("name", ["name", "text", "slug", "email", "url", "file"])
+def test_a_lone_surrogate_in_text_is_refused(entry, pk, name):
+    with refused(pk, rf"Everything\.{name}.*surrogate"):
+        entry(pk, **{name: "a\ud800"})
+
+
+def test_a_huge_int_in_a_number_field_is_refused_with_a_message(entry, pk):
+    with refused(pk, r"Everything\.count.*out of range"):
+        entry(pk, count=10 ** (sys.get_int_max_str_digits() + 1))
+
+
+def test_a_file_name_longer_than_its_column_is_refused(entry, pk):
+    with refused(pk, r"Everything\.file"):
+        entry(pk, file="x" * 51)
+
+
+def test_an_aware_time_is_refused(entry, pk):
+    import datetime
+
+    with refused(pk, r"Everything\.at"):
+        entry(pk, at=datetime.time(12, tzinfo=datetime.UTC))
+
+
+def test_a_datetime_out_of_range_in_utc_is_refused(entry, pk):
+    import datetime
+
+    far = datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
+    with refused(pk, r"Everything\.happened_at"):
+        entry(pk, happened_at=far)
+
+
+def test_a_duration_beyond_a_bigint_of_microseconds_is_refused(entry, pk):
+    import datetime
+
+    with refused(pk, r"Everything\.took"):
+        entry(pk, took=datetime.timedelta(days=999_999_999))
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "back"),
+    [
+        ("blob", b"\x00\xff bytes", b"\x00\xff bytes"),
+        ("blob", memoryview(b"\x01"), b"\x01"),
+        ("spot", Point(3, 4), Point(3, 4)),
+        ("file", "everything/a.txt", "everything/a.txt"),
+    ],
+    ids=["bytes", "memoryview", "custom", "file name"],
+)
+def test_a_value_json_cannot_encode_is_recorded_and_written(entry, pk, name, value, back):
+    entry(pk, **{name: value})
+    got = getattr(Everything.objects.get(pk=pk), name)
+    assert (bytes(got) if isinstance(got, memoryview) else got) == back
