@@ -177,3 +177,76 @@ def test_a_value_json_cannot_encode_is_recorded_and_written(entry, pk, name, val
     entry(pk, **{name: value})
     got = getattr(Everything.objects.get(pk=pk), name)
     assert (bytes(got) if isinstance(got, memoryview) else got) == back
+
+
+# -- the HTTP surfaces: a client's JSON, as json.loads() makes it, is a 400, never a 500 --------------------
+
+HOSTILE_BODIES = {
+    "nan in json": '{"data": {"a": [NaN]}}',
+    "infinity in json": '{"data": Infinity}',
+    "surrogate in text": '{"name": "\\ud800"}',
+    "surrogate in a json key": '{"data": {"\\udfff": 1}}',
+    "nul in json": '{"data": ["\\u0000"]}',
+    "nul in text": '{"text": "a\\u0000"}',
+    "huge count": '{"count": 2147483648}',
+}
+
+
+@pytest.mark.urls("tests.http_urls")
+@pytest.mark.parametrize("body", list(HOSTILE_BODIES.values()), ids=list(HOSTILE_BODIES))
+@pytest.mark.parametrize("url", ["/everything/{}/", "/cbv-everything/{}/"], ids=["conditional", "ConditionalMixin"])
+def test_a_hostile_json_body_is_a_400_with_a_json_error(client, pk, url, body):
+    before = stored(pk)
+    with transaction.atomic():
+        response = client.put(url.format(pk), body, content_type="application/json")
+        Document.objects.create(title="after")  # the caller's transaction goes on
+    assert response.status_code == 400, response.content
+    assert response.json()["detail"].startswith("testapp.Everything.")
+    assert stored(pk) == before
+
+
+DRF_BODIES = {k: v for k, v in HOSTILE_BODIES.items() if "nan" not in k and "infinity" not in k and k != "nul in text"}
+
+
+@pytest.mark.urls("tests.drf_urls")
+@pytest.mark.parametrize("body", list(DRF_BODIES.values()), ids=list(DRF_BODIES))
+@pytest.mark.parametrize("method", ["patch", "post"])
+def test_a_hostile_json_body_is_a_400_with_a_json_error_in_drf(client, pk, method, body):
+    before, count = stored(pk), Everything.objects.count()
+    url = f"/everything/{pk}/" if method == "patch" else "/everything/"
+    with transaction.atomic():
+        response = getattr(client, method)(url, body, content_type="application/json")
+        Document.objects.create(title="after")
+    assert response.status_code == 400, response.content
+    assert response.json()
+    assert stored(pk) == before
+    assert Everything.objects.count() == count
+
+
+@pytest.mark.parametrize(
+    ("field", "posted"),
+    [
+        ("data", '{"a": NaN}'),
+        ("data", '["\\ud800"]'),
+        ("data", '{"a": "\\u0000"}'),
+        ("data", "[" * 200 + "]" * 200),
+    ],
+    ids=["nan", "surrogate", "nul", "deep"],
+)
+def test_a_form_refuses_a_value_no_column_can_hold_as_a_field_error(pk, field, posted):
+    from django import forms as django_forms
+
+    from safeupdates.forms import TOKEN_FIELD, SafeUpdateModelForm
+
+    class EverythingForm(SafeUpdateModelForm):
+        class Meta:
+            model = Everything
+            fields = ["name", "data"]
+
+        data = django_forms.JSONField(required=False)
+
+    record = Everything.objects.get(pk=pk)
+    token = EverythingForm(instance=record).initial[TOKEN_FIELD]
+    form = EverythingForm({"name": "x", field: posted, TOKEN_FIELD: token}, instance=record)
+    assert not form.is_valid()
+    assert field in form.errors, form.errors
