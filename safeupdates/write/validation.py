@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.core.validators import MaxLengthValidator
+from django.core.validators import DecimalValidator, MaxLengthValidator
 from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.fields.files import FieldFile
@@ -49,7 +49,7 @@ def writable_field(model: type[models.Model], name: str) -> models.Field[Any, An
                     f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
                 )
             )
-            message = f"{label} has no field {_shown(name)}; fields that can be updated: {choices}."
+            message = f"{label} has no field {shown(name)}; fields that can be updated: {choices}."
             raise InvalidUpdate(message) from None
     if not isinstance(found, models.Field) or not found.concrete or found.many_to_many or found.one_to_many:
         raise InvalidUpdate(f"{label}.{name} is not a concrete column and cannot be updated.")
@@ -129,7 +129,7 @@ def _clean_value(field: models.Field[Any, Any], value: Any, what: str | _Named, 
     except ValidationError as exc:
         raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
     except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:  # some to_python() do
-        raise InvalidUpdate(f"{what} is invalid: {_short(exc)}") from exc
+        raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
     return python
 
 
@@ -165,10 +165,10 @@ class _Named:
         self.prefix, self.value = prefix, value
 
     def __str__(self) -> str:
-        return f"{self.prefix}{_shown(self.value)}"
+        return f"{self.prefix}{shown(self.value)}"
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """``repr(value)``, cut short: a message never echoes a whole (huge) input. A value ``repr()`` fails on
     (an integer beyond Python's int-to-str digit limit, a very deep list) is named by its type."""
     try:
@@ -178,15 +178,23 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"
 
 
-def _short(exc: BaseException) -> str:
-    """An exception's message, cut short (some quote the whole value)."""
-    text = str(exc)
+def short_message(exc: BaseException) -> str:
+    """An exception's message, cut short (some quote the whole value, which may not even print)."""
+    try:
+        text = str(exc)
+    except (ValueError, RecursionError):
+        return f"{type(exc).__name__} (its message quotes the value, which is too large to print)"
     return text if len(text) <= 150 else f"{text[:140]}..."
 
 
 def _messages(exc: ValidationError) -> str:
-    """Django's messages of ``exc``, each cut short (some quote the whole value)."""
-    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in exc.messages)
+    """Django's messages of ``exc``, each cut short (some quote the whole value, which may not even be
+    printable: an integer beyond the int-to-str limit)."""
+    try:
+        messages = exc.messages
+    except (ValueError, RecursionError):
+        return "the value is refused by the field (its message quotes the value, which is too large to print)."
+    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in messages)
 
 
 def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
@@ -248,10 +256,19 @@ def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: s
             raise InvalidUpdate(f"{what} is aware while USE_TZ=False; pass a naive datetime (in TIME_ZONE).")
 
 
+#: Integers within this are floats for sure; beyond, float() is asked.
+_FLOAT_INTS = 2**1000
+
+
 def _check_number(field: models.Field[Any, Any], python: Any, what: Any) -> Any:
     """An integer within its column's portable range; a float or decimal finite."""
     if isinstance(python, int) and not isinstance(python, bool):
         target = _value_field(field)
+        if isinstance(target, models.FloatField) and not -_FLOAT_INTS < python < _FLOAT_INTS:
+            try:
+                float(python)
+            except OverflowError:
+                raise InvalidUpdate(f"{what} is out of range: a float column holds at most about 1.8e308.") from None
         if isinstance(target, models.IntegerField):
             # Portable ranges, not the current database's: SQLite takes 2**31 in an IntegerField that
             # PostgreSQL refuses, and a value must not be valid in development only.
@@ -333,7 +350,7 @@ def clean_request_id(request_id: Any) -> uuid.UUID:
     try:
         return uuid.UUID(str(request_id))
     except ValueError:
-        raise InvalidUpdate(f"request_id must be a UUID, got {_shown(request_id)}.") from None
+        raise InvalidUpdate(f"request_id must be a UUID, got {shown(request_id)}.") from None
 
 
 def clean_pk(model: type[models.Model], pk: Any) -> Any:
@@ -357,9 +374,9 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     except InvalidUpdate:
         raise
     except ValidationError as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {_messages(exc)}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {shown(pk)}: {_messages(exc)}") from exc
     except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {exc}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {shown(pk)}: {exc}") from exc
     if python is None:
         raise InvalidUpdate(f"{label}: a primary key is required.")
     return python
@@ -579,7 +596,7 @@ def _check_json(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
             raise InvalidUpdate(
                 f"{what} holds NaN or infinity, which JSON cannot write; pass finite numbers (or null)."
             ) from None
-        raise InvalidUpdate(f"{what} cannot be written as JSON: {_short(exc)}") from None
+        raise InvalidUpdate(f"{what} cannot be written as JSON: {short_message(exc)}") from None
     except TypeError:
         raise InvalidUpdate(f"{what} is invalid: {_value_field(field).error_messages['invalid']}") from None
     if not text.isascii():
@@ -719,7 +736,7 @@ def _check_custom(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     except ValidationError as exc:
         raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
     except (TypeError, ValueError, AttributeError, OverflowError, ArithmeticError, RecursionError) as exc:
-        raise InvalidUpdate(f"{what} is refused by its field: {_short(exc)}") from exc
+        raise InvalidUpdate(f"{what} is refused by its field: {short_message(exc)}") from exc
     return value
 
 
@@ -729,8 +746,10 @@ _saved_fields: dict[type[models.Model], tuple[models.Field[Any, Any], ...]] = {}
 
 def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
     """Refuse, before a ``save()`` runs a statement, a value of ``instance`` that no column can hold
-    (:func:`storable`) among the fields it writes (``names``; None: all). Values Django converts on the
-    way (``"5"`` for an integer) and expressions are left to Django; a file is checked by its name."""
+    (:func:`storable`) among the fields it writes (``names``; None: all), or that its field cannot
+    convert (``to_python()``, as Django's conversion on the way would fail, or pass it on unconverted:
+    a text for a duration). The value written stays the one given; expressions are left to Django, and
+    a file is checked by its name."""
     model = type(instance)
     fields = _saved_fields.get(model)
     if fields is None:
@@ -748,12 +767,27 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
         if value is None or hasattr(value, "resolve_expression"):
             continue
         if isinstance(field, models.FileField):
-            value = getattr(instance, field.attname).name  # save() stores the file first, then its name
-            if value is None:
-                continue
+            file = getattr(instance, field.attname)
+            if isinstance(file, FieldFile):
+                value = file.name  # save() stores the file first, then its name
+                if value is None:
+                    continue
         what = _Named(f"{model._meta.label}.{field.name}=", value)
-        storable(field, value, what)
+        try:
+            python = field.to_python(value)
+        except ValidationError as exc:
+            raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+        except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
+            raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+        if python is None:
+            continue
+        storable(field, python, what)
+        if isinstance(field, models.DecimalField) and isinstance(python, Decimal):
+            try:  # Django's save would fail on it in format_number(), with a bare InvalidOperation
+                DecimalValidator(field.max_digits, field.decimal_places)(python)
+            except ValidationError as exc:
+                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
         # Django's own save runs no validator: a CharField's max_length is checked here (PostgreSQL refuses).
         limit = field.max_length if isinstance(field, models.CharField) else None
-        if limit is not None and isinstance(value, str) and len(value) > limit:
-            _refuse_length(value, limit, what)
+        if limit is not None and isinstance(python, str) and len(python) > limit:
+            _refuse_length(python, limit, what)
