@@ -250,3 +250,11 @@ def test_a_form_refuses_a_value_no_column_can_hold_as_a_field_error(pk, field, p
     form = EverythingForm({"name": "x", field: posted, TOKEN_FIELD: token}, instance=record)
     assert not form.is_valid()
     assert field in form.errors, form.errors
+
+
+@pytest.mark.parametrize(("name", "value"), [("small", -(2**15)), ("count", -(2**31)), ("big", -(2**63))])
+def test_the_least_integer_of_a_column_is_written(entry, pk, name, value):
+    """PostgreSQL reads ``-32768::smallint`` as ``-(32768::smallint)``, out of range: a client-side bound
+    parameter (Django's default binding) must be cast in parentheses."""
+    entry(pk, **{name: value})
+    assert stored(pk)[name] == value
