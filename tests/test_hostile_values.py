@@ -258,3 +258,14 @@ def test_the_least_integer_of_a_column_is_written(entry, pk, name, value):
     parameter (Django's default binding) must be cast in parentheses."""
     entry(pk, **{name: value})
     assert stored(pk)[name] == value
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("took", ""), ("took", "1 day"), ("blob", "AAAA"), ("blob", ""), ("amount", None)]
+)
+def test_save_refuses_a_value_its_field_would_pass_on_unconverted(pk, name, value):
+    """Django's save converts neither: the text would reach the database as it is (PostgreSQL parses an
+    interval its own way, or refuses it; psycopg refuses a text for bytea), as would None for a column
+    that is NOT NULL (an IntegrityError that breaks the caller's transaction)."""
+    with refused(pk, rf"Everything\.{name}="):
+        via_save(pk, **{name: value})

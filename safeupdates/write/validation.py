@@ -740,6 +740,11 @@ def _check_custom(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     return value
 
 
+#: Fields whose values Django's save() passes on unconverted, by internal type: what they take.
+_PASSED_ON_UNCONVERTED: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "DurationField": (timedelta, "a timedelta"),
+    "BinaryField": ((bytes, bytearray, memoryview), "bytes"),
+}
 #: The fields a save() may write, by model: checked by :func:`check_saved`.
 _saved_fields: dict[type[models.Model], tuple[models.Field[Any, Any], ...]] = {}
 
@@ -764,7 +769,13 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
         if wanted is not None and field.name not in wanted:
             continue
         value = values.get(field.attname)
-        if value is None or hasattr(value, "resolve_expression"):
+        if value is None:
+            if not field.null and field in _given_as_is(model):
+                raise InvalidUpdate(
+                    f"{model._meta.label}.{field.name}=None is invalid: the column is NOT NULL (null=False)."
+                )
+            continue
+        if hasattr(value, "resolve_expression"):
             continue
         if isinstance(field, models.FileField):
             file = getattr(instance, field.attname)
@@ -773,6 +784,11 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
                 if value is None:
                     continue
         what = _Named(f"{model._meta.label}.{field.name}=", value)
+        unconverted = _PASSED_ON_UNCONVERTED.get(field.get_internal_type())
+        if unconverted is not None and not isinstance(value, unconverted[0]):
+            # Django's save passes it on as it is: PostgreSQL parses an interval its own way (SQLite
+            # fails), psycopg refuses a text for bytea.
+            raise InvalidUpdate(f"{what} is a {type(value).__name__}; save() writes {unconverted[1]} only.")
         try:
             python = field.to_python(value)
         except ValidationError as exc:
@@ -791,3 +807,16 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
         limit = field.max_length if isinstance(field, models.CharField) else None
         if limit is not None and isinstance(python, str) and len(python) > limit:
             _refuse_length(python, limit, what)
+
+
+#: The fields whose value save() writes as the instance holds it (no pre_save() of their own), by model.
+_as_is: dict[type[models.Model], frozenset[models.Field[Any, Any]]] = {}
+
+
+def _given_as_is(model: type[models.Model]) -> frozenset[models.Field[Any, Any]]:
+    fields = _as_is.get(model)
+    if fields is None:
+        fields = _as_is[model] = frozenset(
+            f for f in _saved_fields[model] if type(f).pre_save is models.Field.pre_save and not f.is_relation
+        )
+    return fields
