@@ -260,12 +260,38 @@ def test_the_least_integer_of_a_column_is_written(entry, pk, name, value):
     assert stored(pk)[name] == value
 
 
-@pytest.mark.parametrize(
-    ("name", "value"), [("took", ""), ("took", "1 day"), ("blob", "AAAA"), ("blob", ""), ("amount", None)]
-)
+@pytest.mark.parametrize(("name", "value"), [("took", ""), ("took", "1 day"), ("blob", "AAAA"), ("blob", "")])
 def test_save_refuses_a_value_its_field_would_pass_on_unconverted(pk, name, value):
     """Django's save converts neither: the text would reach the database as it is (PostgreSQL parses an
-    interval its own way, or refuses it; psycopg refuses a text for bytea), as would None for a column
-    that is NOT NULL (an IntegrityError that breaks the caller's transaction)."""
+    interval its own way, or refuses it; psycopg refuses a text for bytea)."""
     with refused(pk, rf"Everything\.{name}="):
         via_save(pk, **{name: value})
+
+
+def test_a_save_of_none_for_a_not_null_column_leaves_the_callers_transaction_usable(pk):
+    """A pre_save receiver may fill it in, so it is not refused up front: the save runs in a savepoint,
+    and the database's IntegrityError leaves the caller's transaction as it was."""
+    from django.db import IntegrityError
+
+    before = stored(pk)
+    with transaction.atomic():
+        with pytest.raises(IntegrityError):
+            via_save(pk, amount=None)
+        Document.objects.create(title="after")
+    assert stored(pk) == before
+
+
+def test_a_pre_save_receiver_may_fill_in_a_not_null_column(pk):
+    from decimal import Decimal
+
+    from django.db.models.signals import pre_save
+
+    def fill(sender: Any, instance: Everything, **kwargs: Any) -> None:
+        instance.amount = Decimal("1.5") if instance.amount is None else instance.amount
+
+    pre_save.connect(fill, sender=Everything)
+    try:
+        via_save(pk, amount=None)
+    finally:
+        pre_save.disconnect(fill, sender=Everything)
+    assert stored(pk)["amount"] == Decimal("1.5")

@@ -144,7 +144,7 @@ class LockVersionMixin(models.Model):
         else:
             names = _written_by_name(type(self))
         # A value no column can hold is refused before any statement: the caller's transaction goes on.
-        check_saved(self, names)
+        unsure = check_saved(self, names)
         connection = connections[using]
         expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
         # Loaded from its row, or refreshed from it (Django's refresh_from_db() leaves _state.adding set). A
@@ -177,7 +177,9 @@ class LockVersionMixin(models.Model):
         # transaction as it was, and an error that is not ours leaves it broken, as Django's save does.
         # A model whose versions are in a table written after another (a plain concrete parent) is
         # partly written when the check fails: its save runs in a savepoint.
-        savepoint = save.in_transaction and _written_before_versions(type(self))
+        # So does a save whose input may still fail (None for a NOT NULL column, which a pre_save
+        # receiver may fill in): the caller's transaction goes on if the database refuses it.
+        savepoint = save.in_transaction and (unsure or _written_before_versions(type(self)))
         loaded_version, loaded_versions = self.lock_version, self.__dict__.get("field_versions", _DEFERRED)
         self._safeupdates_save = save
         try:

@@ -749,12 +749,15 @@ _PASSED_ON_UNCONVERTED: dict[str, tuple[type | tuple[type, ...], str]] = {
 _saved_fields: dict[type[models.Model], tuple[models.Field[Any, Any], ...]] = {}
 
 
-def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
+def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
     """Refuse, before a ``save()`` runs a statement, a value of ``instance`` that no column can hold
     (:func:`storable`) among the fields it writes (``names``; None: all), or that its field cannot
     convert (``to_python()``, as Django's conversion on the way would fail, or pass it on unconverted:
     a text for a duration). The value written stays the one given; expressions are left to Django, and
-    a file is checked by its name."""
+    a file is checked by its name.
+
+    Returns True if the save may still fail on its input: None for a NOT NULL column, which a
+    ``pre_save`` receiver may fill in (so it is not refused here); the save then runs in a savepoint."""
     model = type(instance)
     fields = _saved_fields.get(model)
     if fields is None:
@@ -765,15 +768,14 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
         )
     wanted = None if names is None else frozenset(names)
     values = instance.__dict__
+    unsure = False
     for field in fields:
         if wanted is not None and field.name not in wanted:
             continue
         value = values.get(field.attname)
         if value is None:
-            if not field.null and field in _given_as_is(model):
-                raise InvalidUpdate(
-                    f"{model._meta.label}.{field.name}=None is invalid: the column is NOT NULL (null=False)."
-                )
+            # A pre_save receiver may still fill it in; if none does, the database refuses it.
+            unsure = unsure or (not field.null and field in _given_as_is(model))
             continue
         if hasattr(value, "resolve_expression"):
             continue
@@ -807,6 +809,7 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> None:
         limit = field.max_length if isinstance(field, models.CharField) else None
         if limit is not None and isinstance(python, str) and len(python) > limit:
             _refuse_length(python, limit, what)
+    return unsure
 
 
 #: The fields whose value save() writes as the instance holds it (no pre_save() of their own), by model.
