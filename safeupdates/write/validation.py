@@ -584,7 +584,15 @@ def _refuse_surrogates(text: str, what: Any) -> None:
 def _check_json(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A JSON value, encoded once as the column encodes it: at any depth, no NaN or infinity, no integer
     beyond the int-to-str limit, no lone surrogate, no NUL, no nesting deeper than :data:`MAX_JSON_DEPTH`."""
-    encoder = getattr(_value_field(field), "encoder", None)
+    target = _value_field(field)
+    return check_json(value, what, encoder=getattr(target, "encoder", None), invalid=target.error_messages["invalid"])
+
+
+def check_json(
+    value: Any, what: Any, *, encoder: type[json.JSONEncoder] | None = None, invalid: Any = "Value must be valid JSON."
+) -> Any:
+    """Return ``value`` if a ``jsonb`` column can hold it and JSON reads it back (see :func:`storable`),
+    else raise InvalidUpdate naming ``what``; ``invalid`` is the message of a type ``encoder`` does not know."""
     try:
         text = json.dumps(value, cls=encoder, allow_nan=False, ensure_ascii=False)
     except RecursionError:
@@ -598,7 +606,7 @@ def _check_json(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
             ) from None
         raise InvalidUpdate(f"{what} cannot be written as JSON: {short_message(exc)}") from None
     except TypeError:
-        raise InvalidUpdate(f"{what} is invalid: {_value_field(field).error_messages['invalid']}") from None
+        raise InvalidUpdate(f"{what} is invalid: {invalid}") from None
     if not text.isascii():
         _refuse_surrogates(text, what)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
