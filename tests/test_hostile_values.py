@@ -295,3 +295,12 @@ def test_a_pre_save_receiver_may_fill_in_a_not_null_column(pk):
     finally:
         pre_save.disconnect(fill, sender=Everything)
     assert stored(pk)["amount"] == Decimal("1.5")
+
+
+def test_json_nested_to_the_limit_is_written_and_one_deeper_is_refused(entry, pk):
+    from safeupdates.write.validation import MAX_JSON_DEPTH
+
+    entry(pk, data=nested(MAX_JSON_DEPTH - 1, {"a": 1}))  # 99 lists around an object: 100 levels
+    assert Everything.objects.get(pk=pk).data == nested(MAX_JSON_DEPTH - 1, {"a": 1})
+    with refused(pk, rf"Everything\.data.*at most {MAX_JSON_DEPTH} levels"):
+        entry(pk, data=nested(MAX_JSON_DEPTH, {"a": 1}))

@@ -619,21 +619,19 @@ def check_json(
 
 
 def _depth(value: Any) -> int:
-    """The nesting depth of a JSON value, without recursion."""
-    deepest, pending = 0, [(value, 1)]
-    while pending:
-        item, level = pending.pop()
-        if isinstance(item, Mapping):
-            children: Iterable[Any] = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest
-        pending.extend((child, level + 1) for child in children)
-    return deepest
+    """The nesting depth of a JSON value (what ``json.dumps`` takes: dicts, lists and tuples), level by
+    level, without recursion; counted up to just past :data:`MAX_JSON_DEPTH`."""
+    depth, level = 0, [value] if isinstance(value, dict | list | tuple) else []
+    while level and depth <= MAX_JSON_DEPTH:
+        depth += 1
+        below: list[Any] = []
+        for item in level:
+            below.extend(c for c in (item.values() if isinstance(item, dict) else item) if isinstance(c, _NESTS))
+        level = below
+    return depth
+
+
+_NESTS = (dict, list, tuple)
 
 
 def _check_bytes(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
