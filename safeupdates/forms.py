@@ -24,6 +24,7 @@ from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.models import LockVersionMixin
 from safeupdates.signals import refusals_on, stale_save_refused_robust
+from safeupdates.write.validation import check_saved
 
 __all__ = ["TOKEN_FIELD", "SafeUpdateFormMixin", "SafeUpdateModelForm", "SafeUpdateViewMixin", "shown_fields"]
 
@@ -124,6 +125,20 @@ class SafeUpdateFormMixin(forms.Form):
         instance.lock_version = seen_version
         return cleaned
 
+    def _post_clean(self) -> None:
+        super()._post_clean()  # type: ignore[misc]
+        # A value no column can hold (a JSON field's NaN, say) is the field's error, not a server error.
+        instance = getattr(self, "instance", None)
+        if not isinstance(instance, LockVersionMixin):
+            return
+        names = {f.name for f in instance._meta.concrete_fields}
+        for name in list(getattr(self, "cleaned_data", {})):
+            if name in names:
+                try:
+                    check_saved(instance, (name,))
+                except InvalidUpdate as exc:
+                    self.add_error(name if name in self.fields else None, ValidationError(str(exc), code="invalid"))
+
     def _safeupdates_refused(self, version: int | None) -> None:
         """Signal the refusal of this form's write (``stale_save_refused``), decided before any save."""
         instance = self.instance
@@ -158,6 +173,9 @@ class SafeUpdateViewMixin:
         try:
             with transaction.atomic(using=using):
                 return super().form_valid(form)  # type: ignore[misc,no-any-return]
+        except InvalidUpdate as exc:  # a value no column can hold, refused before any statement
+            form.add_error(None, ValidationError(str(exc), code="invalid"))
+            return self.form_invalid(form)  # type: ignore[attr-defined,no-any-return]
         except StaleObjectError:
             form.full_clean()  # checked again: the conflict is the write that just landed
             if not form.errors:

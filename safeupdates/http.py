@@ -51,7 +51,7 @@ from safeupdates.conflicts import (
     reported_fields,
     shown_text,
 )
-from safeupdates.exceptions import StaleObjectError
+from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
@@ -412,7 +412,17 @@ def respond(
             if lost is None:
                 raise
             return lost
+        except InvalidUpdate as exc:
+            return _refused_value(loaded.instance, exc)
     return loaded.with_etag(request, response)
+
+
+def _refused_value(instance: models.Model, exc: InvalidUpdate) -> JsonResponse:
+    """A value the view wrote that no column can hold (a client's NaN, a lone surrogate of its JSON):
+    400, not a server error, and under ``ATOMIC_REQUESTS`` what else the view wrote is rolled back. The
+    save refused it before any statement, so the request's transaction is not broken."""
+    _discard_the_requests_writes(instance)
+    return _error(str(exc), 400)
 
 
 def conditional(
@@ -506,6 +516,10 @@ class ConditionalMixin(_SingleObjectMixin, View):
             if lost is None:
                 raise
             return lost
+        except InvalidUpdate as exc:
+            if self._conditional is None:
+                raise
+            return _refused_value(self._conditional.instance, exc)
         finally:
             loaded, self._conditional = self._conditional, None
         return response if loaded is None else loaded.with_etag(request, response)

@@ -43,6 +43,7 @@ from safeupdates.database.transactions import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.versions import next_version
 from safeupdates.write.outcome import Outcome
+from safeupdates.write.validation import recorded_changes
 
 if TYPE_CHECKING:
     from django.contrib.contenttypes.models import ContentType
@@ -400,7 +401,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             request_id=request_id,
             content_type_id=content_type_of(model, self.db).pk,
             version=version,
-            changes_json=self.encode_changes(cleaned),
+            changes_json=self.encode_changes(recorded_changes(model, cleaned)),
             recorded=_RECORDED,
         )
         # In the caller's transaction a failed statement needs a savepoint to roll back to; in

@@ -41,6 +41,7 @@ from safeupdates.write.validation import (
     clean_synced_at,
     clean_version,
     object_id_of,
+    recorded_changes,
 )
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
             record = None
             if log is not None and request_id is not None:
                 content_type = content_type_of(self.model, using)
-                changes = json.loads(log.encode_changes(cleaned))
+                changes = json.loads(log.encode_changes(recorded_changes(self.model, cleaned)))
                 record = log.reserve(request_id, content_type, str(pk), changes)
                 if record.is_terminal:
                     log.report_duplicate(self.model, pk, record)

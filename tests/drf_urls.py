@@ -12,7 +12,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.routers import SimpleRouter
 
 from safeupdates.contrib.drf import ConditionalViewSetMixin, LockVersionSerializerMixin
-from tests.testapp.models import Attachment, Document, Profile
+from tests.testapp.models import Attachment, Document, Everything, Profile
 
 #: Callables run between the view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
@@ -153,7 +153,21 @@ class AttachmentViewSet(_ViewSet):
     serializer_class = AttachmentSerializer
 
 
+class EverythingSerializer(LockVersionSerializerMixin, serializers.ModelSerializer):
+    class Meta:
+        model = Everything
+        fields = ["id", "flag", "count", "big", "ratio", "name", "text", "slug", "email", "url", "data"]
+
+
+class EverythingViewSet(_ViewSet):
+    """Writes what a client's JSON body holds: a NaN, a lone surrogate, as ``json.loads`` makes them."""
+
+    queryset = Everything.objects.all()
+    serializer_class = EverythingSerializer
+
+
 router = SimpleRouter()
+router.register("everything", EverythingViewSet, basename="everything")
 router.register("profiles", ProfileViewSet, basename="profile")
 router.register("strict", StrictProfileViewSet, basename="strict-profile")
 router.register("noted", NotedProfileViewSet, basename="noted-profile")

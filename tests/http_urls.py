@@ -15,7 +15,7 @@ from django.views.decorators.http import condition
 from django.views.generic import View
 
 from safeupdates.http import ConditionalMixin, conditional, etag_for
-from tests.testapp.models import Attachment, Document, Profile
+from tests.testapp.models import Attachment, Document, Everything, Profile
 
 #: Callables run between a view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
@@ -153,7 +153,34 @@ def naive_profile_view(request: HttpRequest, pk: int) -> HttpResponse:
     return _write(request, Profile.objects.get(pk=pk), hooks=False)
 
 
+#: The fields of Everything a client's JSON may set as they are (JSON has their types).
+EVERYTHING_JSON_FIELDS = ("flag", "count", "big", "ratio", "name", "text", "slug", "email", "url", "data")
+
+
+def _write_everything(request: HttpRequest, record: Everything) -> HttpResponse:
+    for name, value in json.loads(request.body or b"{}").items():
+        if name in EVERYTHING_JSON_FIELDS:
+            setattr(record, name, value)
+    record.save()
+    return JsonResponse({"id": record.pk})
+
+
+@conditional(Everything)
+def everything_view(request: HttpRequest, record: Everything, pk: int) -> HttpResponse:
+    """Writes what a client's JSON body holds: a NaN, a lone surrogate, a huge int, as ``json.loads`` makes them."""
+    return _write_everything(request, record)
+
+
+class EverythingView(ConditionalMixin, View):
+    model = Everything
+
+    def put(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _write_everything(request, self.get_object())
+
+
 urlpatterns = [
+    path("everything/<int:pk>/", everything_view),
+    path("cbv-everything/<int:pk>/", EverythingView.as_view()),
     path("profiles/<int:pk>/", profile_view, name="profile"),
     path("strict/<int:pk>/", strict_profile_view, name="strict-profile"),
     path("cbv/<int:pk>/", ProfileView.as_view(), name="cbv-profile"),

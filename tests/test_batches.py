@@ -269,3 +269,22 @@ def test_items_point_at_their_batch(redis):
     assert [item.index for item in items] == [0, 1, 2]
     logged = ProcessedRequest.objects.filter(kind="batch_item").values_list("request_id", flat=True)
     assert {item.request_id for item in items} == set(logged)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "item",
+    [float("nan"), {"a": [float("inf")]}, "\ud800", {"\udfff": 1}, ["a\x00"], 10**5000, "deep"],
+    ids=["nan", "inf", "surrogate", "surrogate key", "nul", "huge int", "deep"],
+)
+def test_an_item_json_cannot_carry_is_refused_and_the_callers_transaction_goes_on(item):
+    if item == "deep":
+        for _ in range(100_000):
+            item = [item]
+    batches = Batch.objects.count()
+    with transaction.atomic():
+        with pytest.raises(InvalidControl, match="items must be JSON"):
+            fan_out(add_score, [{"pk": 1, "points": 1}, item])
+        Profile.objects.create(name="after")  # the caller's transaction goes on
+    assert Batch.objects.count() == batches
+    assert not ProcessedRequest.objects.exists()

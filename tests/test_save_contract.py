@@ -30,6 +30,7 @@ from safeupdates.exceptions import NeverLoadedError, StaleObjectError
 from safeupdates.jobs import apply_update, enqueue_update
 from safeupdates.models import BASE_VERSION_KEY, ProcessedRequest
 from safeupdates.versions import next_version
+from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.django_contract.models import Avatar, ItalianRestaurant, User
 from tests.factories import ProfileFactory
 from tests.htmlforms import form_data
@@ -299,9 +300,17 @@ class TestAFailingReceiver:
         row's database, not on ``default``."""
         restaurant = Restaurant.objects.using(alias).create(name="a", seats=1)
         loaded = restaurant.lock_version
-        restaurant.name, restaurant.seats = "b", 2**31  # the parent row is written, the child's UPDATE fails
-        with pytest.raises(DatabaseError):
-            restaurant.save()
+        # A value the app cannot know to be refused (out of range, it would be refused before any statement):
+        # the database's own trigger refuses it.
+        table = Restaurant._meta.db_table
+        refuse = "IF NEW.seats = 13 THEN RAISE EXCEPTION 'no table 13'; END IF;"
+        _create_profile_trigger("safeupdates_test_no_13", refuse, table=table, using=alias)
+        try:
+            restaurant.name, restaurant.seats = "b", 13  # the parent row is written, the child's UPDATE fails
+            with pytest.raises(DatabaseError):
+                restaurant.save()
+        finally:
+            _drop_profile_trigger("safeupdates_test_no_13", table=table, using=alias)
         assert restaurant.lock_version == loaded  # the save's transaction rolled back
         row = Restaurant.objects.using(alias).get(pk=restaurant.pk)
         assert (row.name, row.seats, row.lock_version) == ("a", 1, loaded)

@@ -24,7 +24,7 @@ from rest_framework.exceptions import APIException, NotFound
 from rest_framework.response import Response
 
 from safeupdates.conflicts import digests, reported_fields
-from safeupdates.exceptions import StaleObjectError
+from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.http import MISSING, LostWrite, etag_for, evaluate, lost_write
 from safeupdates.models import LockVersionMixin
 from safeupdates.signals import refusals_on
@@ -89,6 +89,15 @@ def _write(
         if answer is None:
             raise  # another record's conflict: the view's own
         raise _api_error(answer) from None
+    except InvalidUpdate as exc:
+        raise InvalidValueError(str(exc)) from None
+
+
+class InvalidValueError(APIException):  # type: ignore[misc]
+    """400: a value no column can hold (the save refused it before any statement: InvalidUpdate)."""
+
+    status_code = 400
+    default_code = "invalid"
 
 
 class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
@@ -109,7 +118,10 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
 
     def create(self, validated_data: dict[str, Any]) -> Any:
         validated_data.pop("lock_version", None)
-        return super().create(validated_data)
+        try:
+            return super().create(validated_data)
+        except InvalidUpdate as exc:
+            raise InvalidValueError(str(exc)) from None
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         seen_version = validated_data.pop("lock_version", None)

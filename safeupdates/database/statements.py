@@ -574,7 +574,7 @@ def _guarded_update(shape: _Shape) -> GuardedUpdate:
     sets = []
     for index, (name, field_column, cast) in enumerate(shape.fields):
         quoted = qn(field_column)
-        value = f"%(value{index})s::{cast}" if cast else f"%(value{index})s"
+        value = f"(%(value{index})s)::{cast}" if cast else f"%(value{index})s"  # (-32768)::smallint
         sets.append(f"{quoted} = CASE WHEN {guard(index, name)} THEN {value} ELSE {quoted} END")
     if vendor == "postgresql":
         pairs = ", ".join(
@@ -692,9 +692,10 @@ def _bulk_update(shape: _Shape) -> BulkUpdate:
     aliases = [(name, f"f{i}") for i, name in enumerate(fields)]
 
     # One row of the VALUES list, (pk, value, version, ...): explicit casts type the NULLs too.
-    casts = [f"%s::{shape.pk_cast}"]
+    # In parentheses: bound on the client (Django's default), -32768 would be read -(32768::smallint).
+    casts = [f"(%s)::{shape.pk_cast}"]
     for _name, _column, cast in shape.fields:
-        casts += (f"%s::{cast}", "%s::bigint")
+        casts += (f"(%s)::{cast}", "%s::bigint")
     row = f"({', '.join(casts)})"
 
     columns = ", ".join(["pk", *(f"{a}_value, {a}_version" for _name, a in aliases)])

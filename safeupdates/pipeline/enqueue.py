@@ -23,7 +23,7 @@ from safeupdates.database.transactions import after_commit
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.lifecycle import RequestLogQuerySet
 from safeupdates.models import ProcessedRequest
-from safeupdates.write.validation import clean_changes, clean_pk, clean_request_id, object_id_of
+from safeupdates.write.validation import clean_changes, clean_pk, clean_request_id, object_id_of, recorded_changes
 
 __all__ = ["aenqueue_update", "enqueue_update"]
 
@@ -81,7 +81,11 @@ def enqueue_update(
     queue_name = delivery.queue_name(queue)
     content_type = content_type_of(model, using)
     record = ProcessedRequest(
-        request_id=rid, content_type=content_type, object_id=object_id, changes=cleaned, queue=queue_name
+        request_id=rid,
+        content_type=content_type,
+        object_id=object_id,
+        changes=recorded_changes(model, cleaned),
+        queue=queue_name,
     )
     log = RequestLogQuerySet(ProcessedRequest, using=using)
     with tracing.enqueue_span(model._meta.label, pk, str(rid)) as trace:

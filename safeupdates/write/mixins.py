@@ -48,6 +48,7 @@ from safeupdates.database.transactions import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
 from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
+from safeupdates.write.validation import check_saved, short_message, shown
 
 __all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin"]
 
@@ -142,6 +143,8 @@ class LockVersionMixin(models.Model):
             )
         else:
             names = _written_by_name(type(self))
+        # A value no column can hold is refused before any statement: the caller's transaction goes on.
+        unsure = check_saved(self, names)
         connection = connections[using]
         expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
         # Loaded from its row, or refreshed from it (Django's refresh_from_db() leaves _state.adding set). A
@@ -174,7 +177,9 @@ class LockVersionMixin(models.Model):
         # transaction as it was, and an error that is not ours leaves it broken, as Django's save does.
         # A model whose versions are in a table written after another (a plain concrete parent) is
         # partly written when the check fails: its save runs in a savepoint.
-        savepoint = save.in_transaction and _written_before_versions(type(self))
+        # So does a save whose input may still fail (None for a NOT NULL column, which a pre_save
+        # receiver may fill in): the caller's transaction goes on if the database refuses it.
+        savepoint = save.in_transaction and (unsure or _written_before_versions(type(self)))
         loaded_version, loaded_versions = self.lock_version, self.__dict__.get("field_versions", _DEFERRED)
         self._safeupdates_save = save
         try:
@@ -194,11 +199,11 @@ class LockVersionMixin(models.Model):
                     self.__dict__.pop("field_versions", None)
                 else:
                     self.field_versions = loaded_versions
-            if error is save.refusal:
-                if save.in_transaction and not savepoint:
-                    # Django's save marked the caller's transaction for rollback as the check's error
-                    # went through it; the check wrote nothing.
-                    forget_rollback(connection, error)
+            if error is save.refusal and save.in_transaction and not savepoint:
+                # Django's save marked the caller's transaction for rollback as the check's error went
+                # through it; the check wrote nothing.
+                forget_rollback(connection, error)
+            if error is save.refusal and not isinstance(error, InvalidUpdate):
                 stale_save_refused_robust(
                     type(self),
                     pk=self.pk,
@@ -296,6 +301,32 @@ class LockVersionMixin(models.Model):
         save.refusal = error
         return error
 
+    def _bound(self, save: _Save, connection: BaseDatabaseWrapper, values: list[Any]) -> list[Any] | None:
+        """:func:`~safeupdates.database.internals.bound_values`; a value its field cannot convert (a list
+        for an integer) is refused as InvalidUpdate before the statement (Django raises its own error)."""
+        try:
+            return bound_values(connection, values)
+        except _CONVERSION_ERRORS as exc:
+            raise self._refused_value(save, connection, values, exc) from exc
+
+    def _refused_value(
+        self, save: _Save, connection: BaseDatabaseWrapper, values: list[Any], error: Exception
+    ) -> Exception:
+        """The InvalidUpdate of a value that ``get_db_prep_save()`` refused, naming its field; a refusal of
+        the save (its transaction goes on) if nothing was written before it."""
+        if isinstance(error, InvalidUpdate) or save.written:
+            return error
+        what = "a value"
+        for field, _model, value in values:
+            try:
+                field.get_db_prep_save(value, connection=connection)
+            except _CONVERSION_ERRORS:
+                what = f"{self._meta.label}.{field.name}={shown(value)}"
+                break
+        refusal = InvalidUpdate(f"{what} cannot be written: {short_message(error)}")
+        save.refusal = refusal
+        return refusal
+
     def _never_loaded(self, pk: Any) -> NeverLoadedError:
         return NeverLoadedError(
             f"{self._meta.label} pk={pk!r} exists, and this instance never loaded it: there is no lock_version "
@@ -355,7 +386,7 @@ class LockVersionMixin(models.Model):
         model = base_qs.model
         bound = None
         if not asked and not base_qs.query.has_filters():
-            bound = bound_values(connection, written)
+            bound = self._bound(save, connection, written)
         if bound is not None:
             updated = self._checked_update(connection, model, pk_val, written, bound, save)
         else:
@@ -390,7 +421,7 @@ class LockVersionMixin(models.Model):
         asked = returning[0] if returning else None  # Django 6.0+: fields to return
         bound = None
         if values and connection.vendor == "postgresql" and not asked and not base_qs.query.has_filters():
-            bound = bound_values(connection, values)
+            bound = self._bound(save, connection, values)
         if bound is None:
             # No values, or some that need the compiler (or SQLite): the parent's checked UPDATE first.
             self._update_versions_row(connection, versions_qs, versions_pk, [], [], save)
@@ -446,9 +477,11 @@ class LockVersionMixin(models.Model):
             return super()._do_insert(manager, using, fields, returning_fields, raw)  # type: ignore[misc]
         connection = connections[using]
         pk = getattr(self, model._meta.pk.attname)  # type: ignore[union-attr]
-        values = insert_values(
-            connection, _without_versions(model, [(field, None, field.pre_save(self, True)) for field in fields])
-        )
+        inserted = _without_versions(model, [(field, None, field.pre_save(self, True)) for field in fields])
+        try:
+            values = insert_values(connection, inserted)
+        except _CONVERSION_ERRORS as exc:
+            raise self._refused_value(save, connection, inserted, exc) from exc
         if values is None:
             # A value that needs the compiler (an expression): the version first, then Django's INSERT.
             if save.insert_unless_exists and manager.using(using).filter(pk=pk).exists():
@@ -650,6 +683,8 @@ class LockVersionMixin(models.Model):
 
 
 _DEFERRED = object()
+#: What a field's get_db_prep_save() raises for a value it cannot convert (Django's own messages).
+_CONVERSION_ERRORS = (TypeError, ValueError, ValidationError, ArithmeticError)
 #: What Django's ``_do_update`` returns for a row updated (nothing asked back) or not matched: on 6.0+
 #: the rows (immutable here, as they are shared), on 5.2 a bool.
 _UPDATED: Any = ((),) if UPDATE_RETURNS_ROWS else True

@@ -5,17 +5,21 @@ Everything here raises :class:`~safeupdates.exceptions.InvalidUpdate` before any
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import uuid
-from collections.abc import Iterable, Mapping
-from datetime import date, datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.core.validators import DecimalValidator, MaxLengthValidator
 from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
+from django.db.models.fields.files import FieldFile
 from django.utils import timezone
 
 from safeupdates import conf
@@ -45,7 +49,7 @@ def writable_field(model: type[models.Model], name: str) -> models.Field[Any, An
                     f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
                 )
             )
-            message = f"{label} has no field {_shown(name)}; fields that can be updated: {choices}."
+            message = f"{label} has no field {shown(name)}; fields that can be updated: {choices}."
             raise InvalidUpdate(message) from None
     if not isinstance(found, models.Field) or not found.concrete or found.many_to_many or found.one_to_many:
         raise InvalidUpdate(f"{label}.{name} is not a concrete column and cannot be updated.")
@@ -111,15 +115,21 @@ def _clean_value(field: models.Field[Any, Any], value: Any, what: str | _Named, 
     try:
         python = field.to_python(value)
         _refuse_after_conversion(field, python, what)
+        python = storable(field, python, what)
         if using is not None and isinstance(field, models.ForeignKey):
             _validate_foreign_key(field, python, using)
+        elif isinstance(field, models.JSONField) and type(field).validate is models.JSONField.validate:
+            # JSONField.validate() encodes the value again, as storable() just did.
+            models.Field.validate(field, python, None)  # type: ignore[arg-type]
         else:
             field.validate(python, None)  # type: ignore[arg-type]
         field.run_validators(python)
+    except InvalidUpdate:
+        raise
     except ValidationError as exc:
         raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-    except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:  # some to_python() raise these
-        raise InvalidUpdate(f"{what} is invalid: {exc}") from exc
+    except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:  # some to_python() do
+        raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
     return python
 
 
@@ -155,18 +165,36 @@ class _Named:
         self.prefix, self.value = prefix, value
 
     def __str__(self) -> str:
-        return f"{self.prefix}{_shown(self.value)}"
+        return f"{self.prefix}{shown(self.value)}"
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut short: a message never echoes a whole (huge) input."""
-    text = repr(value)
+def shown(value: Any) -> str:
+    """``repr(value)``, cut short: a message never echoes a whole (huge) input. A value ``repr()`` fails on
+    (an integer beyond Python's int-to-str digit limit, a very deep list) is named by its type."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"<{'a huge int' if isinstance(value, int) else 'a ' + type(value).__name__ + ' too deep to show'}>"
     return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"
 
 
+def short_message(exc: BaseException) -> str:
+    """An exception's message, cut short (some quote the whole value, which may not even print)."""
+    try:
+        text = str(exc)
+    except (ValueError, RecursionError):
+        return f"{type(exc).__name__} (its message quotes the value, which is too large to print)"
+    return text if len(text) <= 150 else f"{text[:140]}..."
+
+
 def _messages(exc: ValidationError) -> str:
-    """Django's messages of ``exc``, each cut short (some quote the whole value)."""
-    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in exc.messages)
+    """Django's messages of ``exc``, each cut short (some quote the whole value, which may not even be
+    printable: an integer beyond the int-to-str limit)."""
+    try:
+        messages = exc.messages
+    except (ValueError, RecursionError):
+        return "the value is refused by the field (its message quotes the value, which is too large to print)."
+    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in messages)
 
 
 def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
@@ -216,15 +244,6 @@ def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: s
 
 def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: str | _Named) -> None:
     target = _value_field(field)
-    if isinstance(target, models.IntegerField) and isinstance(python, int):
-        # Portable ranges, not the current database's: SQLite takes 2**31 in an IntegerField that
-        # PostgreSQL refuses, and a value must not be valid in development only.
-        bounds = BaseDatabaseOperations.integer_field_ranges.get(target.get_internal_type())
-        if bounds is not None and not bounds[0] <= python <= bounds[1]:
-            raise InvalidUpdate(
-                f"{what} is out of range: a {target.get_internal_type()} column holds {bounds[0]} to "
-                f"{bounds[1]}; use a wider field (BigIntegerField) if the value is right."
-            )
     if isinstance(target, models.DateTimeField) and isinstance(python, datetime):
         # The rule of synced_at: Django would make a naive value aware in TIME_ZONE (ambiguous around a
         # clock change) with a warning; SQLite refuses an aware one without USE_TZ (a raw ValueError)
@@ -235,11 +254,36 @@ def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: s
             )
         if not settings.USE_TZ and timezone.is_aware(python):
             raise InvalidUpdate(f"{what} is aware while USE_TZ=False; pass a naive datetime (in TIME_ZONE).")
-    if isinstance(python, float | Decimal) and not _is_finite(python):
+
+
+#: Integers within this are floats for sure; beyond, float() is asked.
+_FLOAT_INTS = 2**1000
+
+
+def _check_number(field: models.Field[Any, Any], python: Any, what: Any) -> Any:
+    """An integer within its column's portable range; a float or decimal finite."""
+    if isinstance(python, int) and not isinstance(python, bool):
+        target = _value_field(field)
+        if isinstance(target, models.FloatField) and not -_FLOAT_INTS < python < _FLOAT_INTS:
+            try:
+                float(python)
+            except OverflowError:
+                raise InvalidUpdate(f"{what} is out of range: a float column holds at most about 1.8e308.") from None
+        if isinstance(target, models.IntegerField):
+            # Portable ranges, not the current database's: SQLite takes 2**31 in an IntegerField that
+            # PostgreSQL refuses, and a value must not be valid in development only.
+            bounds = BaseDatabaseOperations.integer_field_ranges.get(target.get_internal_type())
+            if bounds is not None and not bounds[0] <= python <= bounds[1]:
+                raise InvalidUpdate(
+                    f"{what} is out of range: a {target.get_internal_type()} column holds {bounds[0]} to "
+                    f"{bounds[1]}; use a wider field (BigIntegerField) if the value is right."
+                )
+    elif isinstance(python, float | Decimal) and not _is_finite(python):
         raise InvalidUpdate(
             f"{what} is not a finite number: NaN and infinity cannot be carried by the request log's JSON "
             "nor compared; pass a finite number (or None, for a nullable field)."
         )
+    return python
 
 
 def _is_date(value: Any) -> bool:
@@ -257,14 +301,9 @@ def _is_whole(value: float | Decimal) -> bool:
 
 
 def _has_nul(value: Any) -> bool:
-    """Whether ``value`` is, or (as JSON) contains, a string with a NUL character."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(item) for item in value)
-    return False
+    """Whether ``value`` is a string with a NUL character (one inside a JSON value or an array is found
+    after conversion, by :func:`storable`)."""
+    return isinstance(value, str) and "\x00" in value
 
 
 def clean_version(version: Any) -> int:
@@ -311,7 +350,7 @@ def clean_request_id(request_id: Any) -> uuid.UUID:
     try:
         return uuid.UUID(str(request_id))
     except ValueError:
-        raise InvalidUpdate(f"request_id must be a UUID, got {_shown(request_id)}.") from None
+        raise InvalidUpdate(f"request_id must be a UUID, got {shown(request_id)}.") from None
 
 
 def clean_pk(model: type[models.Model], pk: Any) -> Any:
@@ -331,10 +370,13 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     try:
         python = field.to_python(pk)
         _refuse_after_conversion(field, python, what)
+        python = storable(field, python, what)
+    except InvalidUpdate:
+        raise
     except ValidationError as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {_messages(exc)}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {shown(pk)}: {_messages(exc)}") from exc
     except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {_shown(pk)}: {exc}") from exc
+        raise InvalidUpdate(f"{label}: invalid primary key {shown(pk)}: {exc}") from exc
     if python is None:
         raise InvalidUpdate(f"{label}: a primary key is required.")
     return python
@@ -360,3 +402,430 @@ def object_id_of(model: type[models.Model], pk: Any) -> str:
             "it without request_id (update_if_newer()), or give the model a shorter primary key."
         )
     return object_id
+
+
+# -- what a column and the request log can hold ---------------------------------------------------------------
+
+#: The deepest nesting of a JSON value accepted (arrays and objects): a deeper value is refused, as the
+#: JSON decoders that read it back (Python's, bounded by its recursion limit) may not take it.
+MAX_JSON_DEPTH = 100
+#: A DurationField holds a bigint of microseconds on every database but PostgreSQL (portable, as ints).
+_DURATION_LIMIT = 2**63 - 1
+#: An escaped NUL in JSON text: ``\u0000`` after an even number of backslashes (an odd one is a literal ``\``).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+#: What storable() does for a field, by field: found once (:func:`_checker`).
+_Checker = Callable[[Any, Any, Any], Any]
+_checkers: dict[models.Field[Any, Any], _Checker] = {}
+#: Fields whose values the request log records as the field writes them out (``value_to_string()``).
+_text_form: dict[models.Field[Any, Any], bool] = {}
+
+
+def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> Any:
+    """Return ``value`` (a Python value of ``field``) as it is written, or raise InvalidUpdate naming
+    ``what`` if a column or the request log cannot hold it: the one place that says so for every field.
+
+    Refused: a string with a lone surrogate (no encoding can send it) or a NUL character (PostgreSQL
+    refuses it in text and in JSON), text longer than the column, a JSON value JSON cannot write
+    faithfully at any depth (NaN, infinity, an integer beyond Python's int-to-str digit limit, nesting
+    deeper than :data:`MAX_JSON_DEPTH`, a type its encoder does not know), an aware datetime outside
+    the years 1 to 9999 once in UTC, an aware time, a duration beyond a bigint of microseconds, bytes
+    of another type for a BinaryField, a file not saved yet, a custom field's value its
+    ``get_prep_value()`` refuses or that does not come back from the text the request log records.
+    None is returned as it is.
+    """
+    if value is None:
+        return None
+    checker = _checkers.get(field)
+    if checker is None:
+        checker = _checkers[field] = _checker(field)
+    return checker(field, value, what)
+
+
+def needs_text_form(field: models.Field[Any, Any]) -> bool:
+    """Whether the request log records ``field``'s values as the field writes them out
+    (``value_to_string()``, which its ``to_python()`` reads back): bytes, arrays and ranges of them,
+    values of a custom field; the others as JSON writes them (:class:`~safeupdates.models.ChangesEncoder`)."""
+    known = _text_form.get(field)
+    if known is None:
+        known = _text_form[field] = _find_text_form(field)
+    return known
+
+
+def recorded_changes(model: type[models.Model], cleaned: Mapping[str, Any]) -> dict[str, Any]:
+    """``cleaned`` (from :func:`clean_changes`) as the request log records it: a value the log's JSON
+    does not know as the field writes it out (:func:`needs_text_form`)."""
+    fields = model._meta
+    changes = dict(cleaned)
+    for name, value in cleaned.items():
+        if value is not None:
+            field: Any = fields.get_field(name)
+            if needs_text_form(field):
+                changes[name] = _written_out(field, value)
+    return changes
+
+
+def _written_out(field: models.Field[Any, Any], value: Any) -> Any:
+    return field.value_to_string(_Holder(field.attname, value))  # type: ignore[arg-type]
+
+
+class _Holder:
+    """What ``value_to_string(obj)`` reads a value from, for a value on no instance."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
+
+def _defined_by_django(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__module__.startswith("django.")
+    return True
+
+
+def _custom(field: models.Field[Any, Any]) -> bool:
+    """Whether ``field`` converts values its own way (a ``to_python`` or ``get_prep_value`` not Django's)."""
+    cls = type(field)
+    return not (_defined_by_django(cls, "to_python") and _defined_by_django(cls, "get_prep_value"))
+
+
+def _find_text_form(field: models.Field[Any, Any]) -> bool:
+    base = getattr(field, "base_field", None)
+    if _is_array(field):
+        return base is not None and needs_text_form(base)
+    return isinstance(field, models.BinaryField) or _is_range(field) or _custom(field)
+
+
+def _is_array(field: models.Field[Any, Any]) -> bool:
+    return type(field).__module__.startswith("django.contrib.postgres") and field.get_internal_type() == "ArrayField"
+
+
+def _is_range(field: models.Field[Any, Any]) -> bool:
+    return type(field).__module__.startswith("django.contrib.postgres") and hasattr(field, "range_type")
+
+
+def _checker(field: models.Field[Any, Any]) -> _Checker:
+    """The check of ``field``'s values, by its kind; a custom field's conversion is checked on top."""
+    target = _value_field(field)
+    check: _Checker
+    if isinstance(target, models.JSONField):
+        check = _check_json
+    elif _is_array(target):
+        check = _check_array
+    elif _is_range(target):
+        check = _check_range
+    elif isinstance(target, models.BinaryField):
+        check = _check_bytes
+    elif isinstance(target, models.FileField):
+        check = _check_file
+    elif isinstance(target, models.DateTimeField):
+        check = _check_datetime
+    elif isinstance(target, models.TimeField):
+        check = _check_time
+    elif isinstance(target, models.DurationField):
+        check = _check_duration
+    elif isinstance(target, _NUMBER_FIELDS):
+        check = _check_number
+    else:
+        check = _check_text
+    if _custom(target):
+        plain = check
+
+        def check(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+            return _check_custom(field, plain(field, value, what), what)
+
+    return check
+
+
+def _check_text(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """A string: no lone surrogate, no NUL, no longer than the column. Values of other types pass."""
+    if isinstance(value, str):
+        if not value.isascii():
+            _refuse_surrogates(value, what)
+        if "\x00" in value:
+            raise InvalidUpdate(
+                f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in text; remove it."
+            )
+        limit = _unchecked_lengths.get(field, -1)
+        if limit == -1:
+            limit = _unchecked_lengths[field] = _unchecked_length(field)
+        if limit is not None and len(value) > limit:
+            _refuse_length(value, limit, what)
+    return value
+
+
+#: The max_length of a field that no validator of its own checks (a FileField's), by field.
+_unchecked_lengths: dict[models.Field[Any, Any], int | None] = {}
+
+
+def _unchecked_length(field: models.Field[Any, Any]) -> int | None:
+    target = _value_field(field)
+    if not isinstance(target, models.CharField | models.FileField | models.FilePathField):
+        return None  # max_length of another kind (a UUIDField's 32) is no length of its text
+    if target.max_length is None or any(isinstance(v, MaxLengthValidator) for v in target.validators):
+        return None
+    return int(target.max_length)
+
+
+def _refuse_length(value: str, limit: int, what: Any) -> None:
+    raise InvalidUpdate(f"{what} has {len(value)} characters, and the column holds at most {limit}.")
+
+
+def _refuse_surrogates(text: str, what: Any) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidUpdate(
+            f"{what} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding can store; "
+            "a client's JSON made it of an unpaired \\u escape: refuse or repair it there."
+        ) from None
+
+
+def _check_json(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """A JSON value, encoded once as the column encodes it: at any depth, no NaN or infinity, no integer
+    beyond the int-to-str limit, no lone surrogate, no NUL, no nesting deeper than :data:`MAX_JSON_DEPTH`."""
+    target = _value_field(field)
+    return check_json(value, what, encoder=getattr(target, "encoder", None), invalid=target.error_messages["invalid"])
+
+
+def check_json(
+    value: Any, what: Any, *, encoder: type[json.JSONEncoder] | None = None, invalid: Any = "Value must be valid JSON."
+) -> Any:
+    """Return ``value`` if a ``jsonb`` column can hold it and JSON reads it back (see :func:`storable`),
+    else raise InvalidUpdate naming ``what``; ``invalid`` is the message of a type ``encoder`` does not know."""
+    try:
+        text = json.dumps(value, cls=encoder, allow_nan=False, ensure_ascii=False)
+    except RecursionError:
+        raise InvalidUpdate(
+            f"{what} is nested too deeply: at most {MAX_JSON_DEPTH} levels of arrays and objects."
+        ) from None
+    except ValueError as exc:
+        if "Out of range float" in str(exc):
+            raise InvalidUpdate(
+                f"{what} holds NaN or infinity, which JSON cannot write; pass finite numbers (or null)."
+            ) from None
+        raise InvalidUpdate(f"{what} cannot be written as JSON: {short_message(exc)}") from None
+    except TypeError:
+        raise InvalidUpdate(f"{what} is invalid: {invalid}") from None
+    if not text.isascii():
+        _refuse_surrogates(text, what)
+    if "\\u0000" in text and _ESCAPED_NUL.search(text):
+        raise InvalidUpdate(
+            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in JSON; remove it."
+        )
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise InvalidUpdate(f"{what} is nested too deeply: at most {MAX_JSON_DEPTH} levels of arrays and objects.")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth of a JSON value (what ``json.dumps`` takes: dicts, lists and tuples), level by
+    level, without recursion; counted up to just past :data:`MAX_JSON_DEPTH`."""
+    depth, level = 0, [value] if isinstance(value, dict | list | tuple) else []
+    while level and depth <= MAX_JSON_DEPTH:
+        depth += 1
+        below: list[Any] = []
+        for item in level:
+            below.extend(c for c in (item.values() if isinstance(item, dict) else item) if isinstance(c, _NESTS))
+        level = below
+    return depth
+
+
+_NESTS = (dict, list, tuple)
+
+
+def _check_bytes(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InvalidUpdate(f"{what} is a {type(value).__name__}; a BinaryField takes bytes (or base64 text).")
+    return value
+
+
+def _check_file(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """A file field holds a name in its storage: a name, or a file already saved there (its name)."""
+    if isinstance(value, FieldFile):
+        if not getattr(value, "_committed", True):
+            raise InvalidUpdate(f"{what} is a file not saved to its storage yet; save it first, then pass its name.")
+        value = value.name or ""
+    if not isinstance(value, str):
+        raise InvalidUpdate(
+            f"{what} is a {type(value).__name__}; an update writes a file field's name: save the file to its "
+            "storage first and pass the name it was saved under."
+        )
+    return _check_text(field, value, what)
+
+
+def _check_datetime(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise InvalidUpdate(f"{what} lies outside the years 1 to 9999 once in UTC.") from None
+    return value
+
+
+def _check_time(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    if isinstance(value, time) and value.utcoffset() is not None:
+        raise InvalidUpdate(f"{what} is an aware time; a time column holds no time zone: pass a naive time.")
+    return value
+
+
+def _check_duration(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    if isinstance(value, timedelta) and abs(value // timedelta(microseconds=1)) > _DURATION_LIMIT:
+        raise InvalidUpdate(f"{what} is too long: a duration column holds at most {_DURATION_LIMIT} microseconds.")
+    return value
+
+
+def _check_array(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """Each item of an array converted and checked by the array's base field, and the array rectangular
+    (PostgreSQL refuses a multidimensional array whose sub-arrays differ in length)."""
+    if not isinstance(value, list | tuple):
+        raise InvalidUpdate(f"{what} is a {type(value).__name__}; an array field takes a list.")
+    base: Any = _value_field(field).base_field  # type: ignore[attr-defined]
+    items: list[Any] = []
+    for item in value:
+        if item is None:
+            items.append(None)
+            continue
+        _refuse_before_conversion(base, item, what)
+        python = base.to_python(item)
+        _refuse_after_conversion(base, python, what)
+        items.append(storable(base, python, what))
+    nested = [item for item in items if isinstance(item, list)]
+    if nested and (len(nested) != len(items) or len({_shape(item) for item in nested}) != 1):
+        raise InvalidUpdate(f"{what} is not rectangular: the arrays of a multidimensional array have one length.")
+    return items
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        value = value[0] if value else None
+    return tuple(shape)
+
+
+def _check_range(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """A range's bounds converted and checked by its base field, the lower not above the upper."""
+    target: Any = _value_field(field)
+    range_type = target.range_type
+    if not isinstance(value, range_type):
+        raise InvalidUpdate(f"{what} is a {type(value).__name__}; the field takes a {range_type.__name__}.")
+    if value.isempty:
+        return value
+    base = target.base_field
+    lower, upper = (None if end is None else base.to_python(end) for end in (value.lower, value.upper))
+    for end in (lower, upper):
+        if end is not None:
+            _refuse_before_conversion(base, end, what)
+            _refuse_after_conversion(base, end, what)
+            storable(base, end, what)
+    if lower is not None and upper is not None and lower > upper:
+        raise InvalidUpdate(f"{what} has its lower bound above its upper bound.")
+    return range_type(lower, upper, value._bounds)
+
+
+def _check_custom(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """A custom field's value: its ``get_prep_value()`` takes it (and gives storable text, if text), and
+    the text the request log records of it reads back as the same value."""
+    try:
+        prepared = field.get_prep_value(value)
+        _check_text(field, prepared, what) if isinstance(prepared, str) else None
+        if needs_text_form(field):
+            back = field.to_python(_written_out(field, value))
+            if field.get_prep_value(back) != prepared:
+                raise InvalidUpdate(
+                    f"{what} does not read back as itself from the text its field writes out "
+                    "(value_to_string(), then to_python()), so the request log cannot record it."
+                )
+    except InvalidUpdate:
+        raise
+    except ValidationError as exc:
+        raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+    except (TypeError, ValueError, AttributeError, OverflowError, ArithmeticError, RecursionError) as exc:
+        raise InvalidUpdate(f"{what} is refused by its field: {short_message(exc)}") from exc
+    return value
+
+
+#: Fields whose values Django's save() passes on unconverted, by internal type: what they take.
+_PASSED_ON_UNCONVERTED: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "DurationField": (timedelta, "a timedelta"),
+    "BinaryField": ((bytes, bytearray, memoryview), "bytes"),
+}
+#: The fields a save() may write, by model: checked by :func:`check_saved`.
+_saved_fields: dict[type[models.Model], tuple[models.Field[Any, Any], ...]] = {}
+
+
+def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
+    """Refuse, before a ``save()`` runs a statement, a value of ``instance`` that no column can hold
+    (:func:`storable`) among the fields it writes (``names``; None: all), or that its field cannot
+    convert (``to_python()``, as Django's conversion on the way would fail, or pass it on unconverted:
+    a text for a duration). The value written stays the one given; expressions are left to Django, and
+    a file is checked by its name.
+
+    Returns True if the save may still fail on its input: None for a NOT NULL column, which a
+    ``pre_save`` receiver may fill in (so it is not refused here); the save then runs in a savepoint."""
+    model = type(instance)
+    fields = _saved_fields.get(model)
+    if fields is None:
+        fields = _saved_fields[model] = tuple(
+            f
+            for f in model._meta.concrete_fields
+            if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
+        )
+    wanted = None if names is None else frozenset(names)
+    values = instance.__dict__
+    unsure = False
+    for field in fields:
+        if wanted is not None and field.name not in wanted:
+            continue
+        value = values.get(field.attname)
+        if value is None:
+            # A pre_save receiver may still fill it in; if none does, the database refuses it.
+            unsure = unsure or (not field.null and field in _given_as_is(model))
+            continue
+        if hasattr(value, "resolve_expression"):
+            continue
+        if isinstance(field, models.FileField):
+            file = getattr(instance, field.attname)
+            if isinstance(file, FieldFile):
+                value = file.name  # save() stores the file first, then its name
+                if value is None:
+                    continue
+        what = _Named(f"{model._meta.label}.{field.name}=", value)
+        unconverted = _PASSED_ON_UNCONVERTED.get(field.get_internal_type())
+        if unconverted is not None and not isinstance(value, unconverted[0]):
+            # Django's save passes it on as it is: PostgreSQL parses an interval its own way (SQLite
+            # fails), psycopg refuses a text for bytea.
+            raise InvalidUpdate(f"{what} is a {type(value).__name__}; save() writes {unconverted[1]} only.")
+        try:
+            python = field.to_python(value)
+        except ValidationError as exc:
+            raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+        except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
+            raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+        if python is None:
+            continue
+        storable(field, python, what)
+        if isinstance(field, models.DecimalField) and isinstance(python, Decimal):
+            try:  # Django's save would fail on it in format_number(), with a bare InvalidOperation
+                DecimalValidator(field.max_digits, field.decimal_places)(python)
+            except ValidationError as exc:
+                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+        # Django's own save runs no validator: a CharField's max_length is checked here (PostgreSQL refuses).
+        limit = field.max_length if isinstance(field, models.CharField) else None
+        if limit is not None and isinstance(python, str) and len(python) > limit:
+            _refuse_length(python, limit, what)
+    return unsure
+
+
+#: The fields whose value save() writes as the instance holds it (no pre_save() of their own), by model.
+_as_is: dict[type[models.Model], frozenset[models.Field[Any, Any]]] = {}
+
+
+def _given_as_is(model: type[models.Model]) -> frozenset[models.Field[Any, Any]]:
+    fields = _as_is.get(model)
+    if fields is None:
+        fields = _as_is[model] = frozenset(
+            f for f in _saved_fields[model] if type(f).pre_save is models.Field.pre_save and not f.is_relation
+        )
+    return fields

@@ -416,3 +416,61 @@ class TaggedMemo(Memo):
     objects: ClassVar[ArchivedHidden] = ArchivedHidden()
 
     safe_update_fields: ClassVar[tuple[str, ...]] = ("text", "pinned", "tag")
+
+
+class Everything(SafeUpdateModel):
+    """A field of every kind Django ships (but PostgreSQL's own), each writable by queued jobs: the
+    hostile values' property test (tests/test_hostile_values.py) drives every entry point with it."""
+
+    flag = models.BooleanField(default=False)
+    small = models.SmallIntegerField(default=0)
+    count = models.IntegerField(default=0)
+    big = models.BigIntegerField(default=0)
+    positive = models.PositiveIntegerField(default=0)
+    ratio = models.FloatField(default=0.0)
+    amount = models.DecimalField(max_digits=8, decimal_places=3, default=0)
+    name = models.CharField(max_length=30, default="", blank=True)
+    text = models.TextField(default="", blank=True)
+    slug = models.SlugField(max_length=20, default="", blank=True)
+    email = models.EmailField(default="", blank=True)
+    url = models.URLField(default="", blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    day = models.DateField(null=True, blank=True)
+    at = models.TimeField(null=True, blank=True)
+    happened_at = models.DateTimeField(null=True, blank=True)
+    took = models.DurationField(null=True, blank=True)
+    token = models.UUIDField(null=True, blank=True)
+    data = models.JSONField(null=True, blank=True)
+    blob = models.BinaryField(null=True, blank=True, editable=True)
+    file = models.FileField(upload_to="everything/", max_length=50, default="", blank=True)
+    spot = PointField(default="0,0")
+    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = (
+        "flag",
+        "small",
+        "count",
+        "big",
+        "positive",
+        "ratio",
+        "amount",
+        "name",
+        "text",
+        "slug",
+        "email",
+        "url",
+        "address",
+        "day",
+        "at",
+        "happened_at",
+        "took",
+        "token",
+        "data",
+        "blob",
+        "file",
+        "spot",
+        "document",
+    )
+
+    def __str__(self) -> str:
+        return f"everything {self.pk}"

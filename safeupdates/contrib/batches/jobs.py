@@ -30,9 +30,10 @@ from safeupdates.contrib.batches.models import Batch, BatchItem, BatchStatus
 from safeupdates.database import clock
 from safeupdates.database.errors import is_lock_unavailable
 from safeupdates.delivery.rq import dotted_path, get_queue, job_kwargs, resolve, unreachable_redis
-from safeupdates.exceptions import InvalidControl
+from safeupdates.exceptions import InvalidControl, InvalidUpdate
 from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.write.validation import check_json
 
 __all__ = ["deliver_item", "deliver_reduce", "fan_out", "relay_batches", "run_batch_item", "run_batch_reduce"]
 
@@ -69,9 +70,11 @@ def fan_out(
         raise InvalidControl(f"retries must be a whole number >= 0, got {retries!r}.")
     values = list(items)
     try:
-        encoded = [json.loads(json.dumps(value)) for value in values]
-    except (TypeError, ValueError) as exc:
-        raise InvalidControl(f"items must be JSON-serialisable: {exc}") from exc
+        # What the request log's jsonb can hold and JSON reads back (no NaN, no lone surrogate, no NUL, no
+        # huge integer or deep nesting), decided before anything is written.
+        encoded = [json.loads(json.dumps(check_json(value, f"item {index}"))) for index, value in enumerate(values)]
+    except InvalidUpdate as exc:
+        raise InvalidControl(f"items must be JSON-serialisable: {exc}") from None
     using = using or router.db_for_write(Batch)
     with transaction.atomic(using=using):
         batch = Batch.objects.using(using).create(
