@@ -59,9 +59,8 @@ from rq.results import Result  # noqa: E402
 from benchmarks.jobs import GATE_LOCK, gate, naive_toggle, task_gate  # noqa: E402
 from benchmarks.saveapp.models import ConcurrencyRow, LockVersionRow, PlainRow  # noqa: E402
 from demo_project.processes import TaskWorkers  # noqa: E402
-from safeupdates import conf  # noqa: E402
+from safeupdates import conf, delivery  # noqa: E402
 from safeupdates.database import statements  # noqa: E402
-from safeupdates.delivery import rq as queues  # noqa: E402
 from safeupdates.exceptions import StaleObjectError  # noqa: E402
 from safeupdates.jobs import enqueue_update  # noqa: E402
 from safeupdates.lifecycle import _RECORDED as RECORDED  # noqa: E402
@@ -1180,12 +1179,12 @@ def captured() -> Iterator[list[str]]:
 @contextmanager
 def no_delivery() -> Iterator[None]:
     """``enqueue_update()`` without its job: the on-commit delivery does nothing (section 3 has Redis)."""
-    saved = queues.deliver_or_leave_for_relay
-    queues.deliver_or_leave_for_relay = lambda *args, **kwargs: None  # type: ignore[assignment]
+    saved = delivery.deliver_or_leave_for_relay
+    delivery.deliver_or_leave_for_relay = lambda *args, **kwargs: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        queues.deliver_or_leave_for_relay = saved
+        delivery.deliver_or_leave_for_relay = saved
 
 
 def hand_cursor() -> Any:
