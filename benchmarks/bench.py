@@ -1453,6 +1453,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             commit_share(report)
         if "2" in sections:
             bench_drain(report, queue, args.drain_rounds, args.toggles // scale, args.records, args.workers)
+    except BaseException:
+        report.print()  # what the sections before the error measured, before the traceback
+        raise
     finally:
         empty_queue(queue)
     ok = report.print()
