@@ -47,6 +47,7 @@ from safeupdates.write.validation import recorded_changes
 
 if TYPE_CHECKING:
     from django.contrib.contenttypes.models import ContentType
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
     from safeupdates.models import ProcessedRequest
 
@@ -109,12 +110,16 @@ _RECORDED = {
 }
 
 
+#: The other way round: the outcome of a write recorded with a status, by the status's value.
+_OUTCOME_OF_STATUS: Mapping[str, Outcome] = {status.value: outcome for outcome, status in STATUS_OF_OUTCOME.items()}
+
+
 def outcome_of_status(status: str) -> Outcome:
     """The :class:`Outcome` of a write recorded with ``status`` (``applied``, ``stale`` or ``rejected``)."""
-    for outcome, recorded in STATUS_OF_OUTCOME.items():
-        if recorded == status:
-            return outcome
-    raise ValueError(f"no write outcome is recorded as {status!r}")
+    try:
+        return _OUTCOME_OF_STATUS[status]
+    except KeyError:
+        raise ValueError(f"no write outcome is recorded as {status!r}") from None
 
 
 class Recorded(NamedTuple):
@@ -378,16 +383,25 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         return counts
 
     def apply_recorded(
-        self, model: type[models.Model], pk: Any, cleaned: dict[str, Any], *, version: int, request_id: uuid.UUID
+        self,
+        model: type[models.Model],
+        pk: Any,
+        cleaned: dict[str, Any],
+        *,
+        version: int,
+        request_id: uuid.UUID,
+        connection: BaseDatabaseWrapper | None = None,
     ) -> Outcome | None:
         """Write ``cleaned`` to row ``pk`` and record update request ``request_id`` in one prepared
-        statement, one round trip (PostgreSQL, a model whose fields live in one table).
+        statement, one round trip (PostgreSQL, a model whose fields live in one table). ``connection``:
+        that of this queryset's database, if the caller holds it already.
 
         Returns the write's outcome, or None if the request id is known (or was claimed by a concurrent
         call: the statement then failed on the unique request id and wrote nothing; the caller takes
         the path of :meth:`reserve`).
         """
-        connection = connections[self.db]
+        if connection is None:
+            connection = connections[self.db]
         fields = tuple(sorted(cleaned))
         statement = statements.guarded_update(model, fields, connection)
         assert statement.recorded_sql is not None
@@ -419,6 +433,10 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         if status is None:
             return None
         outcome = outcome_of_status(status)
+        if not _status_heard(status):
+            # No log line would be written, no receiver would run: which fields were written, and
+            # which were held, would be computed for nothing.
+            return outcome
         stored = None if versions is None else statement.load_versions(versions)
         # A field was written by this request iff it now carries exactly its version: versions are unique.
         written = tuple(name for name in fields if stored is not None and stored.get(name) == version)
@@ -641,6 +659,14 @@ def _heard(updates: Sequence[Result], duplicate: bool) -> bool:
         if logger.isEnabledFor(logging.WARNING if outcome in _WARNED else logging.INFO):
             return True
     return False
+
+
+def _status_heard(status: str) -> bool:
+    """:func:`_heard` of one update request recorded with ``status``: its signal has a receiver (of any
+    sender), or its log line is enabled."""
+    if signals.OUTCOME_SIGNALS[status].receivers:
+        return True
+    return logger.isEnabledFor(logging.WARNING if status in _WARNED else logging.INFO)
 
 
 def listened(model: type[models.Model]) -> bool:

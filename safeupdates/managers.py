@@ -131,19 +131,20 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         connection = connections[using]
         if version is not None:
             ensure_issued(version, using)
-        log = None if request_id is None else RequestLogQuerySet(request_log(), using=using)
         if (
-            log is not None
-            and request_id is not None
+            request_id is not None
             and version is not None
             and connection.vendor == "postgresql"
             and not spans_tables(self.model)
         ):
-            outcome = log.apply_recorded(self.model, pk, cleaned, version=version, request_id=request_id)
+            outcome = _recording_log(using).apply_recorded(
+                self.model, pk, cleaned, version=version, request_id=request_id, connection=connection
+            )
             if outcome is not None:
                 return UpdateResult(outcome is Outcome.APPLIED, outcome, version)
             # The request id is known: a duplicate, or a pending request from enqueue_update; or a
             # concurrent call claimed it first. The claiming path below tells which.
+        log = None if request_id is None else RequestLogQuerySet(request_log(), using=using)
 
         # In autocommit, one guarded statement is atomic by itself (PostgreSQL, one table, version
         # given, nothing to record): no transaction around it, which would cost two more round trips.
@@ -227,6 +228,19 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                         ) from exc
                     raise
             yield instance
+
+
+#: The request log's queryset on each database, for :meth:`RequestLogQuerySet.apply_recorded`, which
+#: neither evaluates nor changes it: made once per request log model and database, not once per call.
+_recording_logs: dict[tuple[type[models.Model], str], RequestLogQuerySet] = {}
+
+
+def _recording_log(using: str) -> RequestLogQuerySet:
+    model = request_log()
+    log = _recording_logs.get((model, using))
+    if log is None:
+        log = _recording_logs[model, using] = RequestLogQuerySet(model, using=using)
+    return log
 
 
 class SafeUpdateQuerySet(SafeUpdateQuerySetMixin[_M], models.QuerySet[_M]):

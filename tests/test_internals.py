@@ -109,3 +109,20 @@ def test_fields_with_a_placeholder_of_their_own_take_the_compilers_path():
     assert bound_values(connection, [(models.IntegerField(), None, F("x"))]) is None
     plain = bound_values(connection, [(models.BinaryField(), None, b"ab"), (models.IntegerField(), None, "7")])
     assert plain is not None and len(plain) == 2 and plain[1] == 7  # prepared: "7" is the int 7
+
+
+def test_the_request_log_model_is_looked_up_once_and_again_after_installed_apps_change() -> None:
+    from django.apps import apps
+    from django.test import override_settings
+
+    from safeupdates.database import registry
+    from safeupdates.models import ProcessedRequest
+
+    assert registry.request_log() is ProcessedRequest
+    assert registry._request_log == [ProcessedRequest]  # kept: the write path asks on every call
+    installed = [app.name for app in apps.get_app_configs()]
+    with override_settings(INSTALLED_APPS=installed):
+        assert registry._request_log == []  # the app registry was rebuilt: looked up again
+        assert registry.request_log() is apps.get_model("safeupdates", "ProcessedRequest")
+    assert registry._request_log == []
+    assert registry.request_log() is ProcessedRequest

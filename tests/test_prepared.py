@@ -3,6 +3,7 @@ one INSERT."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import random
 import threading
@@ -11,10 +12,20 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.core.exceptions import SynchronousOnlyOperation
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    connection,
+    connections,
+    transaction,
+)
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
-from safeupdates.database.cursors import _cursors, statement_cursor
+from safeupdates.database.cursors import _cursors, fetch_one, statement_cursor
+from safeupdates.database.internals import prepared_cursor_class
 from safeupdates.database.statements import SAVE_VERSION_CTE
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.jobs import enqueue_update
@@ -208,3 +219,68 @@ def test_a_recorded_write_in_autocommit_is_one_statement_without_a_transaction(p
     assert [query["sql"].split()[0] for query in queries.captured_queries] == ["WITH"]
     profile.refresh_from_db()
     assert profile.active is False and profile.lock_version > version
+
+
+def test_a_prepared_statement_runs_on_the_bare_cursor_while_nothing_would_see_the_wrapper(
+    postgres_only: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an execute_wrapper() and without query logging, no Django cursor wrapper is made for a
+    prepared statement; with either, the statement goes through one (and is seen)."""
+    profile = Profile.objects.create(name="p")
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+    wrapped: list[Any] = []
+    make_cursor = connection.make_cursor
+
+    def wrap(cursor: Any) -> Any:
+        if isinstance(cursor, prepared_cursor_class()):  # not the ORM's own cursors
+            wrapped.append(cursor)
+        return make_cursor(cursor)
+
+    monkeypatch.setattr(connection, "make_cursor", wrap)
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=False)
+    profile.refresh_from_db()
+    profile.name = "saved"
+    profile.save()
+    assert wrapped == []
+    seen: list[str] = []
+
+    def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    rid = uuid.uuid4()
+    with connection.execute_wrapper(watch):
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True)
+    assert len(wrapped) == 1 and any("WITH upd AS" in sql for sql in seen)
+    assert ProcessedRequest.objects.get(request_id=rid).status == "applied"
+
+
+def test_a_prepared_statement_on_the_bare_cursor_keeps_django_s_checks_and_errors(postgres_only: None) -> None:
+    """What Django's cursor does around a statement, the bare cursor's path does too: database errors come
+    as Django's, a broken transaction refuses further statements, another thread's connection is refused."""
+    with pytest.raises(DataError), transaction.atomic():  # a savepoint: the test's transaction goes on
+        fetch_one(connection, "SELECT 1 / %s", [0], prepared=True)
+    with transaction.atomic():
+        transaction.set_rollback(True)  # as an error caught inside the block leaves it
+        with pytest.raises(TransactionManagementError):
+            fetch_one(connection, "SELECT 1", prepared=True)
+    assert fetch_one(connection, "SELECT 2", prepared=True) == (2,)
+    refused: list[BaseException] = []
+    ours = connections["default"]  # this thread's connection object (`connection` is a proxy to the caller's)
+
+    def other_thread() -> None:
+        try:
+            fetch_one(ours, "SELECT 1", prepared=True)
+        except DatabaseError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert refused and "thread" in str(refused[0])
+
+    async def in_an_event_loop() -> Any:
+        return fetch_one(connection, "SELECT 1", prepared=True)
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(in_an_event_loop())

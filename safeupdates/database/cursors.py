@@ -7,6 +7,7 @@ statement runs, prepared or not, and to time, log or trace it. The ORM's own que
 
 from __future__ import annotations
 
+import _thread
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -26,6 +27,13 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 def fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> Any:
     """Run ``sql`` on ``connection``; its first row, or None. ``prepared``: as a server-side prepared
     statement where it can (:func:`statement_cursor`), for the statements of the write path."""
+    if prepared:
+        cursor = _direct_cursor(connection)
+        if cursor is not None:
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors:
+                cursor.execute(sql, params)
+                return cursor.fetchone()
     with statement_cursor(connection) if prepared else connection.cursor() as cursor:
         cursor.execute(sql, params)
         with cursor.db.wrap_database_errors:
@@ -43,6 +51,13 @@ def fetch_all(connection: BaseDatabaseWrapper, sql: str, params: Params = None) 
 
 def execute(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> int:
     """Run ``sql`` on ``connection``; the number of rows it changed."""
+    if prepared:
+        cursor = _direct_cursor(connection)
+        if cursor is not None:
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors:
+                cursor.execute(sql, params)
+                return int(cursor.rowcount)
     with statement_cursor(connection) if prepared else connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
@@ -59,6 +74,9 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> AbstractContextManager[
     sees every statement. ``SAFEUPDATES_PREPARED_STATEMENTS = False`` turns this off, for poolers
     without prepared statement support (in transaction mode, PgBouncer before 1.22 or without
     ``max_prepared_statements``; system check W004).
+
+    :func:`fetch_one` and :func:`execute` skip Django's wrapper around this cursor while nothing would
+    see it (:func:`_direct_cursor`).
     """
     cursor_class = prepared_cursor_class() if connection.vendor == "postgresql" else None
     # While queries are logged (DEBUG, assertNumQueries), Django's own cursor: the log then shows
@@ -70,6 +88,31 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> AbstractContextManager[
     connection.ensure_connection()
     connection.validate_thread_sharing()
     return _Kept(connection.make_cursor(_prepared_cursor(connection.alias, connection.connection, cursor_class)))
+
+
+def _direct_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """This thread's kept psycopg cursor on ``connection``, to run a prepared statement on without Django's
+    cursor wrapper (what that does per statement the caller does: the broken-transaction check and the
+    translation of errors); None where the statement goes through the wrapper: not PostgreSQL with
+    psycopg 3, prepared statements off, or something that Django's wrapper would tell about the
+    statement (an ``execute_wrapper()`` installed, or queries logged: DEBUG, ``assertNumQueries``,
+    ``CaptureQueriesContext``).
+
+    The checks of ``connection.cursor()`` still run first: health check, (re)connect, async and thread
+    checks. A cursor is kept per raw connection: after a close or a reconnect, a new one."""
+    cursor_class = prepared_cursor_class() if connection.vendor == "postgresql" else None
+    if (
+        cursor_class is None
+        or connection.execute_wrappers
+        or connection.queries_logged
+        or not conf.prepared_statements()
+    ):
+        return None
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()  # also refuses to run in an event loop, as connection.cursor() does
+    if connection._thread_ident != _thread.get_ident():  # type: ignore[attr-defined]
+        connection.validate_thread_sharing()  # a shared connection is allowed; else it raises
+    return _prepared_cursor(connection.alias, connection.connection, cursor_class)
 
 
 class _Kept:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from django.apps import apps
+from django.core.signals import setting_changed
 from django.db import models
+from django.dispatch import receiver
 
 if TYPE_CHECKING:
     from django.contrib.contenttypes.models import ContentType
@@ -50,9 +52,17 @@ def versions_model(model: type[models.Model]) -> type[models.Model]:
     return cast("type[models.Model]", concrete_field(model, "lock_version").model._meta.concrete_model)
 
 
+#: :func:`spans_tables` of each model asked about: a model's inheritance does not change.
+_spans_tables: dict[type[models.Model], bool] = {}
+
+
 def spans_tables(model: type[models.Model]) -> bool:
     """True for a child of multi-table inheritance: its fields live in more than one table."""
-    return model._meta.concrete_model is not versions_model(model)
+    try:
+        return _spans_tables[model]
+    except KeyError:
+        spans = _spans_tables[model] = model._meta.concrete_model is not versions_model(model)
+        return spans
 
 
 def holds_versions(model: type[models.Model]) -> bool:
@@ -61,9 +71,25 @@ def holds_versions(model: type[models.Model]) -> bool:
     return bool(getattr(model, "_safeupdates_versioned", False))
 
 
+#: The request log model once looked up: the write path asks for it on every call, and the app
+#: registry's look-up is a few frames deep. Forgotten when ``INSTALLED_APPS`` changes (:func:`_forget`).
+_request_log: list[type[ProcessedRequest]] = []
+
+
 def request_log() -> type[ProcessedRequest]:
-    """The request log model, :class:`safeupdates.models.ProcessedRequest`."""
-    return cast("type[ProcessedRequest]", apps.get_model("safeupdates", "ProcessedRequest"))  # type: ignore[redundant-cast]
+    """The request log model, :class:`safeupdates.models.ProcessedRequest` (looked up once per process)."""
+    if _request_log:
+        return _request_log[0]
+    model = cast("type[ProcessedRequest]", apps.get_model("safeupdates", "ProcessedRequest"))  # type: ignore[redundant-cast]
+    _request_log.append(model)
+    return model
+
+
+@receiver(setting_changed)
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    """An ``override_settings(INSTALLED_APPS=...)`` (or its end) rebuilds the app registry: look again."""
+    if setting == "INSTALLED_APPS":
+        _request_log.clear()
 
 
 def version_counter() -> type[VersionCounter]:

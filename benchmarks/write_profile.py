@@ -1,0 +1,249 @@
+#!/usr/bin/env python
+"""The Python around ``update_if_newer(pk, version=, request_id=, active=)``'s statement: what it costs, where.
+
+    .venv/bin/python benchmarks/write_profile.py [--calls 2000] [--repeats 5] [--baseline REF] [--profile]
+
+Three figures per call, in microseconds, each the median of ``--repeats`` runs of ``--calls`` calls with
+fresh request ids, in autocommit, on the benchmark's database (``BENCH_DATABASE_URL``, as ``bench.py``):
+
+- ``call``: the whole call, statement included (real PostgreSQL);
+- ``python``: the same calls with psycopg's ``execute`` and ``fetchone`` replaced by stand-ins that return
+  the row the statement returned for real: what the library costs around the statement, nothing else
+  (CPU time of the thread, which other processes on a busy machine disturb less than the wall clock);
+- ``hand``: the statement alone, through a bare prepared psycopg cursor (bench.py's ``recorded_by_hand``).
+
+``--baseline REF`` runs the same measurement on ``safeupdates/`` as committed at ``REF`` (a git export in a
+temporary directory) in a second process, taking turns with this tree's, and prints both side by side.
+``--profile``: the cProfile of ``--calls`` calls without their round trips (as ``python``), of this tree
+and of the baseline if given, by own time.
+A measuring tool, not a test: no figure here is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    sys.path.append(str(ROOT))  # after a baseline's safeupdates/ (PYTHONPATH)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    if "bench" not in connection.settings_dict["NAME"]:
+        sys.exit("BENCH_DATABASE_URL must name a database whose name contains 'bench'.")
+    with connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [connection.settings_dict["NAME"]])
+        if cursor.fetchone() is None:
+            cursor.execute(f"CREATE DATABASE {connection.ops.quote_name(connection.settings_dict['NAME'])}")
+    call_command("migrate", verbosity=0, interactive=False, run_syncdb=True)
+
+
+def _measure(calls: int, what: str) -> float:
+    """Microseconds per call of ``what`` (``call``, ``python`` or ``hand``) over ``calls`` fresh requests."""
+
+    from benchmarks.bench import make_profiles, recorded_by_hand, versions
+    from tests.testapp.models import Profile
+
+    pks = _measure.__dict__.setdefault("pks", make_profiles(200))  # type: ignore[attr-defined]
+    work = [(pks[i % len(pks)], i % 2 == 0, v, uuid.uuid4()) for i, v in enumerate(versions(calls))]
+    if what == "hand":
+        return recorded_by_hand(work) / calls * 1e6
+    update = Profile.objects.update_if_newer
+    if what == "call":
+        start = time.perf_counter()
+        for pk, value, version, request_id in work:
+            update(pk, version=version, request_id=request_id, active=value)
+        return (time.perf_counter() - start) / calls * 1e6
+    with _without_round_trips(work[0]):
+        # CPU time of this thread: nothing here waits, and on a busy machine the wall clock also counts
+        # the time other processes held the CPU.
+        start = time.thread_time()
+        for pk, value, version, request_id in work:
+            update(pk, version=version, request_id=request_id, active=value)
+        return (time.thread_time() - start) / calls * 1e6
+
+
+@contextmanager
+def _without_round_trips(sample: tuple[int, bool, int, uuid.UUID]) -> Iterator[None]:
+    """psycopg's ``execute`` does nothing and ``fetchone`` returns the row that the statement of ``sample``
+    (a ``(pk, value, version, request_id)``; a fresh request id is used) returned for real, once, with the
+    version of ``active`` each call sends (its write applied)."""
+    import psycopg
+    from django.db import connection
+
+    from tests.testapp.models import Profile
+
+    row: list[Any] = []
+    real_execute, real_fetchone = psycopg.Cursor.execute, psycopg.Cursor.fetchone
+
+    def keep(self: Any) -> Any:
+        got = real_fetchone(self)
+        row.append(got)
+        return got
+
+    psycopg.Cursor.fetchone = keep  # type: ignore[method-assign]
+    try:
+        pk, value, version, _request_id = sample
+        Profile.objects.update_if_newer(pk, version=version, request_id=uuid.uuid4(), active=value)
+    finally:
+        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
+    canned = row[-1]
+    # The row's field_versions as PostgreSQL sends them (text: Django loads no JSON in psycopg).
+    assert canned[0] == "applied" and list(json.loads(canned[1])) == ["active"], canned
+    connection.ensure_connection()
+    status = canned[0]
+    sent: list[Any] = [None]
+
+    def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent[0] = params
+        return self
+
+    def fetchone(self: Any) -> Any:
+        # Written at this call's version, as the real statement's row says when it applies.
+        return status, f'{{"active": {sent[0]["version"]}}}'
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
+    psycopg.Cursor.fetchone = fetchone  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        psycopg.Cursor.execute = real_execute  # type: ignore[method-assign]
+        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
+
+
+def _profile(calls: int, top: int) -> str:
+    import cProfile
+    import io
+    import pstats
+
+    from benchmarks.bench import make_profiles, versions
+    from tests.testapp.models import Profile
+
+    pks = make_profiles(200)
+    work = [(pks[i % len(pks)], i % 2 == 0, v, uuid.uuid4()) for i, v in enumerate(versions(calls))]
+    update = Profile.objects.update_if_newer
+    profiler = cProfile.Profile()
+    with _without_round_trips(work[0]):
+        profiler.enable()
+        for pk, value, version, request_id in work:
+            update(pk, version=version, request_id=request_id, active=value)
+        profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def _child(args: argparse.Namespace) -> None:
+    """One measuring process: read commands (``call``/``python``/``hand``/``profile``) on stdin, answer each."""
+    _setup()
+    _measure(200, "call")  # warm-up: connection, caches, prepared statements
+    _measure(200, "hand")
+    import safeupdates
+
+    print(json.dumps(str(Path(safeupdates.__file__).parent)), flush=True)  # ready: which safeupdates it runs
+    for line in sys.stdin:
+        what = line.strip()
+        if what == "profile":
+            print(json.dumps(_profile(args.calls, args.top)), flush=True)
+        elif what:
+            print(json.dumps(_measure(args.calls, what)), flush=True)
+
+
+class _Process:
+    def __init__(self, label: str, pythonpath: str | None, args: argparse.Namespace) -> None:
+        env = dict(os.environ)
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
+        command = [sys.executable, __file__, "--child", "--calls", str(args.calls), "--top", str(args.top)]
+        self.label = label
+        # Run from the directory whose safeupdates/ is measured: Celery's Django fix-up puts the working
+        # directory first on sys.path.
+        cwd = pythonpath or ROOT
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd
+        )
+        # One at a time: each migrates the database first.
+        assert self.process.stdout is not None
+        self.package = json.loads(self.process.stdout.readline())
+        print(f"{label}: {self.package}", file=sys.stderr)
+        if pythonpath:
+            assert self.package.startswith(pythonpath), "the baseline's safeupdates/ was not the one imported"
+
+    def ask(self, what: str) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(what + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--baseline", help="a git ref: measure safeupdates/ as committed there too")
+    parser.add_argument("--profile", action="store_true", help="print the cProfile of --calls calls")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        processes = []
+        if args.baseline:
+            archive = subprocess.run(
+                ["git", "archive", args.baseline, "safeupdates"], cwd=ROOT, check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            processes.append(_Process(f"baseline {args.baseline}", tmp, args))
+        processes.append(_Process("this tree", None, args))
+        figures: dict[tuple[str, str], list[float]] = {}
+        kinds = ("call", "python", "hand")
+        for repeat in range(args.repeats):
+            order = processes if repeat % 2 == 0 else processes[::-1]
+            for what in kinds:
+                for process in order:
+                    figures.setdefault((process.label, what), []).append(process.ask(what))
+        profiles = {p.label: p.ask("profile") for p in processes} if args.profile else {}
+        for process in processes:
+            process.close()
+    print(f"update_if_newer(pk, version=, request_id=, active=): us per call, median of {args.repeats} x {args.calls}")
+    print(f"{'':<28}{'call':>10}{'python':>10}{'(min)':>8}{'hand':>10}{'hand/call':>11}")
+    for process in processes:
+        m = {what: statistics.median(figures[(process.label, what)]) for what in kinds}
+        least = min(figures[(process.label, "python")])  # on a busy machine, the least disturbed run
+        share = m["hand"] / m["call"]
+        print(
+            f"{process.label:<28}{m['call']:>10.1f}{m['python']:>10.1f}{least:>8.1f}{m['hand']:>10.1f}{share:>10.2f}x"
+        )
+    for label, text in profiles.items():
+        print(f"\n--- cProfile, {label}, {args.calls} calls without round trips, by own time ---")
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
