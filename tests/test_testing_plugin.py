@@ -89,7 +89,8 @@ def test_every_block_of_the_page_is_a_file_of_the_project():
 
 def inner_postgres() -> dict[str, Any]:
     """The PostgreSQL settings of the project under test: pytest-django there makes its test database,
-    ``test_<the database of DATABASE_URL>[_gwN]_plugin`` (one per xdist worker), on the suite's server, and drops it at the end."""
+    ``test_<the database of DATABASE_URL>[_gwN]_plugin`` (one per xdist worker), on the suite's server,
+    and drops it at the end."""
     config = environ.Env.db_url_config(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/x"))
     return {"ENGINE": "django.db.backends.postgresql", **{k: v for k, v in config.items() if k != "ENGINE"}} | {
         "NAME": f"{config['NAME']}{xdist_suffix()}_plugin"
