@@ -535,3 +535,22 @@ def test_a_queue_of_the_same_name_on_another_redis_is_listed_there_too(settings,
         assert [q.name for q in Queue.all(connection=Redis.from_url(server.url))] == ["default"]
     finally:
         server.destroy()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_pass_of_the_relay_loop_is_in_its_log_as_it_ends(tmp_path):
+    """``safeupdates_relay --interval`` under a supervisor that sends its output to a file (systemd, a
+    container, the chaos tests): each pass's line is there when the pass ends, not when the process
+    exits, which a SIGTERM never lets it do."""
+    env = subprocess_env()
+    env.pop("PYTHONUNBUFFERED", None)  # as a process manager starts it: stdout to a file, block-buffered
+    out_path = tmp_path / "relay.log"
+    command = [sys.executable, "manage.py", "safeupdates_relay", "--interval", "0.5", "--older-than", "0"]
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        passes = lambda: out_path.read_text().count("safeupdates relay: ")  # noqa: E731
+        assert wait_until(lambda: passes() >= 2, 20), out_path.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)

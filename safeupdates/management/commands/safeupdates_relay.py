@@ -78,4 +78,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"safeupdates relay: {warning}")
             if interval is None:
                 return
+            # A process manager sends the output to a file or a pipe, where it is block-buffered: each
+            # pass's line is there as the pass ends, not when the process exits (a SIGTERM never lets it).
+            self.stdout.flush()
             time.sleep(interval)
