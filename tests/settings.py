@@ -77,7 +77,9 @@ if SAFEUPDATES_TEST_TOPOLOGY != "direct" and DATABASES["default"]["ENGINE"] == "
 _default_test_name = DATABASES["default"].get("TEST", {}).get("NAME")
 DATABASES["tenant"] = {
     **DATABASES["default"],
-    "NAME": f"{DATABASES['default']['NAME']}_tenant",
+    # A process a test starts is given the test database's name in DATABASE_URL; under xdist the tenant's
+    # test database is not that name + "_tenant" (see below), so its name comes in the environment.
+    "NAME": env("SAFEUPDATES_TEST_TENANT_NAME", default=f"{DATABASES['default']['NAME']}_tenant"),
     "TEST": {
         "NAME": str(Path(_default_test_name).with_name(f"tenant_{Path(_default_test_name).name}"))
         if _default_test_name
@@ -96,6 +98,10 @@ if _XDIST_WORKER[2:].isdigit() and not env.bool("SAFEUPDATES_TEST_REDIS_CHOSEN",
     if _db.isdigit():
         REDIS_URL = f"{_base}/{(int(_db) - int(_XDIST_WORKER[2:])) % 16}"
     os.environ.update(REDIS_URL=REDIS_URL, SAFEUPDATES_TEST_REDIS_CHOSEN="1")
+    if not DATABASES["tenant"]["TEST"]["NAME"]:
+        # pytest-django names the tenant's test database test_<NAME>_tenant_gwN; the worker's processes
+        # (whose start-up checks connect to every database on Django 6.1) must find it by that name.
+        os.environ["SAFEUPDATES_TEST_TENANT_NAME"] = f"test_{DATABASES['tenant']['NAME']}_{_XDIST_WORKER}"
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
     "fast": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
