@@ -11,12 +11,12 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.core.validators import DecimalValidator, MaxLengthValidator
+from django.core.validators import MaxLengthValidator
 from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.fields.files import FieldFile
@@ -442,6 +442,19 @@ def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> A
     return checker(field, value, what)
 
 
+def _writable(field: models.Field[Any, Any], value: Any, what: _Named) -> Any:
+    """:func:`storable` less what only the request log needs (a custom field's value read back from its
+    text form): what ``save()``, which records no request, checks."""
+    checker = _write_checkers.get(field)
+    if checker is None:
+        checker = _write_checkers[field] = _checker(field, recorded=False)
+    return checker(field, value, what)
+
+
+#: The checks of save() (:func:`_writable`), by field.
+_write_checkers: dict[models.Field[Any, Any], _Checker] = {}
+
+
 def needs_text_form(field: models.Field[Any, Any]) -> bool:
     """Whether the request log records ``field``'s values as the field writes them out
     (``value_to_string()``, which its ``to_python()`` reads back): bytes, arrays and ranges of them,
@@ -504,8 +517,9 @@ def _is_range(field: models.Field[Any, Any]) -> bool:
     return type(field).__module__.startswith("django.contrib.postgres") and hasattr(field, "range_type")
 
 
-def _checker(field: models.Field[Any, Any]) -> _Checker:
-    """The check of ``field``'s values, by its kind; a custom field's conversion is checked on top."""
+def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checker:
+    """The check of ``field``'s values, by its kind; a custom field's conversion is checked on top where
+    the value is ``recorded`` in the request log."""
     target = _value_field(field)
     check: _Checker
     if isinstance(target, models.JSONField):
@@ -528,7 +542,7 @@ def _checker(field: models.Field[Any, Any]) -> _Checker:
         check = _check_number
     else:
         check = _check_text
-    if _custom(target):
+    if recorded and _custom(target):
         plain = check
 
         def check(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
@@ -788,7 +802,9 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
         if isinstance(field, models.FileField):
             file = getattr(instance, field.attname)
             if isinstance(file, FieldFile):
-                value = file.name  # save() stores the file first, then its name
+                if not getattr(file, "_committed", True):
+                    continue  # save() stores it first, under a name its storage makes fit the column
+                value = file.name
                 if value is None:
                     continue
         what = _Named(f"{model._meta.label}.{field.name}=", value)
@@ -805,17 +821,37 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
             raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
         if python is None:
             continue
-        storable(field, python, what)
-        if isinstance(field, models.DecimalField) and isinstance(python, Decimal):
-            try:  # Django's save would fail on it in format_number(), with a bare InvalidOperation
-                DecimalValidator(field.max_digits, field.decimal_places)(python)
-            except ValidationError as exc:
-                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+        try:
+            _writable(field, python, what)
+        except ValidationError as exc:  # an array's item or a range's bound its base field refuses
+            raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+        except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
+            raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+        if isinstance(field, models.DecimalField) and isinstance(python, Decimal) and python.is_finite():
+            # The column rounds to its places, as Django's save does; more whole digits than it holds,
+            # the database refuses (numeric field overflow).
+            _refuse_whole_digits(field, python, what)
         # Django's own save runs no validator: a CharField's max_length is checked here (PostgreSQL refuses).
         limit = field.max_length if isinstance(field, models.CharField) else None
         if limit is not None and isinstance(python, str) and len(python) > limit:
             _refuse_length(python, limit, what)
     return unsure
+
+
+def _refuse_whole_digits(field: models.DecimalField[Any, Any], value: Decimal, what: _Named) -> None:
+    max_digits, places = field.max_digits, field.decimal_places
+    if max_digits is None or places is None:
+        return
+    try:
+        with localcontext(prec=max(28, max_digits + 2), rounding=ROUND_HALF_UP):
+            rounded = value.quantize(Decimal(1).scaleb(-places))
+    except InvalidOperation:  # more digits than the context holds: far beyond the column's
+        rounded = None
+    if rounded is None or len(rounded.as_tuple().digits) - places > max_digits - places:
+        raise InvalidUpdate(
+            f"{what} has more than {max_digits - places} digit(s) before the decimal point, which its column "
+            f"(max_digits={max_digits}, decimal_places={places}) cannot hold."
+        )
 
 
 #: The fields whose value save() writes as the instance holds it (no pre_save() of their own), by model.
