@@ -404,6 +404,24 @@ class CeleryWorkers(Workers):
         raise NotImplementedError("Celery workers are not RQ workers")
 
 
+def take_messages(app: Any, queue: str) -> list[Any]:
+    """Take every message waiting in Celery ``app``'s ``queue`` off the broker (acknowledged), in queue
+    order: what a worker would get."""
+    messages: list[Any] = []
+    with app.connection_for_read() as connection:
+        simple = connection.SimpleQueue(queue, no_ack=False)
+        try:
+            while True:
+                try:
+                    message = simple.get(block=True, timeout=0.5)
+                except simple.Empty:
+                    return messages
+                message.ack()
+                messages.append(message)
+        finally:
+            simple.close()
+
+
 def wait_until(
     predicate: Callable[[], bool],
     timeout: float = 60.0,

@@ -100,19 +100,7 @@ def queued(app: Celery, queue: str = "default") -> int:
 
 def take_messages(app: Celery, queue: str = "default") -> list[Any]:
     """Take every message waiting in ``queue`` off the broker (acknowledged): what a worker would get."""
-    messages = []
-    with app.connection_for_read() as connection:
-        simple = connection.SimpleQueue(queue, no_ack=False)
-        try:
-            while True:
-                try:
-                    message = simple.get(block=True, timeout=0.5)
-                except simple.Empty:
-                    return messages
-                message.ack()
-                messages.append(message)
-        finally:
-            simple.close()
+    return processes.take_messages(app, queue)
 
 
 class CeleryWorkers(processes.CeleryWorkers):

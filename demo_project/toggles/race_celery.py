@@ -26,7 +26,7 @@ from redis import Redis
 from tqdm import tqdm
 
 from demo_project.celery import counts_key
-from demo_project.processes import CeleryWorkers, wait_until
+from demo_project.processes import CeleryWorkers, take_messages, wait_until
 from demo_project.toggles.models import Profile
 from demo_project.toggles.plan import FIELDS, Plan, RoundResult
 from demo_project.toggles.race import QUIET_SECONDS, RACE_QUEUE, ROUND_TIMEOUT, RaceDemo, Write
@@ -98,19 +98,7 @@ class CeleryRaceDemo(RaceDemo):
 
     def take_messages(self) -> list[Any]:
         """Take every message waiting in the demo's queue off the broker, in queue order."""
-        messages: list[Any] = []
-        with self.app.connection_for_read() as connection:
-            simple = connection.SimpleQueue(RACE_QUEUE, no_ack=False)
-            try:
-                while True:
-                    try:
-                        message = simple.get(block=True, timeout=0.5)
-                    except simple.Empty:
-                        return messages
-                    message.ack()
-                    messages.append(message)
-            finally:
-                simple.close()
+        return take_messages(self.app, RACE_QUEUE)
 
     def send_back(self, message: Any) -> str:
         """Publish a message taken off the queue again, as it was; return its task id."""
