@@ -12,6 +12,7 @@ is what makes either call the system unhealthy.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,7 @@ from django.db.models.functions import Now
 from safeupdates import conf, delivery
 from safeupdates.database.clock import database_now, older_than
 from safeupdates.database.registry import model_of
+from safeupdates.deprecation import REMOVED_IN
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
 from safeupdates.models import ProcessedRequest, RequestKind
@@ -72,8 +74,8 @@ class Status:
     #: ``{"running": n, "reduce_failed": n}``; None without the batches app.
     batches: dict[str, int] | None
     queues: list[delivery.QueueHealth] = field(default_factory=list)
-    #: Why the delivery backend could not be asked (Redis unreachable), or "".
-    redis_error: str = ""
+    #: Why the delivery backend could not be asked (its Redis, broker or database unreachable), or "".
+    backend_error: str = ""
     #: The delivery (``SAFEUPDATES_DELIVERY``) whose queues these are, and what it is called.
     delivery: str = ""
     backend_label: str = "RQ"
@@ -88,6 +90,16 @@ class Status:
     #: seconds): waiting for the relay, whose next pass delivers them again (their job may be lost).
     relay_due: int = 0
     relay_after: int = 0
+
+    @property
+    def redis_error(self) -> str:
+        """Deprecated (removed in 0.3.0): :attr:`backend_error`, its name from before Celery and Tasks."""
+        warnings.warn(
+            f"Status.redis_error is deprecated: use Status.backend_error (removed in {REMOVED_IN}).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.backend_error
 
     @property
     def pending(self) -> int:
@@ -134,8 +146,8 @@ class Status:
             )
         if max_failed is not None and self.failed > max_failed:
             found.append(f"{self.failed} failed request(s) (more than --max-failed {max_failed}).")
-        if self.redis_error:
-            found.append(f"{self.backend_label} cannot be asked: {self.redis_error}")
+        if self.backend_error:
+            found.append(f"{self.backend_label} cannot be asked: {self.backend_error}")
         pending: dict[str, int] = {}
         for entry in self.backlog:
             pending[entry.queue] = pending.get(entry.queue, 0) + entry.pending
@@ -165,6 +177,7 @@ class Status:
         for state, entry in zip(self.queues, data["queues"], strict=True):
             entry["scheduler_gone"] = state.scheduler_gone
         data["warnings"] = self.warnings()
+        data["redis_error"] = self.backend_error  # its old name, for scripts that read it (until 0.3.0)
         return data
 
 
@@ -216,7 +229,7 @@ def relay_due(seconds: float, using: str | None = None) -> int:
 def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = True) -> Status:
     """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, the delivery
     backend's view of its queues (:func:`safeupdates.delivery.health`; RQ: every queue of ``RQ_QUEUES``).
-    An unreachable broker is reported in ``redis_error``, not raised."""
+    An unreachable broker is reported in ``backend_error``, not raised."""
     using = using or router.db_for_write(ProcessedRequest)
     log = ProcessedRequest.objects.using(using)
     # Terminal statuses only, as the safeupdates_outcomes index is (status <> 'pending').
@@ -256,7 +269,7 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         try:
             status.queues = chosen.health()
         except BackendUnavailable as exc:
-            status.redis_error = str(exc)
+            status.backend_error = str(exc)
     return status
 
 

@@ -470,7 +470,7 @@ def test_status_shows_the_celery_queue(db, rabbit, django_capture_on_commit_call
         enqueue_update(ProfileFactory(), active=True)
     status = collect()
     assert [(h.name, h.queued, h.workers) for h in status.queues] == [("default", 1, 0)]
-    assert status.redis_error == ""
+    assert status.backend_error == ""
     # The record waits for the relay once its request has been pending for SAFEUPDATES_RELAY_AFTER.
     assert status.relay_due == 1 and status.relay_after == 0
     with override_settings(SAFEUPDATES_RELAY_AFTER=60):
@@ -498,8 +498,8 @@ def test_status_says_when_the_broker_cannot_be_asked(db, vhost):
     with celery_delivery(vhost.url(free_port())):
         status = collect()
     assert status.queues == []
-    assert status.redis_error.startswith("Celery broker unreachable at amqp://guest:**@127.0.0.1:")
-    assert status.problems() == [f"the Celery broker cannot be asked: {status.redis_error}"]
+    assert status.backend_error.startswith("Celery broker unreachable at amqp://guest:**@127.0.0.1:")
+    assert status.problems() == [f"the Celery broker cannot be asked: {status.backend_error}"]
 
 
 # -- real prefork workers -------------------------------------------------------------------------------

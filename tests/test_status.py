@@ -129,6 +129,19 @@ class TestCommand:
         assert code == 1
         assert "  problem: RQ cannot be asked: Redis unreachable at redis://127.0.0.1:1/0 (Error 111 " in out
 
+    def test_the_backends_error_is_named_for_any_backend(self, redis):
+        """``backend_error`` (JSON and attribute) says why the delivery backend could not be asked, whichever it
+        is; ``redis_error``, its name before Celery and Tasks, stays until 0.3.0 with a DeprecationWarning."""
+        with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
+            data = json.loads(run_status("--json")[1])
+            snapshot = status.collect()
+        assert data["backend_error"].startswith("Redis unreachable at redis://127.0.0.1:1/0 (Error 111 ")
+        assert data["redis_error"] == data["backend_error"]  # the old key, for scripts that read it
+        assert snapshot.backend_error.startswith("Redis unreachable at redis://127.0.0.1:1/0")
+        with pytest.warns(DeprecationWarning, match=r"Status\.redis_error is deprecated: use Status\.backend_error"):
+            assert snapshot.redis_error == snapshot.backend_error
+        assert status.collect().backend_error == ""
+
     @pytest.mark.parametrize(("option", "value"), [("--max-age", "nan"), ("--max-age", "-1"), ("--max-failed", "-1")])
     def test_bad_thresholds(self, option, value):
         with pytest.raises(CommandError, match=f"{option} must be"):

@@ -405,7 +405,7 @@ def test_status_does_not_ask_redis_with_tasks_delivery(db):
     from safeupdates.status import collect
 
     status = collect()
-    assert status.redis_error == "" and status.problems() == []
+    assert status.backend_error == "" and status.problems() == []
     # What the database backend can tell: the tasks waiting per queue, from its table; no workers.
     assert [(q.name, q.queued, q.workers) for q in status.queues] == [
         ("default", 0, None),

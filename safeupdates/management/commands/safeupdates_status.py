@@ -89,8 +89,8 @@ def render(snapshot: status.Status, problems: list[str]) -> list[str]:
     ]
     if snapshot.batches is not None:
         lines.append("Batches: " + ", ".join(f"{count} {name}" for name, count in snapshot.batches.items()))
-    if snapshot.redis_error:
-        lines.append(f"Queues: unknown ({snapshot.redis_error})")
+    if snapshot.backend_error:
+        lines.append(f"Queues: unknown ({snapshot.backend_error})")
     for state in snapshot.queues:
         lines.append(f"Queue {state.name}: {_queue(state)}")
     return lines
