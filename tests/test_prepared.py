@@ -25,13 +25,14 @@ from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from safeupdates.database.cursors import _cursors, fetch_one, statement_cursor
+from safeupdates.database.errors import is_transient
 from safeupdates.database.internals import prepared_cursor_class
 from safeupdates.database.statements import SAVE_VERSION_CTE
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
-from tests.testapp.models import Profile, Specimen
+from tests.testapp.models import Document, Profile, Specimen
 
 pytestmark = pytest.mark.django_db
 
@@ -284,3 +285,74 @@ def test_a_prepared_statement_on_the_bare_cursor_keeps_django_s_checks_and_error
 
     with pytest.raises(SynchronousOnlyOperation):
         asyncio.run(in_an_event_loop())
+
+
+# -- a migration changes the type of a column that a prepared statement returns ---------------------------
+
+
+@pytest.fixture
+def lock_version_as_integer(postgres_only: None, transactional_db: None):
+    """Another connection changes ``Document.lock_version`` to ``integer`` (as a deploy's migration would,
+    while this process keeps its connection), and changes it back at the end."""
+    table = connection.ops.quote_name(Document._meta.db_table)
+
+    def alter(to: str) -> None:
+        other = connections.create_connection("default")  # another session, as a migrate command's
+        try:
+            with other.cursor() as cursor:
+                cursor.execute(f"ALTER TABLE {table} ALTER COLUMN lock_version TYPE {to}")
+        finally:
+            other.close()
+
+    yield lambda: alter("integer")
+    alter("bigint")
+
+
+def test_a_save_after_a_migration_changed_its_returned_column_type_is_prepared_again(lock_version_as_integer):
+    """PostgreSQL refuses a prepared statement whose result type changed (0A000, "cached plan must not
+    change result type") on every execution, for the life of the connection: in autocommit, nothing would
+    clear psycopg's cache. The save prepares its statement again and is written."""
+    document = Document.objects.create(title="a")
+    for title in ("b", "c"):
+        document.title = title
+        document.save()
+    lock_version_as_integer()
+    for title in ("d", "e"):
+        seen = document.lock_version
+        document.title = title
+        document.save()
+        assert document.lock_version > seen
+    saved = document.lock_version
+    document.refresh_from_db()
+    assert (document.title, document.lock_version) == ("e", saved)
+
+
+def test_in_a_transaction_the_refusal_is_transient_and_the_next_transaction_prepares_again(lock_version_as_integer):
+    """Inside a transaction the statement cannot run again (the transaction is aborted): the error is raised,
+    and a job's retry cures it (transient: the request is retried, not rejected), since the rollback clears
+    psycopg's prepared statements."""
+    document = Document.objects.create(title="a")
+    document.title = "b"
+    document.save()
+    lock_version_as_integer()
+    document.title = "c"
+    with pytest.raises(DatabaseError) as refused, transaction.atomic():
+        document.save()
+    assert getattr(refused.value.__cause__, "sqlstate", None) == "0A000"
+    assert is_transient(refused.value)
+    assert Document.objects.get(pk=document.pk).title == "b"  # nothing written
+    document.title = "d"
+    with transaction.atomic():
+        document.save()
+    saved = document.lock_version
+    document.refresh_from_db()
+    assert (document.title, document.lock_version) == ("d", saved)
+
+
+def test_other_features_not_supported_are_not_transient(postgres_only: None) -> None:
+    """0A000 is feature_not_supported: only the plan's revalidation is the connection's state; any other is
+    the statement's own and would fail again."""
+    with pytest.raises(DatabaseError) as refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_class FOR UPDATE")  # not with an aggregate
+    assert getattr(refused.value.__cause__, "sqlstate", None) == "0A000", refused.value
+    assert not is_transient(refused.value)

@@ -15,8 +15,10 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.utils import NotSupportedError
 
 from safeupdates import conf
+from safeupdates.database.errors import is_replanned
 from safeupdates.database.internals import prepared_cursor_class
 
 __all__ = ["execute", "fetch_all", "fetch_one", "statement_cursor"]
@@ -27,6 +29,17 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 def fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> Any:
     """Run ``sql`` on ``connection``; its first row, or None. ``prepared``: as a server-side prepared
     statement where it can (:func:`statement_cursor`), for the statements of the write path."""
+    if not prepared:
+        return _fetch_one(connection, sql, params, prepared)
+    try:
+        return _fetch_one(connection, sql, params, prepared)
+    except NotSupportedError as exc:
+        if not _forgot_stale_plans(connection, exc):
+            raise
+    return _fetch_one(connection, sql, params, prepared)
+
+
+def _fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params, prepared: bool) -> Any:
     if prepared:
         cursor = _direct_cursor(connection)
         if cursor is not None:
@@ -51,6 +64,17 @@ def fetch_all(connection: BaseDatabaseWrapper, sql: str, params: Params = None) 
 
 def execute(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> int:
     """Run ``sql`` on ``connection``; the number of rows it changed."""
+    if not prepared:
+        return _execute(connection, sql, params, prepared)
+    try:
+        return _execute(connection, sql, params, prepared)
+    except NotSupportedError as exc:
+        if not _forgot_stale_plans(connection, exc):
+            raise
+    return _execute(connection, sql, params, prepared)
+
+
+def _execute(connection: BaseDatabaseWrapper, sql: str, params: Params, prepared: bool) -> int:
     if prepared:
         cursor = _direct_cursor(connection)
         if cursor is not None:
@@ -61,6 +85,20 @@ def execute(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *,
     with statement_cursor(connection) if prepared else connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def _forgot_stale_plans(connection: BaseDatabaseWrapper, exc: NotSupportedError) -> bool:
+    """After ``exc``: if it is PostgreSQL refusing a prepared statement whose result type a migration
+    changed, outside a transaction, forget this connection's prepared statements and say True (the
+    statement did not run: run it again, prepared anew). Without this, every later execution on the
+    connection would be refused the same way: psycopg clears its prepared statements on a rollback, and
+    in autocommit none comes. In a transaction the error is raised: the transaction is aborted, and its
+    rollback clears them (the error is transient: a job is retried)."""
+    if not is_replanned(exc) or not connection.get_autocommit() or connection.in_atomic_block:
+        return False
+    with connection.wrap_database_errors:
+        connection.connection.execute("DEALLOCATE ALL")  # psycopg forgets its own, on seeing it
+    return True
 
 
 def statement_cursor(connection: BaseDatabaseWrapper) -> AbstractContextManager[CursorWrapper]:

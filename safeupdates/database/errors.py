@@ -15,7 +15,15 @@ from django.db.utils import InterfaceError, OperationalError
 
 from safeupdates.exceptions import BackendUnavailable
 
-__all__ = ["LOCK_NOT_AVAILABLE", "describe_database", "is_lock_unavailable", "is_transient", "unreachable_database"]
+__all__ = [
+    "FEATURE_NOT_SUPPORTED",
+    "LOCK_NOT_AVAILABLE",
+    "describe_database",
+    "is_lock_unavailable",
+    "is_replanned",
+    "is_transient",
+    "unreachable_database",
+]
 
 #: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
 LOCK_NOT_AVAILABLE = "55P03"
@@ -50,6 +58,23 @@ _TRANSIENT_SQLSTATES = frozenset(
 )
 
 
+#: feature_not_supported: a statement's own (FOR UPDATE with an aggregate ...), but for the one that
+#: PostgreSQL raises when it revalidates a prepared statement whose result type a migration changed
+#: ("cached plan must not change result type", raised by its function of this name, in any language):
+#: the statement did not run, and runs once prepared again, as it is after the transaction's rollback.
+FEATURE_NOT_SUPPORTED = "0A000"
+_REPLANNED_BY = "RevalidateCachedQuery"
+
+
+def is_replanned(exc: BaseException) -> bool:
+    """True if ``exc`` (a Django ``DatabaseError``) is PostgreSQL refusing a prepared statement whose
+    result type changed since it was prepared (a column it returns changed type)."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) != FEATURE_NOT_SUPPORTED:
+        return False
+    return getattr(getattr(cause, "diag", None), "source_function", None) == _REPLANNED_BY
+
+
 def is_transient(exc: BaseException) -> bool:
     """True if database error ``exc`` may not happen again when the job is retried.
 
@@ -60,6 +85,8 @@ def is_transient(exc: BaseException) -> bool:
     """
     sqlstate = getattr(exc.__cause__, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:
+        if sqlstate == FEATURE_NOT_SUPPORTED:
+            return is_replanned(exc)
         return sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate in _TRANSIENT_SQLSTATES
     return isinstance(exc, OperationalError | InterfaceError)
 
