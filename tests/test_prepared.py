@@ -306,6 +306,8 @@ def lock_version_as_integer(postgres_only: None, transactional_db: None):
 
     yield lambda: alter("integer")
     alter("bigint")
+    if connection.connection is not None:  # this connection's statements, prepared for integer, go too
+        connection.connection.execute("DEALLOCATE ALL")
 
 
 def test_a_save_after_a_migration_changed_its_returned_column_type_is_prepared_again(lock_version_as_integer):
