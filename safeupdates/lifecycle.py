@@ -234,7 +234,16 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             [self.model(request_id=request_id, content_type=content_type, object_id=object_id, changes=changes)],
             ignore_conflicts=True,
         )
-        record = self.select_for_update().get(request_id=request_id)
+        try:
+            record = self.select_for_update().get(request_id=request_id)
+        except self.model.DoesNotExist:
+            # Neither inserted nor there: SQLite's INSERT OR IGNORE skips a row that breaks any constraint
+            # (a CHECK, NOT NULL), not only a known request id. The database refused it, as PostgreSQL
+            # says with an error.
+            raise IntegrityError(
+                f"the request log refused update request {request_id}: its row breaks a constraint of the "
+                f"table {self.model._meta.db_table}."
+            ) from None
         if record.kind != RequestKind.UPDATE or (record.content_type_id, record.object_id) != (
             content_type.pk,
             object_id,

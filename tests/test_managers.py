@@ -795,3 +795,19 @@ def test_a_refused_write_in_the_callers_transaction_leaves_it_usable(postgres_on
             Profile.objects.update_if_newer(profile.pk, version=next_version(), score=-13)  # the check constraint
         Profile.objects.update_if_newer(profile.pk, version=next_version(), score=2)
     assert Profile.objects.get(pk=profile.pk).score == 2
+
+
+@pytest.mark.django_db
+def test_a_request_the_log_refuses_is_an_error_on_every_database_not_a_lookup_failure():
+    """The request log's INSERT of a new update request skips a known request id. On SQLite that is
+    ``INSERT OR IGNORE``, which skips a row that breaks any constraint, not only the unique request id
+    (here the JSON check of ``changes``): the row then could not be found, and the caller got
+    ``DoesNotExist``. It is the database's refusal, as PostgreSQL's ``DataError`` is; nothing is written."""
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import DatabaseError
+
+    content_type = ContentType.objects.get_for_model(Profile)
+    request_id = uuid.uuid4()
+    with pytest.raises(DatabaseError, match=f"{request_id}|invalid input syntax for type json"), transaction.atomic():
+        ProcessedRequest.objects.reserve(request_id, content_type, "1", {"active": float("nan")})
+    assert not ProcessedRequest.objects.filter(request_id=request_id).exists()
