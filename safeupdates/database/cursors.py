@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import _thread
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
@@ -24,30 +24,15 @@ from safeupdates.database.internals import prepared_cursor_class
 __all__ = ["execute", "fetch_all", "fetch_one", "statement_cursor"]
 
 Params = Sequence[Any] | Mapping[str, Any] | None
+T = TypeVar("T")
 
 
 def fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> Any:
     """Run ``sql`` on ``connection``; its first row, or None. ``prepared``: as a server-side prepared
     statement where it can (:func:`statement_cursor`), for the statements of the write path."""
-    if not prepared:
-        return _fetch_one(connection, sql, params, prepared)
-    try:
-        return _fetch_one(connection, sql, params, prepared)
-    except NotSupportedError as exc:
-        if not _forgot_stale_plans(connection, exc):
-            raise
-    return _fetch_one(connection, sql, params, prepared)
-
-
-def _fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params, prepared: bool) -> Any:
     if prepared:
-        cursor = _direct_cursor(connection)
-        if cursor is not None:
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                cursor.execute(sql, params)
-                return cursor.fetchone()
-    with statement_cursor(connection) if prepared else connection.cursor() as cursor:
+        return _run_prepared(connection, sql, params, _first_row)
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         with cursor.db.wrap_database_errors:
             # Not cursor.fetchone(): Django's cursor builds a wrapper function around it on every call.
@@ -64,27 +49,45 @@ def fetch_all(connection: BaseDatabaseWrapper, sql: str, params: Params = None) 
 
 def execute(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> int:
     """Run ``sql`` on ``connection``; the number of rows it changed."""
-    if not prepared:
-        return _execute(connection, sql, params, prepared)
+    if prepared:
+        return _run_prepared(connection, sql, params, _row_count)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def _first_row(cursor: Any) -> Any:
+    return cursor.fetchone()
+
+
+def _row_count(cursor: Any) -> int:
+    return int(cursor.rowcount)
+
+
+def _run_prepared(connection: BaseDatabaseWrapper, sql: str, params: Params, take: Callable[[Any], T]) -> T:
+    """Run ``sql`` prepared (:func:`statement_cursor`); what ``take`` reads off the psycopg cursor. Once
+    more, prepared anew, if PostgreSQL refused the prepared statement because its result type changed
+    (:func:`_forgot_stale_plans`)."""
     try:
-        return _execute(connection, sql, params, prepared)
+        return _run_prepared_once(connection, sql, params, take)
     except NotSupportedError as exc:
         if not _forgot_stale_plans(connection, exc):
             raise
-    return _execute(connection, sql, params, prepared)
+    return _run_prepared_once(connection, sql, params, take)
 
 
-def _execute(connection: BaseDatabaseWrapper, sql: str, params: Params, prepared: bool) -> int:
-    if prepared:
-        cursor = _direct_cursor(connection)
-        if cursor is not None:
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                cursor.execute(sql, params)
-                return int(cursor.rowcount)
-    with statement_cursor(connection) if prepared else connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)
+def _run_prepared_once(connection: BaseDatabaseWrapper, sql: str, params: Params, take: Callable[[Any], T]) -> T:
+    cursor = _direct_cursor(connection)
+    if cursor is not None:
+        connection.validate_no_broken_transaction()
+        with connection.wrap_database_errors:
+            cursor.execute(sql, params)
+            return take(cursor)
+    with statement_cursor(connection) as wrapped:
+        wrapped.execute(sql, params)
+        with connection.wrap_database_errors:
+            # The psycopg cursor: Django's builds a wrapper function around fetchone() on every call.
+            return take(wrapped.cursor)
 
 
 def _forgot_stale_plans(connection: BaseDatabaseWrapper, exc: NotSupportedError) -> bool:
