@@ -27,7 +27,19 @@ class NeverLoadedError(StaleObjectError):
 
 
 class InvalidUpdate(SafeUpdatesError, ValueError):
-    """The arguments of an update are wrong; nothing was written."""
+    """The arguments of an update are wrong; nothing was written.
+
+    The message is for the developer and the server's log: it may quote the value refused. Where the
+    refusal is about one field's value, ``model`` (its label, ``"app.Model"``), ``field`` (its name) and
+    ``reason`` (what is wrong, without the value) say so, for a surface to tell its client without
+    quoting a value the client may not see; None where it is not known.
+    """
+
+    def __init__(
+        self, *args: object, model: str | None = None, field: str | None = None, reason: str | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.model, self.field, self.reason = model, field, reason
 
 
 class LockUnavailable(SafeUpdatesError):
