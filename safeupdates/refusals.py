@@ -45,6 +45,7 @@ def told_refusal(
     *,
     surface: str,
     instance: models.Model | None = None,
+    generic: str = REFUSED_VALUE,
 ) -> ToldRefusal:
     """What a surface showing the fields ``shown`` of ``model`` (None: no field) tells its client of
     ``exc``, raised by a write of its view; the full message is logged (logger ``"safeupdates"``).
@@ -54,7 +55,7 @@ def told_refusal(
       is about no field (an edit token, say).
     - Else, with ``instance`` (the record the view wrote), the first field shown whose value the save
       refuses is named, with its message: the client sees that field (it often sent the value itself).
-    - Else :data:`REFUSED_VALUE`, which names nothing.
+    - Else ``generic`` (:data:`REFUSED_VALUE`), which names nothing.
     """
     names = reported_fields(model, shown) if shown is not None else []
     logger.warning(
@@ -80,7 +81,7 @@ def told_refusal(
                 return ToldRefusal(detail, name)
             except (TypeError, ValueError, AttributeError):  # a value no check knows: say nothing of it
                 continue
-    return ToldRefusal(REFUSED_VALUE)
+    return ToldRefusal(generic)
 
 
 def probe(model: type[models.Model], values: dict[str, Any]) -> models.Model | None:

@@ -34,6 +34,7 @@ from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
 from safeupdates.models import LockVersionMixin, ProcessedRequest
+from safeupdates.refusals import told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ ACROSS_FIELD = "_safeupdates_across"
 #: Django 6.1+: where an admin action is offered, the change list or (new) the change form.
 _LOCATIONS: Any = getattr(admin, "ActionLocation", None)
 _CHANGE_LIST: Any = None if _LOCATIONS is None else _LOCATIONS.CHANGE_LIST
+#: What the delete page says of a refusal that it may not tell (a value a receiver of the delete wrote).
+_NOT_DELETED = "a write of its deletion was refused (the server's log says why); nothing was deleted."
 # A save that raises StaleObjectError is shown again; this bounds how often a row may move meanwhile.
 _ATTEMPTS = 3
 
@@ -384,7 +387,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             try:
                 seen_version, seen = read_edit_token(token, obj)
             except InvalidUpdate as exc:
-                problems.append({"error": f"{obj}: {exc}", "malformed": True})
+                problems.append({"error": f"{obj}: {exc}", "malformed": True})  # the token's: it quotes no value
                 continue
             conflict = find_conflict(obj, seen_version, seen)
             if conflict is not None:
@@ -441,6 +444,13 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             if obj is None:
                 raise
             problem: dict[str, Any] = {"error": f"{obj}: {exc}", "malformed": isinstance(exc, InvalidUpdate)}
+            if isinstance(exc, InvalidUpdate):
+                # The token's error, or a write of the delete (a receiver's) that refused a value: told
+                # as the person may see it, the whole message logged.
+                shown = self.has_view_or_change_permission(request, obj)
+                names = flatten_fieldsets(self.get_fieldsets(request, obj)) if shown else []
+                told = told_refusal(exc, self.model, names, surface="admin", generic=_NOT_DELETED)
+                problem["error"] = f"{obj}: {told.detail}"
             try:
                 conflict = find_conflict(obj, *read_edit_token(request.POST.get(TOKEN_FIELD) or "", obj))
             except InvalidUpdate:
