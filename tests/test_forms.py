@@ -178,3 +178,20 @@ def test_the_token_records_the_forms_fields_only() -> None:
     profile = ProfileFactory(note="private")
     _version, seen = read_edit_token(ProfileForm(instance=profile).initial["safeupdates_token"], profile)
     assert list(seen) == ["name", "active", "score"]
+
+
+def test_a_value_the_view_set_in_a_field_not_on_the_form_is_not_quoted_on_the_page(client: Client, caplog) -> None:
+    """The view's own value (a note the form does not show) that the save refuses: the form is shown again
+    with an error that names neither the field nor the value; the server's log has both."""
+    import logging
+
+    profile = ProfileFactory(name="a")
+    data = form_data(client.get(url(profile)).content, "profile")
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        response = client.post(f"/noting/{profile.pk}/", {**data, "name": "b"})
+    page = unescape(response.content.decode())
+    assert response.status_code == 200
+    assert "could not be stored" in page
+    assert "secret-7f3a" not in page and "note" not in page
+    assert any("secret-7f3a" in r.getMessage() for r in caplog.records if r.name == "safeupdates")
+    assert Profile.objects.get().name == "a"
