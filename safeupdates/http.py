@@ -21,7 +21,9 @@ A 409/412 body names only fields the view shows: its ``conflict_fields``, with t
 that declares none gets the names of the fields changed, without values. The preconditions are
 evaluated after the view's own permission checks (a ``permission`` of the decorator, the class-based
 view's dispatch and ``has_object_permission()``): a client who may not read the record gets the answer
-of a record that does not exist, whatever it sends.
+of a record that does not exist, whatever it sends. A value the view's save refuses (no column can hold
+it) is a 400 that names the field only if it is one of ``conflict_fields``, and quotes no value of any
+other field (:mod:`safeupdates.refusals`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ on viewsets. Needs the extra: ``pip install "django-safeupdates[drf]"``.
   a create answers the new record's ETag.
 
 A conflict names only the serializer's fields (with their values: the serializer shows them), and the
-preconditions are evaluated after DRF's permission checks (in ``get_object()``).
+preconditions are evaluated after DRF's permission checks (in ``get_object()``). A value the save refuses
+(no column can hold it) is a 400 that names a field only if the serializer shows it, as that field's
+error, and quotes no value the view set in another field (:mod:`safeupdates.refusals`).
 """
 
 from __future__ import annotations
