@@ -112,7 +112,10 @@ class SafeUpdateFormMixin(forms.Form):
             raise ValidationError(
                 f"This form cannot be checked against later changes: {exc}", code="invalid_token"
             ) from None
-        conflict = find_conflict(current, seen_version, seen)
+        # Only what this form shows: a token made by a surface that shows more (a signed, valid one)
+        # must not tell the values of its other fields now.
+        shown = self.safeupdates_shown_fields()
+        conflict = find_conflict(current, seen_version, {name: seen[name] for name in shown if name in seen})
         if conflict is not None:
             self.safeupdates_conflict = conflict
             marked = [change.name for change in conflict.changes if change.name in self.fields]
