@@ -115,3 +115,12 @@ class TestToldRefusal:
             "note",
             "is refused.",
         )
+
+    def test_located_takes_the_reason_after_the_prefix_its_raiser_wrote(self):
+        exc = self.refusal().located("testapp.Profile", "note", "testapp.Profile.note='secret-7f3a'")
+        assert (exc.model, exc.field, exc.reason) == ("testapp.Profile", "note", "is refused.")
+        assert str(exc) == "testapp.Profile.note='secret-7f3a' is refused."  # the message stays whole
+        other = self.refusal().located("testapp.Profile", "name", "testapp.Profile.name=")
+        assert (other.model, other.field, other.reason) == (None, None, None)  # not its prefix
+        again = exc.located("testapp.Document", "title", "testapp.Profile.note=")
+        assert (again.model, again.field) == ("testapp.Profile", "note")  # the first says
