@@ -261,21 +261,26 @@ def read_edit_token(token: Any, instance: LockVersionMixin) -> tuple[int, dict[s
     for another record, by an older release, or is not a token at all.
     """
     if not isinstance(token, str):
-        raise InvalidUpdate("the edit token is not valid (tampered with, or not one); reload the page.")
+        raise _bad_token("the edit token is not valid (tampered with, or not one); reload the page.")
     try:
         payload = signing.loads(token, salt=_SALT)
     except (signing.BadSignature, TypeError, ValueError) as exc:
-        raise InvalidUpdate("the edit token is not valid (tampered with, or not one); reload the page.") from exc
+        raise _bad_token("the edit token is not valid (tampered with, or not one); reload the page.") from exc
     if not isinstance(payload, dict):
-        raise InvalidUpdate("the edit token is not valid; reload the page.")
+        raise _bad_token("the edit token is not valid; reload the page.")
     if payload.get("m") != instance._meta.label_lower or payload.get("pk") != str(instance.pk):
-        raise InvalidUpdate("the edit token was made for another record; reload the page.")
+        raise _bad_token("the edit token was made for another record; reload the page.")
     version, seen = payload.get("v"), payload.get("d")
     if "d" not in payload and "f" in payload:
-        raise InvalidUpdate("the edit token was made by an older version of this page; reload the page.")
+        raise _bad_token("the edit token was made by an older version of this page; reload the page.")
     if type(version) is not int or not isinstance(seen, dict):
-        raise InvalidUpdate("the edit token is not valid; reload the page.")
+        raise _bad_token("the edit token is not valid; reload the page.")
     return version, seen
+
+
+def _bad_token(message: str) -> InvalidUpdate:
+    # It quotes nothing of the record: a surface may show it as it is (its ``reason``).
+    return InvalidUpdate(message, reason=message)
 
 
 # -- conflicts ---------------------------------------------------------------------------------------------

@@ -27,7 +27,32 @@ class NeverLoadedError(StaleObjectError):
 
 
 class InvalidUpdate(SafeUpdatesError, ValueError):
-    """The arguments of an update are wrong; nothing was written."""
+    """The arguments of an update are wrong; nothing was written.
+
+    The message is for the developer and the server's log: it may quote the value refused. Where the
+    refusal is about one field's value, ``model`` (its label, ``"app.Model"``) and ``field`` (its name)
+    say so, and ``reason`` what is wrong with it (the message after the field's name and value), for a
+    surface to tell a client who sees that field without quoting a value of a field the client does not
+    see. A ``reason`` without ``field`` is about no field's value, and quotes none: any client may be told
+    it. None where it is not known (a surface then tells its client that a value could not be stored).
+    """
+
+    def __init__(
+        self, *args: object, model: str | None = None, field: str | None = None, reason: str | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.model, self.field, self.reason = model, field, reason
+
+    def located(self, model: str, field: str, prefix: str) -> InvalidUpdate:
+        """Say that this refusal is of ``model``'s ``field``, whose message starts with ``prefix`` (the
+        field and its value, as the raiser wrote them): the rest of the message is the ``reason``. Kept
+        as it is if it names a field already, or if its message does not start with ``prefix``; returns
+        itself, to be raised."""
+        message = str(self)
+        if self.field is None and message.startswith(prefix):
+            self.model, self.field = model, field
+            self.reason = message[len(prefix) :].strip() or None
+        return self
 
 
 class LockUnavailable(SafeUpdatesError):

@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit_token, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.models import LockVersionMixin
+from safeupdates.refusals import told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 from safeupdates.write.validation import check_saved
 
@@ -111,7 +112,10 @@ class SafeUpdateFormMixin(forms.Form):
             raise ValidationError(
                 f"This form cannot be checked against later changes: {exc}", code="invalid_token"
             ) from None
-        conflict = find_conflict(current, seen_version, seen)
+        # Only what this form shows: a token made by a surface that shows more (a signed, valid one)
+        # must not tell the values of its other fields now.
+        shown = self.safeupdates_shown_fields()
+        conflict = find_conflict(current, seen_version, {name: seen[name] for name in shown if name in seen})
         if conflict is not None:
             self.safeupdates_conflict = conflict
             marked = [change.name for change in conflict.changes if change.name in self.fields]
@@ -174,7 +178,10 @@ class SafeUpdateViewMixin:
             with transaction.atomic(using=using):
                 return super().form_valid(form)  # type: ignore[misc,no-any-return]
         except InvalidUpdate as exc:  # a value no column can hold, refused before any statement
-            form.add_error(None, ValidationError(str(exc), code="invalid"))
+            # The view may have set it in a field the form does not show: told only for the form's fields.
+            model = type(form.instance)
+            told = told_refusal(exc, model, list(form.fields), surface="form", instance=form.instance)
+            form.add_error(told.field, ValidationError(told.detail, code="invalid"))
             return self.form_invalid(form)  # type: ignore[attr-defined,no-any-return]
         except StaleObjectError:
             form.full_clean()  # checked again: the conflict is the write that just landed

@@ -21,7 +21,9 @@ A 409/412 body names only fields the view shows: its ``conflict_fields``, with t
 that declares none gets the names of the fields changed, without values. The preconditions are
 evaluated after the view's own permission checks (a ``permission`` of the decorator, the class-based
 view's dispatch and ``has_object_permission()``): a client who may not read the record gets the answer
-of a record that does not exist, whatever it sends.
+of a record that does not exist, whatever it sends. A value the view's save refuses (no column can hold
+it) is a 400 that names the field only if it is one of ``conflict_fields``, and quotes no value of any
+other field (:mod:`safeupdates.refusals`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from safeupdates.conflicts import (
     shown_text,
 )
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from safeupdates.refusals import told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
@@ -330,6 +333,19 @@ class _Loaded:
         _discard_the_requests_writes(self.instance)
         return JsonResponse(answer.body, status=answer.status)
 
+    def refused_value(self, exc: InvalidUpdate) -> JsonResponse:
+        """A value the view wrote that no column can hold (a client's NaN, a lone surrogate of its JSON,
+        a value the view computed): 400, not a server error, and under ``ATOMIC_REQUESTS`` what else the
+        view wrote is rolled back. The save refused it before any statement, so the request's transaction
+        is not broken. The body names the field only if it is one of ``conflict_fields`` (the fields the
+        view shows), and quotes no other value (:func:`safeupdates.refusals.told_refusal`)."""
+        _discard_the_requests_writes(self.instance)
+        told = told_refusal(exc, type(self.instance), self.conflict_fields, surface="http", instance=self.instance)
+        body: dict[str, Any] = {"detail": told.detail}
+        if told.field is not None:
+            body["field"] = told.field
+        return JsonResponse(body, status=400)
+
     def with_etag(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         method = (request.method or "GET").upper()
         deleted = method == "DELETE" or self.instance.pk is None
@@ -413,16 +429,8 @@ def respond(
                 raise
             return lost
         except InvalidUpdate as exc:
-            return _refused_value(loaded.instance, exc)
+            return loaded.refused_value(exc)
     return loaded.with_etag(request, response)
-
-
-def _refused_value(instance: models.Model, exc: InvalidUpdate) -> JsonResponse:
-    """A value the view wrote that no column can hold (a client's NaN, a lone surrogate of its JSON):
-    400, not a server error, and under ``ATOMIC_REQUESTS`` what else the view wrote is rolled back. The
-    save refused it before any statement, so the request's transaction is not broken."""
-    _discard_the_requests_writes(instance)
-    return _error(str(exc), 400)
 
 
 def conditional(
@@ -519,7 +527,7 @@ class ConditionalMixin(_SingleObjectMixin, View):
         except InvalidUpdate as exc:
             if self._conditional is None:
                 raise
-            return _refused_value(self._conditional.instance, exc)
+            return self._conditional.refused_value(exc)
         finally:
             loaded, self._conditional = self._conditional, None
         return response if loaded is None else loaded.with_etag(request, response)

@@ -16,6 +16,9 @@ from tests.testapp.models import Attachment, Document, Everything, Profile
 
 #: Callables run between the view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
+#: Values ``NotingProfileViewSet`` sets itself on a create or an update (a server-computed note, a
+#: score): fields its serializer does not show.
+VIEW_SETS: dict[str, Any] = {}
 
 
 class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer):
@@ -166,7 +169,18 @@ class EverythingViewSet(_ViewSet):
     serializer_class = EverythingSerializer
 
 
+class NotingProfileViewSet(ProfileViewSet):
+    """Saves values of its own (``VIEW_SETS``) in fields its serializer does not show."""
+
+    def perform_create(self, serializer):
+        serializer.save(**VIEW_SETS)
+
+    def perform_update(self, serializer):
+        serializer.save(**VIEW_SETS)
+
+
 router = SimpleRouter()
+router.register("noting", NotingProfileViewSet, basename="noting-profile")
 router.register("everything", EverythingViewSet, basename="everything")
 router.register("profiles", ProfileViewSet, basename="profile")
 router.register("strict", StrictProfileViewSet, basename="strict-profile")

@@ -40,7 +40,16 @@ class RacedProfileUpdate(ProfileUpdate):
         return super().form_valid(form)
 
 
+class NotingProfileUpdate(ProfileUpdate):
+    """Sets a field its form does not show (a note of its own) before the save: one no column can hold."""
+
+    def form_valid(self, form: ProfileForm) -> HttpResponse:
+        form.instance.note = f"secret-7f3a {form.instance.pk}\ud800"
+        return super().form_valid(form)
+
+
 urlpatterns = [
+    path("noting/<int:pk>/", NotingProfileUpdate.as_view(), name="profile-noting"),
     path("profiles/<int:pk>/", ProfileUpdate.as_view(), name="profile-update"),
     path("raced/<int:pk>/", RacedProfileUpdate.as_view(), name="profile-raced"),
 ]

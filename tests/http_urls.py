@@ -19,6 +19,9 @@ from tests.testapp.models import Attachment, Document, Everything, Profile
 
 #: Callables run between a view's read of the record and its write.
 BETWEEN_READ_AND_WRITE: list[Callable[[], Any]] = []
+#: Values the noting views set themselves (a server-computed note, a score) before they save: fields
+#: the client never sees.
+VIEW_SETS: dict[str, Any] = {}
 
 
 def _as_json(profile: Profile) -> dict[str, Any]:
@@ -178,7 +181,37 @@ class EverythingView(ConditionalMixin, View):
         return _write_everything(request, self.get_object())
 
 
+def _write_noted(request: HttpRequest, profile: Profile) -> HttpResponse:
+    changes = json.loads(request.body or b"{}")
+    for name in ("name", "active"):
+        if name in changes:
+            setattr(profile, name, changes[name])
+    for name, value in VIEW_SETS.items():
+        setattr(profile, name, value)
+    profile.save()
+    return JsonResponse({"name": profile.name, "active": profile.active})
+
+
+@conditional(Profile, conflict_fields=["name", "active"])
+def noting_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """Shows ``name`` and ``active``; writes the client's, and values of its own (``VIEW_SETS``) in
+    fields the client never sees."""
+    if request.method in ("GET", "HEAD"):
+        return JsonResponse({"name": profile.name, "active": profile.active})
+    return _write_noted(request, profile)
+
+
+class NotingView(ConditionalMixin, View):
+    model = Profile
+    conflict_fields = ("name", "active")
+
+    def put(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _write_noted(request, self.get_object())
+
+
 urlpatterns = [
+    path("noting/<int:pk>/", noting_view),
+    path("cbv-noting/<int:pk>/", NotingView.as_view()),
     path("everything/<int:pk>/", everything_view),
     path("cbv-everything/<int:pk>/", EverythingView.as_view()),
     path("profiles/<int:pk>/", profile_view, name="profile"),

@@ -178,3 +178,39 @@ def test_the_token_records_the_forms_fields_only() -> None:
     profile = ProfileFactory(note="private")
     _version, seen = read_edit_token(ProfileForm(instance=profile).initial["safeupdates_token"], profile)
     assert list(seen) == ["name", "active", "score"]
+
+
+def test_a_value_the_view_set_in_a_field_not_on_the_form_is_not_quoted_on_the_page(client: Client, caplog) -> None:
+    """The view's own value (a note the form does not show) that the save refuses: the form is shown again
+    with an error that names neither the field nor the value; the server's log has both."""
+    import logging
+
+    profile = ProfileFactory(name="a")
+    data = form_data(client.get(url(profile)).content, "profile")
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        response = client.post(f"/noting/{profile.pk}/", {**data, "name": "b"})
+    page = unescape(response.content.decode())
+    assert response.status_code == 200
+    assert "could not be stored" in page
+    assert "secret-7f3a" not in page and "note" not in page
+    assert any("secret-7f3a" in r.getMessage() for r in caplog.records if r.name == "safeupdates")
+    assert Profile.objects.get().name == "a"
+
+
+def test_a_token_of_a_surface_that_shows_more_fields_tells_no_more_than_this_form_shows(client: Client) -> None:
+    """A token made by another surface of the model (a staff form that shows the note) posted to this form:
+    the conflict names only the fields this form shows, never the note's value now."""
+    from safeupdates.conflicts import edit_token
+
+    profile = ProfileFactory(name="a", note="old")
+    data = form_data(client.get(url(profile)).content, "profile")
+    wider = edit_token(profile, ["name", "active", "score", "note"])
+    fresh = Profile.objects.get()
+    fresh.note, fresh.score = "secret-7f3a", 5
+    fresh.save()
+    response = client.post(url(profile), {**data, "name": "b", "safeupdates_token": wider})
+    page = unescape(response.content.decode())
+    assert response.status_code == 200 and "changed by someone else" in page
+    assert "Score" in page  # a field this form shows
+    assert "secret-7f3a" not in page and "Note" not in page
+    assert Profile.objects.get().name == "a"

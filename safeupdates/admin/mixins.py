@@ -34,6 +34,7 @@ from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
 from safeupdates.models import LockVersionMixin, ProcessedRequest
+from safeupdates.refusals import told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ ACROSS_FIELD = "_safeupdates_across"
 #: Django 6.1+: where an admin action is offered, the change list or (new) the change form.
 _LOCATIONS: Any = getattr(admin, "ActionLocation", None)
 _CHANGE_LIST: Any = None if _LOCATIONS is None else _LOCATIONS.CHANGE_LIST
+#: What the delete page says of a refusal that it may not tell (a value a receiver of the delete wrote).
+_NOT_DELETED = "a write of its deletion was refused (the server's log says why); nothing was deleted."
 # A save that raises StaleObjectError is shown again; this bounds how often a row may move meanwhile.
 _ATTEMPTS = 3
 
@@ -101,6 +104,11 @@ def _conflict_context(conflict: Conflict, obj: models.Model | None = None) -> di
             for change in conflict.changes
         ],
     }
+
+
+def _only(seen: dict[str, str], shown: Sequence[str]) -> dict[str, str]:
+    """The digests of a token for the fields a page shows: a conflict tells nothing of the others."""
+    return {name: seen[name] for name in shown if name in seen}
 
 
 def _with_token(form: type[_Form], *, check_unchanged: bool) -> type[_Form]:
@@ -372,6 +380,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             ]
         select_across = _selected_across(request)
         problems: list[dict[str, Any]] = []
+        listed = None if on_form else self._shown_in_list(request)
         for obj in rows:
             token = tokens.get(str(obj.pk))
             if token is None and str(obj.pk) in tokens:
@@ -384,9 +393,11 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             try:
                 seen_version, seen = read_edit_token(token, obj)
             except InvalidUpdate as exc:
-                problems.append({"error": f"{obj}: {exc}", "malformed": True})
+                problems.append({"error": f"{obj}: {exc}", "malformed": True})  # the token's: it quotes no value
                 continue
-            conflict = find_conflict(obj, seen_version, seen)
+            # Only what the page shows (a valid token of a page that shows more must not tell more).
+            shown = self._shown_on_form(request, obj) if listed is None else listed
+            conflict = find_conflict(obj, seen_version, _only(seen, shown))
             if conflict is not None:
                 problems.append(_conflict_context(conflict, obj))
                 # Refused before the action runs: what the action would write is not known.
@@ -417,12 +428,19 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
         obj = context.get("object")
         if isinstance(obj, LockVersionMixin):
-            # The fields this person can see of the record (on its change page); none for someone who
-            # may delete it but not view it: a conflict then names no field.
-            shown = self.has_view_or_change_permission(request, obj)
-            names = flatten_fieldsets(self.get_fieldsets(request, obj)) if shown else []
-            context["safeupdates_token"] = edit_token(obj, reported_fields(self.model, names))
+            context["safeupdates_token"] = edit_token(obj, self._seen_by(request, obj))
         return super().render_delete_form(request, context)
+
+    def _seen_by(self, request: HttpRequest, obj: Any) -> list[str]:
+        """The fields this person can see of the record (on its change page); none for someone who may
+        delete it but not view it: a conflict then names no field."""
+        if not self.has_view_or_change_permission(request, obj):
+            return []
+        return self._shown_on_form(request, obj)
+
+    def _shown_on_form(self, request: HttpRequest, obj: Any) -> list[str]:
+        """The fields the record's change page shows (its fieldsets, read-only fields included)."""
+        return reported_fields(self.model, flatten_fieldsets(self.get_fieldsets(request, obj)))
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         if isinstance(obj, LockVersionMixin):
@@ -441,10 +459,18 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
             if obj is None:
                 raise
             problem: dict[str, Any] = {"error": f"{obj}: {exc}", "malformed": isinstance(exc, InvalidUpdate)}
+            if isinstance(exc, InvalidUpdate):
+                # The token's error, or a write of the delete (a receiver's) that refused a value: told
+                # as the person may see it, the whole message logged.
+                names = self._seen_by(request, obj)
+                told = told_refusal(exc, self.model, names, surface="admin", generic=_NOT_DELETED)
+                problem["error"] = f"{obj}: {told.detail}"
             try:
-                conflict = find_conflict(obj, *read_edit_token(request.POST.get(TOKEN_FIELD) or "", obj))
+                seen_version, seen = read_edit_token(request.POST.get(TOKEN_FIELD) or "", obj)
             except InvalidUpdate:
                 conflict = None
+            else:
+                conflict = find_conflict(obj, seen_version, _only(seen, self._seen_by(request, obj)))
             if conflict is not None:
                 problem = _conflict_context(conflict, obj)
             return self._refuse(request, [problem], back=back)

@@ -9,7 +9,9 @@ on viewsets. Needs the extra: ``pip install "django-safeupdates[drf]"``.
   a create answers the new record's ETag.
 
 A conflict names only the serializer's fields (with their values: the serializer shows them), and the
-preconditions are evaluated after DRF's permission checks (in ``get_object()``).
+preconditions are evaluated after DRF's permission checks (in ``get_object()``). A value the save refuses
+(no column can hold it) is a 400 that names a field only if the serializer shows it, as that field's
+error, and quotes no value the view set in another field (:mod:`safeupdates.refusals`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from django.http.response import HttpResponseBase
 from rest_framework import serializers
-from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import APIException, ErrorDetail, NotFound
 from rest_framework.response import Response
 
 from safeupdates.conflicts import digests, reported_fields
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.http import MISSING, LostWrite, etag_for, evaluate, lost_write
 from safeupdates.models import LockVersionMixin
+from safeupdates.refusals import probe, told_refusal
 from safeupdates.signals import refusals_on
 
 __all__ = [
@@ -90,14 +93,30 @@ def _write(
             raise  # another record's conflict: the view's own
         raise _api_error(answer) from None
     except InvalidUpdate as exc:
-        raise InvalidValueError(str(exc)) from None
+        raise _refused(exc, type(instance), fields, instance) from None
 
 
 class InvalidValueError(APIException):  # type: ignore[misc]
-    """400: a value no column can hold (the save refused it before any statement: InvalidUpdate)."""
+    """400: a value no column can hold (the save refused it before any statement: InvalidUpdate).
+
+    For a field the serializer shows, the body is that field's error, as a serializer's own:
+    ``{"name": ["..."]}``; for any other, ``{"detail": "..."}`` naming no field and quoting no value
+    (:func:`safeupdates.refusals.told_refusal`; the server's log has the whole message).
+    """
 
     status_code = 400
     default_code = "invalid"
+
+    def __init__(self, detail: str, field: str | None = None) -> None:
+        super().__init__(detail=detail)
+        self.field = field
+        if field is not None:
+            self.detail = {field: [ErrorDetail(detail, code=self.default_code)]}
+
+
+def _refused(exc: InvalidUpdate, model: type[Any], fields: list[str], instance: Any) -> InvalidValueError:
+    told = told_refusal(exc, model, fields, surface="drf", instance=instance)
+    return InvalidValueError(told.detail, told.field)
 
 
 class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
@@ -121,7 +140,8 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
         try:
             return super().create(validated_data)
         except InvalidUpdate as exc:
-            raise InvalidValueError(str(exc)) from None
+            model = self.Meta.model
+            raise _refused(exc, model, serializer_fields(self, model), probe(model, validated_data)) from None
 
     def update(self, instance: Any, validated_data: dict[str, Any]) -> Any:
         seen_version = validated_data.pop("lock_version", None)
