@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import quote
@@ -78,6 +79,35 @@ def manage_py(
     """Start ``python manage.py *args`` in its own session, so that it can be stopped as a group;
     ``env`` overrides its environment."""
     return spawn([sys.executable, str(MANAGE_PY), *args], stdout=stdout, stderr=stderr, env=env)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C raises :class:`KeyboardInterrupt` (see
+    :func:`sigterm_interrupts`)."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM (``docker stop``, systemd, ``Popen.terminate()``) raises :class:`Terminated`
+    in the main thread, so that the ``finally`` blocks that stop the workers run, as on Ctrl-C.
+
+    The workers, server and relay that the demo commands start run in sessions of their own (so that
+    they can be stopped as a group): SIGTERM's default action, to die at once, would leave them all
+    running. A second SIGTERM while the first one's clean-up runs is ignored, so that it cannot cut that
+    clean-up short (it is bounded: a worker gets 10 s for its warm shutdown, then SIGKILL)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread can set handlers
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _parents() -> dict[int, list[int]]:
