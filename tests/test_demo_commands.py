@@ -389,3 +389,39 @@ def test_demo_serve_stops_its_workers_and_relay_on_sigterm(delivery: str, tmp_pa
         assert not _alive(below), output
     finally:
         _kill_leftovers(below)
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("delivery", ["rq", "tasks", "celery"])
+def test_race_demo_stops_its_workers_on_sigterm(delivery: str, tmp_path: Path, redis: Redis) -> None:
+    """A race demo stopped by SIGTERM in the middle of its stress round stops the workers it started (and
+    lets another demo run on this Redis), then exits 143 (128 + SIGTERM) saying so."""
+    from demo_project.processes import wait_until
+
+    url = f"sqlite:///{tmp_path / 'demo.sqlite3'}"
+    env = _delivery_env(delivery)
+    migrate = manage(url, "migrate", "--no-input", "-v", "0", env=env)
+    assert migrate.returncode == 0, migrate.stderr
+    plan = ("--toggles", "400", "--records", "3", "--workers", "2", "--seed", "3")
+    log = tmp_path / "race.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "race_demo", *plan],
+            cwd=ROOT, env=demo_env(url, **env), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    below: list[int] = []
+
+    def stress_round(commands: list[str]) -> bool:
+        # The story runs one worker at a time; the stress round its two.
+        return sum(WORKER_COMMAND[delivery] in command for command in commands) >= 2
+
+    try:
+        status, below = _sigterm_and_collect(proc, stress_round, "the stress round of race_demo", timeout=240)
+        output = log.read_text(errors="replace")
+        assert status == 143, output
+        assert "race_demo was stopped by SIGTERM; the workers it started are stopped." in output, output
+        wait_until(lambda: not _alive(below), 10)
+        assert not _alive(below), output
+        assert redis.get("race_demo:running") is None
+    finally:
+        _kill_leftovers(below)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from signal import SIGTERM
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
+from demo_project.processes import Terminated, sigterm_interrupts
 from demo_project.toggles.plan import make_plan
 from demo_project.toggles.race import RaceBase
 from safeupdates import conf
@@ -44,6 +46,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 2:
             raise CommandError("--workers must be at least 2: the stress round kills one of them.")
+        # The workers run in sessions of their own: SIGTERM's default action would leave them running.
+        try:
+            with sigterm_interrupts():
+                self._race(options)
+        except Terminated:
+            raise CommandError(
+                "race_demo was stopped by SIGTERM; the workers it started are stopped.", returncode=128 + SIGTERM
+            ) from None
+
+    def _race(self, options: dict[str, Any]) -> None:
         self._check_migrated()
         demo = self._demo(options)
         demo.check()
