@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import quote
@@ -151,6 +152,17 @@ def kill_tree(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How :meth:`Workers.start` runs its workers: with RQ's scheduler, in burst mode (exit once the queues
+    are empty), for at most ``max_jobs`` jobs, at ``verbosity``. A pool ignores what its workers lack."""
+
+    scheduler: bool = True
+    burst: bool = False
+    max_jobs: int | None = None
+    verbosity: int | None = None
+
+
 class Workers:
     """A pool of real ``manage.py rqworker`` processes, started and stopped (or killed) by the caller.
 
@@ -201,9 +213,10 @@ class Workers:
     ) -> None:
         """Start ``count`` workers on ``queues``; ``burst`` workers exit once the queues are empty;
         ``env`` overrides their environment (``DATABASE_URL`` ...)."""
+        options = WorkerOptions(scheduler=scheduler, burst=burst, max_jobs=max_jobs, verbosity=verbosity)
         for _ in range(count):
             index = len(self.procs)
-            argv = self.command(index, queues, scheduler=scheduler, burst=burst, max_jobs=max_jobs, verbosity=verbosity)
+            argv = self.command(index, queues, options)
             environment = {**self.worker_env(), **(env or {})}
             if self.output != "log":
                 proc = spawn(argv, stdout=self.output, stderr=self.output, env=environment)
@@ -215,27 +228,18 @@ class Workers:
                 self.envs[proc.pid] = dict(env or {})
             self.procs.append(proc)
 
-    def command(
-        self,
-        index: int,
-        queues: tuple[str, ...],
-        *,
-        scheduler: bool,
-        burst: bool,
-        max_jobs: int | None,
-        verbosity: int | None,
-    ) -> list[str]:
+    def command(self, index: int, queues: tuple[str, ...], options: WorkerOptions) -> list[str]:
         """The command line of worker ``index``: ``manage.py rqworker QUEUES ...``."""
         args = ["rqworker", *queues]
         if self.name is not None:
             args += ["--name", self.worker_name(index)]
-        if verbosity is not None:
-            args += ["-v", str(verbosity)]
-        if burst:
+        if options.verbosity is not None:
+            args += ["-v", str(options.verbosity)]
+        if options.burst:
             args.append("--burst")
-        if max_jobs is not None:
-            args += ["--max-jobs", str(max_jobs)]
-        if scheduler:
+        if options.max_jobs is not None:
+            args += ["--max-jobs", str(options.max_jobs)]
+        if options.scheduler:
             args.append("--with-scheduler")
         return [sys.executable, str(MANAGE_PY), *args]
 
@@ -330,27 +334,18 @@ class TaskWorkers(Workers):
         """The ``--worker-id`` of worker ``index``: what django-tasks-db records on the tasks it claims."""
         return f"{self.name or 'tasks'}-{os.getpid()}-{index}"
 
-    def command(
-        self,
-        index: int,
-        queues: tuple[str, ...],
-        *,
-        scheduler: bool,
-        burst: bool,
-        max_jobs: int | None,
-        verbosity: int | None,
-    ) -> list[str]:
+    def command(self, index: int, queues: tuple[str, ...], options: WorkerOptions) -> list[str]:
         """``manage.py db_worker`` polling ``queues`` every 50 ms (``scheduler`` is RQ's: ignored; ``burst``
         workers exit once no task is ready)."""
         args = ["db_worker", "--backend", self.backend, "--queue-name", ",".join(queues), "--interval", "0.05"]
         # --skip-checks: on Django 6.1 the system checks connect to every database of DATABASES
         # (docs/deployment.md), and a task worker needs only the one its backend names.
         args += ["--no-startup-delay", "--no-reload", "--skip-checks", "--worker-id", self.worker_id(index)]
-        args += ["-v", str(1 if verbosity is None else verbosity)]
-        if burst:
+        args += ["-v", str(1 if options.verbosity is None else options.verbosity)]
+        if options.burst:
             args.append("--batch")
-        if max_jobs is not None:
-            args += ["--max-tasks", str(max_jobs)]
+        if options.max_jobs is not None:
+            args += ["--max-tasks", str(options.max_jobs)]
         return [sys.executable, str(MANAGE_PY), *args]
 
     def worker_env(self) -> dict[str, str]:
@@ -387,16 +382,7 @@ class CeleryWorkers(Workers):
         super().__init__(log_dir, **kwargs)
         self.concurrency = concurrency
 
-    def command(
-        self,
-        index: int,
-        queues: tuple[str, ...],
-        *,
-        scheduler: bool,
-        burst: bool,
-        max_jobs: int | None,
-        verbosity: int | None,
-    ) -> list[str]:
+    def command(self, index: int, queues: tuple[str, ...], options: WorkerOptions) -> list[str]:
         name = f"{self.name or 'celery'}-{os.getpid()}-{index}-{time.monotonic_ns()}"
         args = [sys.executable, "-m", "celery", "-A", self.app, "worker", "--pool", "prefork"]
         args += ["-c", str(self.concurrency), "-Q", ",".join(queues), "-n", f"{name}@%h", "-l", "INFO"]
