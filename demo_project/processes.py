@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import quote
@@ -56,6 +58,19 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def spawn(
+    argv: list[str],
+    stdout: IO[Any] | int | None = None,
+    stderr: IO[Any] | int | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in the project's folder and in its own session, so that it can be stopped as a group,
+    with our settings, database and Redis (:func:`subprocess_env`); ``env`` overrides its environment."""
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=subprocess_env(**(env or {})), stdout=stdout, stderr=stderr, start_new_session=True
+    )
+
+
 def manage_py(
     *args: str,
     stdout: IO[Any] | int | None = None,
@@ -64,14 +79,36 @@ def manage_py(
 ) -> subprocess.Popen[bytes]:
     """Start ``python manage.py *args`` in its own session, so that it can be stopped as a group;
     ``env`` overrides its environment."""
-    return subprocess.Popen(
-        [sys.executable, str(MANAGE_PY), *args],
-        cwd=ROOT,
-        env=subprocess_env(**(env or {})),
-        stdout=stdout,
-        stderr=stderr,
-        start_new_session=True,
-    )
+    return spawn([sys.executable, str(MANAGE_PY), *args], stdout=stdout, stderr=stderr, env=env)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C raises :class:`KeyboardInterrupt` (see
+    :func:`sigterm_interrupts`)."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM (``docker stop``, systemd, ``Popen.terminate()``) raises :class:`Terminated`
+    in the main thread, so that the ``finally`` blocks that stop the workers run, as on Ctrl-C.
+
+    The workers, server and relay that the demo commands start run in sessions of their own (so that
+    they can be stopped as a group): SIGTERM's default action, to die at once, would leave them all
+    running. A second SIGTERM while the first one's clean-up runs is ignored, so that it cannot cut that
+    clean-up short (it is bounded: a worker gets 10 s for its warm shutdown, then SIGKILL)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread can set handlers
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _parents() -> dict[int, list[int]]:
@@ -115,6 +152,17 @@ def kill_tree(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How :meth:`Workers.start` runs its workers: with RQ's scheduler, in burst mode (exit once the queues
+    are empty), for at most ``max_jobs`` jobs, at ``verbosity``. A pool ignores what its workers lack."""
+
+    scheduler: bool = True
+    burst: bool = False
+    max_jobs: int | None = None
+    verbosity: int | None = None
+
+
 class Workers:
     """A pool of real ``manage.py rqworker`` processes, started and stopped (or killed) by the caller.
 
@@ -137,6 +185,10 @@ class Workers:
         self._log_dir = log_dir
         #: The RQ names of the named workers killed so far (their registrations linger in Redis).
         self.killed: list[str] = []
+        #: The log file of each worker started, by process id.
+        self.log_paths: dict[int, Path] = {}
+        #: The environment each worker started was given (beyond ours), by process id.
+        self.envs: dict[int, dict[str, str]] = {}
 
     @property
     def log_dir(self) -> Path:
@@ -161,24 +213,43 @@ class Workers:
     ) -> None:
         """Start ``count`` workers on ``queues``; ``burst`` workers exit once the queues are empty;
         ``env`` overrides their environment (``DATABASE_URL`` ...)."""
+        options = WorkerOptions(scheduler=scheduler, burst=burst, max_jobs=max_jobs, verbosity=verbosity)
         for _ in range(count):
-            args = ["rqworker", *queues]
-            if self.name is not None:
-                args += ["--name", self.worker_name(len(self.procs))]
-            if verbosity is not None:
-                args += ["-v", str(verbosity)]
-            if burst:
-                args.append("--burst")
-            if max_jobs is not None:
-                args += ["--max-jobs", str(max_jobs)]
-            if scheduler:
-                args.append("--with-scheduler")
-            if self.output == "log":
-                with open(self.log_dir / f"worker-{len(self.procs)}.log", "wb") as log:  # the process keeps its own
-                    proc = manage_py(*args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            index = len(self.procs)
+            argv = self.command(index, queues, options)
+            environment = {**self.worker_env(), **(env or {})}
+            if self.output != "log":
+                proc = spawn(argv, stdout=self.output, stderr=self.output, env=environment)
             else:
-                proc = manage_py(*args, stdout=self.output, stderr=self.output, env=env)
+                path = self.log_dir / self.log_name(index)
+                with open(path, "wb") as log:  # the process keeps its own
+                    proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, env=environment)
+                self.log_paths[proc.pid] = path
+                self.envs[proc.pid] = dict(env or {})
             self.procs.append(proc)
+
+    def command(self, index: int, queues: tuple[str, ...], options: WorkerOptions) -> list[str]:
+        """The command line of worker ``index``: ``manage.py rqworker QUEUES ...``."""
+        args = ["rqworker", *queues]
+        if self.name is not None:
+            args += ["--name", self.worker_name(index)]
+        if options.verbosity is not None:
+            args += ["-v", str(options.verbosity)]
+        if options.burst:
+            args.append("--burst")
+        if options.max_jobs is not None:
+            args += ["--max-jobs", str(options.max_jobs)]
+        if options.scheduler:
+            args.append("--with-scheduler")
+        return [sys.executable, str(MANAGE_PY), *args]
+
+    def worker_env(self) -> dict[str, str]:
+        """What every worker's environment adds to ours (before the ``env`` of :meth:`start`)."""
+        return {}
+
+    def log_name(self, index: int) -> str:
+        """The name of the log file of worker ``index`` in :attr:`log_dir`."""
+        return f"worker-{index}.log"
 
     def busy(self, index: int) -> bool:
         """True while worker ``index`` runs a job: RQ forks one work horse process per job."""
@@ -263,37 +334,22 @@ class TaskWorkers(Workers):
         """The ``--worker-id`` of worker ``index``: what django-tasks-db records on the tasks it claims."""
         return f"{self.name or 'tasks'}-{os.getpid()}-{index}"
 
-    def start(
-        self,
-        count: int = 1,
-        queues: tuple[str, ...] = ("default",),
-        *,
-        scheduler: bool = True,
-        burst: bool = False,
-        max_jobs: int | None = None,
-        verbosity: int | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        """Start ``count`` db_workers polling ``queues`` every 50 ms (``scheduler`` is RQ's: ignored;
-        ``burst`` workers exit once no task is ready)."""
-        for _ in range(count):
-            index = len(self.procs)
-            args = ["db_worker", "--backend", self.backend, "--queue-name", ",".join(queues), "--interval", "0.05"]
-            # --skip-checks: on Django 6.1 the system checks connect to every database of DATABASES
-            # (docs/deployment.md), and a task worker needs only the one its backend names.
-            args += ["--no-startup-delay", "--no-reload", "--skip-checks", "--worker-id", self.worker_id(index)]
-            args += ["-v", str(1 if verbosity is None else verbosity)]
-            if burst:
-                args.append("--batch")
-            if max_jobs is not None:
-                args += ["--max-tasks", str(max_jobs)]
-            env = {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": self.backend, **(env or {})}
-            if self.output == "log":
-                with open(self.log_dir / f"worker-{index}.log", "wb") as log:
-                    proc = manage_py(*args, stdout=log, stderr=subprocess.STDOUT, env=env)
-            else:
-                proc = manage_py(*args, stdout=self.output, stderr=self.output, env=env)
-            self.procs.append(proc)
+    def command(self, index: int, queues: tuple[str, ...], options: WorkerOptions) -> list[str]:
+        """``manage.py db_worker`` polling ``queues`` every 50 ms (``scheduler`` is RQ's: ignored; ``burst``
+        workers exit once no task is ready)."""
+        args = ["db_worker", "--backend", self.backend, "--queue-name", ",".join(queues), "--interval", "0.05"]
+        # --skip-checks: on Django 6.1 the system checks connect to every database of DATABASES
+        # (docs/deployment.md), and a task worker needs only the one its backend names.
+        args += ["--no-startup-delay", "--no-reload", "--skip-checks", "--worker-id", self.worker_id(index)]
+        args += ["-v", str(1 if options.verbosity is None else options.verbosity)]
+        if options.burst:
+            args.append("--batch")
+        if options.max_jobs is not None:
+            args += ["--max-tasks", str(options.max_jobs)]
+        return [sys.executable, str(MANAGE_PY), *args]
+
+    def worker_env(self) -> dict[str, str]:
+        return {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": self.backend}
 
     def busy(self, index: int) -> bool:
         """True while worker ``index`` runs a task (it has claimed one that is still RUNNING)."""
@@ -325,43 +381,19 @@ class CeleryWorkers(Workers):
     def __init__(self, log_dir: Path | None = None, *, concurrency: int = 2, **kwargs: Any) -> None:
         super().__init__(log_dir, **kwargs)
         self.concurrency = concurrency
-        #: The log file of each worker started, by process id.
-        self.log_paths: dict[int, Path] = {}
-        #: The environment each worker started was given (beyond ours), by process id.
-        self.envs: dict[int, dict[str, str]] = {}
 
-    def start(
-        self,
-        count: int = 1,
-        queues: tuple[str, ...] = ("default",),
-        *,
-        scheduler: bool = True,
-        burst: bool = False,
-        max_jobs: int | None = None,
-        verbosity: int | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        for _ in range(count):
-            index = len(self.procs)
-            name = f"{self.name or 'celery'}-{os.getpid()}-{index}-{time.monotonic_ns()}"
-            args = [sys.executable, "-m", "celery", "-A", self.app, "worker", "--pool", "prefork"]
-            args += ["-c", str(self.concurrency), "-Q", ",".join(queues), "-n", f"{name}@%h", "-l", "INFO"]
-            args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-            environment = subprocess_env(**{**self.delivery_env, **(env or {})})
-            if self.output != "log":  # ours, or elsewhere: then :meth:`ready` cannot tell
-                proc = subprocess.Popen(
-                    args, cwd=ROOT, env=environment, stdout=self.output, stderr=self.output, start_new_session=True
-                )
-                self.procs.append(proc)
-                continue
-            path = self.log_dir / f"celery-{index}-{time.monotonic_ns()}.log"
-            with open(path, "wb") as log:  # the process keeps its own
-                proc = subprocess.Popen(
-                    args, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            self.log_paths[proc.pid] = path
-            self.envs[proc.pid] = dict(env or {})
-            self.procs.append(proc)
+    def command(self, index: int, queues: tuple[str, ...], options: WorkerOptions) -> list[str]:
+        name = f"{self.name or 'celery'}-{os.getpid()}-{index}-{time.monotonic_ns()}"
+        args = [sys.executable, "-m", "celery", "-A", self.app, "worker", "--pool", "prefork"]
+        args += ["-c", str(self.concurrency), "-Q", ",".join(queues), "-n", f"{name}@%h", "-l", "INFO"]
+        return [*args, "--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+    def worker_env(self) -> dict[str, str]:
+        return dict(self.delivery_env)
+
+    def log_name(self, index: int) -> str:
+        # Unique: a worker started again under the same index keeps its own log (:meth:`ready` reads it).
+        return f"celery-{index}-{time.monotonic_ns()}.log"
 
     def log_of(self, index: int) -> str:
         path = self.log_paths.get(self.procs[index].pid)

@@ -4,8 +4,10 @@ real Redis (or RabbitMQ) and a database of their own (SQLite, and PostgreSQL whe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import uuid
@@ -285,3 +287,141 @@ def test_check_redis_says_how_to_start_redis() -> None:
     assert message.startswith("Redis is not reachable at redis://127.0.0.1:1/0 (")
     assert "start it with `redis-server --daemonize yes`" in message
     assert len(message.splitlines()) == 1
+
+
+def _cmdline(pid: int) -> str:
+    """The command line of process ``pid`` ("" once it is gone)."""
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pids: list[int]) -> list[str]:
+    """The command lines of those of ``pids`` that still run (a zombie has ended: it only waits to be reaped)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(f"{pid} {_cmdline(pid)}")
+    return alive
+
+
+#: What the command line of a worker of each delivery contains.
+WORKER_COMMAND = {"rq": "rqworker", "tasks": "db_worker", "celery": "-m celery"}
+
+
+def _delivery_env(delivery: str) -> dict[str, str]:
+    env = {"DELIVERY": delivery}
+    if delivery == "celery":
+        env["CELERY_BROKER_URL"] = settings.REDIS_URL
+    return env
+
+
+def _sigterm_and_collect(
+    proc: subprocess.Popen[bytes], started: Any, what: str, timeout: float = 120
+) -> tuple[int, list[int]]:
+    """Wait until ``started(children)`` says ``proc`` has started what the test needs (its direct children's
+    command lines), send it SIGTERM (as ``docker stop``, systemd and ``Popen.terminate()`` do), and return
+    its exit status with every process that was below it then."""
+    from demo_project.processes import children, descendants, wait_until
+
+    def ready() -> bool:
+        return proc.poll() is not None or started([_cmdline(pid) for pid in children(proc.pid)])
+
+    assert wait_until(ready, timeout, interval=0.2), f"{what} did not start within {timeout:.0f} s"
+    assert proc.poll() is None, f"{what} exited early with status {proc.returncode}"
+    below = descendants(proc.pid)
+    proc.terminate()
+    try:
+        return proc.wait(90), below
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+def _kill_leftovers(pids: list[int]) -> None:
+    """SIGKILL what a failing test left running, so that it does not outlive the test."""
+    import signal
+
+    for pid in pids:
+        if _alive([pid]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("delivery", ["rq", "tasks", "celery"])
+def test_demo_serve_stops_its_workers_and_relay_on_sigterm(delivery: str, tmp_path: Path, redis: Redis) -> None:
+    """``make serve`` stopped by SIGTERM (``docker stop``, systemd, a test's ``terminate()``) stops what it
+    started, as Ctrl-C does, and exits 0: its server, workers and relay run in sessions of their own, so
+    nothing else stops them."""
+    from demo_project.processes import wait_until
+
+    url = f"sqlite:///{tmp_path / 'demo.sqlite3'}"
+    env = _delivery_env(delivery)
+    migrate = manage(url, "migrate", "--no-input", "-v", "0", env=env)
+    assert migrate.returncode == 0, migrate.stderr
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "demo_serve", f"127.0.0.1:{port}", "--relay-interval", "1"],
+            cwd=ROOT, env=demo_env(url, **env), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    below: list[int] = []
+
+    def started(commands: list[str]) -> bool:
+        wanted = (WORKER_COMMAND[delivery], "safeupdates_relay", "runserver")
+        return all(any(part in command for command in commands) for part in wanted)
+
+    try:
+        status, below = _sigterm_and_collect(proc, started, "demo_serve")
+        output = log.read_text(errors="replace")
+        assert status == 0, output
+        assert "stopping…" in output, output
+        wait_until(lambda: not _alive(below), 10)
+        assert not _alive(below), output
+    finally:
+        _kill_leftovers(below)
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("delivery", ["rq", "tasks", "celery"])
+def test_race_demo_stops_its_workers_on_sigterm(delivery: str, tmp_path: Path, redis: Redis) -> None:
+    """A race demo stopped by SIGTERM in the middle of its stress round stops the workers it started (and
+    lets another demo run on this Redis), then exits 143 (128 + SIGTERM) saying so."""
+    from demo_project.processes import wait_until
+
+    url = f"sqlite:///{tmp_path / 'demo.sqlite3'}"
+    env = _delivery_env(delivery)
+    migrate = manage(url, "migrate", "--no-input", "-v", "0", env=env)
+    assert migrate.returncode == 0, migrate.stderr
+    plan = ("--toggles", "400", "--records", "3", "--workers", "2", "--seed", "3")
+    log = tmp_path / "race.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "race_demo", *plan],
+            cwd=ROOT, env=demo_env(url, **env), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    below: list[int] = []
+
+    def stress_round(commands: list[str]) -> bool:
+        # The story runs one worker at a time; the stress round its two.
+        return sum(WORKER_COMMAND[delivery] in command for command in commands) >= 2
+
+    try:
+        status, below = _sigterm_and_collect(proc, stress_round, "the stress round of race_demo", timeout=240)
+        output = log.read_text(errors="replace")
+        assert status == 143, output
+        assert "race_demo was stopped by SIGTERM; the workers it started are stopped." in output, output
+        wait_until(lambda: not _alive(below), 10)
+        assert not _alive(below), output
+        assert redis.get("race_demo:running") is None
+    finally:
+        _kill_leftovers(below)

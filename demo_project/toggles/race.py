@@ -1,12 +1,19 @@
-"""The engine of ``manage.py race_demo``: the seeds' race, then a stress round, naive jobs against safeupdates.
+"""The engine of ``manage.py race_demo``, whatever the delivery: the seeds' race, then a stress round, naive
+jobs against safeupdates.
 
-Everything runs for real: jobs go through Redis to ``manage.py rqworker`` processes started here, and
-write to the demo database. Where the demo forces an order or a failure it says how: the reverse order of
-the story comes from reversing the queue's Redis list while no worker runs; the stress round's deliveries
-are delayed and duplicated by the plan, and one worker is SIGKILLed.
+:class:`RaceDemo` runs both and writes the report; an adapter for each delivery says how to send a job,
+start, kill and stop workers, replay two jobs in reverse order and count what ran:
+:mod:`~demo_project.toggles.race_rq` (RQ: ``manage.py rqworker`` processes) and
+:mod:`~demo_project.toggles.race_celery` (Celery prefork workers). :mod:`~demo_project.toggles.race_tasks`
+(Django tasks) tells a shorter story of its own on :class:`RaceBase`.
+
+Everything runs for real: jobs go through the broker to workers started here, and write to the demo
+database. Where the demo forces an order or a failure it says how: the reverse order of the story is set up
+while no worker runs; the stress round's deliveries are delayed and duplicated by the plan, and one worker
+is SIGKILLed.
 
 The demo works on profiles of its own users (``race-demo-*``) and on its own queue (``race_demo``), which it
-empties freely; the rest of the database and of Redis is left alone.
+empties freely; the rest of the database and of the broker is left alone.
 """
 
 from __future__ import annotations
@@ -19,32 +26,24 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import django_rq
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.core.management.base import CommandError
 from django.db import connection
 from django.db.models import F, QuerySet, Sum
-from rq.job import Job
-from rq.queue import Queue
-from rq.results import Result
-from rq.utils import as_text
-from rq.worker import Worker
+from redis import Redis
 from tqdm import tqdm
 
 from demo_project.processes import Workers, wait_until
-from demo_project.toggles.jobs import naive_update
 from demo_project.toggles.models import Profile
-from demo_project.toggles.plan import FIELDS, Plan, RoundResult, what_the_kill_did
-from safeupdates.jobs import apply_update, enqueue_update, relay_pending
+from demo_project.toggles.plan import FIELDS, Plan, RoundResult, summary_line, what_the_kill_did
+from safeupdates.jobs import enqueue_update, relay_pending
 from safeupdates.models import ProcessedRequest, RequestStatus
 
-#: The queue of the demo (a key of ``RQ_QUEUES``); only workers started by the demo listen to it.
+#: The queue of the demo; only workers started by the demo listen to it.
 RACE_QUEUE = "race_demo"
 USER_PREFIX = "race-demo-"
-#: Results of the demo's own jobs are kept this long, so that it can count what they did.
-RESULT_TTL = 600
 #: Give up (and say so) if a round has not settled after this many seconds.
 ROUND_TIMEOUT = 300.0
 #: A round is considered drained when nothing moved for this long with an empty queue and idle workers.
@@ -58,37 +57,31 @@ def redis_url() -> str:
     return str(settings.RQ_QUEUES[RACE_QUEUE].get("URL", "?"))
 
 
-class RaceDemo:
-    """Runs the story and the stress round, writing a report through ``write`` (progress bars to stderr)."""
+class RaceBase:
+    """What the race demo of every delivery has: its profiles and their reset, and what ``race_demo`` calls
+    (:meth:`check`, :meth:`header`, :meth:`run`)."""
 
     def __init__(
         self, *, workers: int, write: Write, progress: bool | None = None, show_worker_output: bool = False
     ) -> None:
         self.workers = workers
-        self.worker_output = None if show_worker_output else subprocess.DEVNULL
         self.write = write
+        self.show_worker_output = show_worker_output
+        self.worker_output: Any = None if show_worker_output else subprocess.DEVNULL
         # None: tqdm shows bars only on a terminal.
         self.progress_disabled = None if progress is None else not progress
-        self.queue: Queue = django_rq.get_queue(RACE_QUEUE, commit_mode="auto")
         self.content_type = ContentType.objects.get_for_model(Profile)
 
-    # -- set-up ---------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise :class:`CommandError` saying what to do if what the demo needs (its broker) does not answer."""
 
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Refuse to run twice at once against the same Redis: both would empty the same queue."""
-        key, token = f"{RACE_QUEUE}:running", uuid.uuid4().hex
-        redis = self.queue.connection
-        if not redis.set(key, token, nx=True, ex=int(ROUND_TIMEOUT * 3)):
-            raise CommandError(
-                f"another race_demo is running against this Redis ({redis_url()}); wait for it, "
-                f"or delete the Redis key {key!r} if it was killed."
-            )
-        try:
-            yield
-        finally:
-            if redis.get(key) in (token, token.encode()):
-                redis.delete(key)
+    def header(self, database: str) -> str:
+        """The report's first line: the delivery, ``database`` (its vendor and name) and the broker."""
+        raise NotImplementedError
+
+    def run(self, plan: Plan) -> str:
+        """Run the story and the stress round of ``plan``; return the summary line."""
+        raise NotImplementedError
 
     def profiles(self, names: Sequence[str]) -> list[Profile]:
         """The demo's profiles (created on first use), one per user ``race-demo-<name>``."""
@@ -117,109 +110,150 @@ class RaceDemo:
         )
 
     def clear_queue(self) -> None:
-        """Empty the demo queue and its registries, deleting their jobs (this queue is the demo's alone)."""
-        queue, redis = self.queue, self.queue.connection
-        queue.empty()  # type: ignore[no-untyped-call]
-        registries = [
-            queue.started_job_registry,
-            queue.finished_job_registry,
-            queue.failed_job_registry,
-            queue.deferred_job_registry,
-            queue.scheduled_job_registry,
-            queue.canceled_job_registry,
-        ]
-        job_ids = {job_id for registry in registries for job_id in registry.get_job_ids(cleanup=False)}
-        # Jobs that a killed worker had taken off the queue but not started.
-        job_ids.update(as_text(job_id) for job_id in redis.lrange(queue.intermediate_queue_key, 0, -1))
-        with redis.pipeline() as pipe:
-            for job_id in job_ids:
-                pipe.delete(Job.key_for(job_id), Result.get_key(job_id))  # type: ignore[no-untyped-call]
-            pipe.delete(queue.intermediate_queue_key, *(registry.key for registry in registries))
-            pipe.execute()
+        """Empty the demo's queue, deleting its jobs (this queue is the demo's alone)."""
+        raise NotImplementedError
 
-    def forget_workers(self, names: Sequence[str]) -> None:
-        """Unregister killed workers, which could not do it themselves."""
-        for name in names:
-            worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=self.queue.connection)
-            if worker is not None:
-                worker.register_death()  # type: ignore[no-untyped-call]
 
-    def enqueue(self, func: Callable[..., Any], *args: Any) -> Job:
-        """Enqueue one of the demo's own jobs, keeping its result so that the demo can read it."""
-        return self.queue.enqueue_call(func, args=args, result_ttl=RESULT_TTL, failure_ttl=RESULT_TTL)
+class RaceDemo(RaceBase):
+    """Runs the story and the stress round on a delivery whose adapter (a subclass) provides the methods
+    under "what a delivery provides", writing a report through ``write`` (progress bars to stderr)."""
 
-    def reverse_queue(self) -> list[str]:
-        """Reverse the queue's Redis list in one transaction, while no worker runs; return the new order."""
-        ids = self.queue.get_job_ids()
-        with self.queue.connection.pipeline() as pipe:
-            pipe.delete(self.queue.key)
-            if ids:
-                pipe.rpush(self.queue.key, *reversed(ids))
-            pipe.execute()
-        return self.queue.get_job_ids()
+    #: What the delivery calls the unit of work it carries, and sending one.
+    noun = "job"
+    sent = "enqueued"
+    #: The Redis where :meth:`exclusive` keeps its lock.
+    redis: Redis[Any]
 
-    def run_one_job(self) -> None:
-        """Start a worker that runs exactly one job, then exits."""
-        pool = Workers(name="race-demo-step", output=self.worker_output)
-        pool.start(1, (RACE_QUEUE,), scheduler=False, burst=True, max_jobs=1, verbosity=0)
+    def run(self, plan: Plan) -> str:
+        with self.exclusive():
+            self.story()
+            naive, safe = self.stress(plan)
+        return summary_line(naive, safe)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Refuse to run twice at once against the same Redis: both would empty the same queue."""
+        key, token = f"{RACE_QUEUE}:running", uuid.uuid4().hex
+        if not self.redis.set(key, token, nx=True, ex=int(ROUND_TIMEOUT * 3)):
+            raise CommandError(
+                f"another race_demo is running against this Redis ({redis_url()}); wait for it, "
+                f"or delete the Redis key {key!r} if it was killed."
+            )
         try:
-            if not pool.wait(60):
-                raise CommandError("the worker did not finish its job within 60 s; is the database locked?")
+            yield
         finally:
-            pool.stop()
+            if self.redis.get(key) in (token, token.encode()):
+                self.redis.delete(key)
+
+    # -- what a delivery provides ---------------------------------------------------------------
+
+    def how_reversed(self) -> list[str]:
+        """Lines 2 to 4 of the story: how the demo forces the reverse order."""
+        raise NotImplementedError
+
+    def send_naive(self, pk: int, field: str, value: bool) -> str:
+        """Send a naive job (``update(field=value)`` of profile ``pk``) to the demo queue; return its id."""
+        raise NotImplementedError
+
+    def send_apply(self, request: ProcessedRequest) -> str:
+        """Send safeupdates' apply job of ``request`` (a delivery of its own); return its id."""
+        raise NotImplementedError
+
+    def second_click(self, second: ProcessedRequest) -> list[str]:
+        """The story's second click with safeupdates (request ``second``): what becomes of its job, and what
+        the demo does so that the queue holds one job per click."""
+        raise NotImplementedError
+
+    @contextmanager
+    def reversed_queue(self) -> Iterator[Callable[[], None]]:
+        """With no worker running, put the two jobs waiting in the queue in reverse order; yield a function
+        that runs the next one and returns once it ran."""
+        raise NotImplementedError
+        yield
+
+    def pool(self, name: str) -> Workers:
+        """A pool of workers on the demo's queue."""
+        raise NotImplementedError
+
+    def start(self, pool: Workers, count: int) -> None:
+        """Start ``count`` workers of ``pool``; return once they listen to the queue."""
+        raise NotImplementedError
+
+    def stop(self, pool: Workers) -> None:
+        """Stop the pool's workers (and forget those killed)."""
+        raise NotImplementedError
+
+    def jobs_done(self) -> int:
+        """The demo's own jobs that ran to an end (not the ones ``enqueue_update()`` and the relay send)."""
+        raise NotImplementedError
+
+    def first_worker_busy(self, pool: Workers) -> bool:
+        """Whether worker 0 of ``pool`` runs a job now (cheap: the killer asks it often)."""
+        raise NotImplementedError
+
+    def kill_first(self, pool: Workers, busy: bool) -> bool:
+        """SIGKILL worker 0 of ``pool`` (``busy``: it said it ran a job); return whether it cut a job off."""
+        raise NotImplementedError
+
+    def drained(self, done: int, expected: int, quiet: bool, pool: Workers) -> bool:
+        """Whether the round is over, the killer having struck: ``done`` of the ``expected`` jobs ran,
+        ``quiet``: nothing moved for :data:`QUIET_SECONDS` (jobs were lost with the killed worker)."""
+        raise NotImplementedError
+
+    def absorbed(self, duplicate_ids: Sequence[str]) -> int:
+        """How many of the naive path's duplicate jobs wrote no row."""
+        raise NotImplementedError
 
     # -- (a) the story --------------------------------------------------------------------------
 
     def story(self) -> tuple[bool, bool]:
         """The seeds' story; return the final ``active`` of the naive path and of safeupdates."""
-        w = self.write
+        w, noun = self.write, self.noun
         (profile,) = self.profiles(["story"])
         w('(a) The story from the seeds: a user switches "active" on, then off, and the queue runs the two')
-        w("    jobs in reverse order. The demo forces that order in the open: it enqueues both jobs while no")
-        w(f"    worker runs, reverses the queue's Redis list ({self.queue.key}), then starts one worker per")
-        w("    job, so you see the record after each job.")
+        for line in self.how_reversed():
+            w(line)
         w("")
-        w("  naive: one job per click, each doing Profile.objects.filter(pk=...).update(active=...)")
+        w(f"  naive: one {noun} per click, each doing Profile.objects.filter(pk=...).update(active=...)")
         self.reset([profile])
-        self.enqueue(naive_update, profile.pk, "active", True)
-        w("    click 1  active=True    job 1 enqueued")
-        self.enqueue(naive_update, profile.pk, "active", False)
-        w("    click 2  active=False   job 2 enqueued")
-        self.reverse_queue()
-        w("    queue reversed: job 2, job 1")
-        for label in ("job 2", "job 1"):
-            self.run_one_job()
-            profile.refresh_from_db()
-            w(f"    worker ran {label}        active={profile.active}")
+        self.send_naive(profile.pk, "active", True)
+        w(f"    click 1  active=True    {noun} 1 {self.sent}")
+        self.send_naive(profile.pk, "active", False)
+        w(f"    click 2  active=False   {noun} 2 {self.sent}")
+        with self.reversed_queue() as run_next:
+            w(f"    queue reversed: {noun} 2, {noun} 1")
+            for label in (f"{noun} 2", f"{noun} 1"):
+                run_next()
+                profile.refresh_from_db()
+                w(f"    worker ran {label:<6}       active={profile.active}")
         naive_active = profile.active
         verdict = "WRONG: the last click said False" if naive_active else "right"
         w(f"    result: active={naive_active}  {verdict}")
         w("")
 
-        w("  safeupdates: enqueue_update(profile, active=...); the job apply_update(request_id) carries ids only")
+        w(f"  safeupdates: enqueue_update(profile, active=...); the {noun} apply_update(request_id) carries ids only")
         self.reset([profile])
         profile.refresh_from_db()
         first = enqueue_update(profile, queue=RACE_QUEUE, active=True)
-        w(f"    click 1  active=True    request v{first.version} pending; job 1 enqueued on commit")
+        w(f"    click 1  active=True    request v{first.version} pending; {noun} 1 {self.sent} on commit")
         second = enqueue_update(profile, queue=RACE_QUEUE, active=False)
-        w(f"    click 2  active=False   request v{second.version} pending; safeupdates lets it ride on job 1,")
-        w("                            which is still queued. To replay the naive schedule, the demo")
-        w("                            enqueues job 2 = apply_update(request 2) itself.")
-        self.enqueue(apply_update, str(second.request_id))
-        self.reverse_queue()
-        w("    queue reversed: job 2, job 1")
+        for line in self.second_click(second):
+            w(line)
         requests = [first, second]
-        for label in ("job 2", "job 1"):
-            before = self._statuses(requests)
-            self.run_one_job()
-            profile.refresh_from_db()
-            after = self._statuses(requests)
-            changed = [f"v{r.version} {after[r.pk]}" for r in requests if after[r.pk] != before[r.pk]]
-            what = ", ".join(changed) if changed else "nothing pending: writes nothing"
-            w(f"    worker ran {label}        active={profile.active}   {what}")
+        with self.reversed_queue() as run_next:
+            w(f"    queue reversed: {noun} 2, {noun} 1")
+            for label in (f"{noun} 2", f"{noun} 1"):
+                before = self._statuses(requests)
+                run_next()
+                profile.refresh_from_db()
+                after = self._statuses(requests)
+                changed = [f"v{r.version} {after[r.pk]}" for r in requests if after[r.pk] != before[r.pk]]
+                what = ", ".join(changed) if changed else "nothing pending: writes nothing"
+                w(f"    worker ran {label:<6}       active={profile.active}   {what}")
         w(f"    result: active={profile.active}  {'right' if profile.active is False else 'WRONG'}")
-        w(f"    Job 2 applied the profile's pending requests by version: v{second.version} set active=False;")
-        w(f"    v{first.version} is older, so it was marked stale. Job 1 then found its request settled.")
+        job = noun.capitalize()
+        w(f"    {job} 2 applied the profile's pending requests by version: v{second.version} set active=False;")
+        w(f"    v{first.version} is older, so it was marked stale. {job} 1 then found its request settled.")
         w("")
         return naive_active, profile.active
 
@@ -271,19 +305,18 @@ class RaceDemo:
 
     def _round(self, name: str, plan: Plan, profiles: Sequence[Profile], *, safe: bool) -> RoundResult:
         self.reset(profiles)
-        pool = Workers(name=f"race-demo-{name}", output=self.worker_output)
+        pool = self.pool(name)
         requests: dict[int, ProcessedRequest] = {}
-        duplicate_jobs: list[str] = []
+        duplicate_ids: list[str] = []
         delivered: set[int] = set()
         expected_jobs = plan.deliveries
         bar = tqdm(
-            total=expected_jobs, desc=f"    {name:<12}", unit="job", file=sys.stderr, disable=self.progress_disabled
+            total=expected_jobs, desc=f"    {name:<12}", unit=self.noun, file=sys.stderr, disable=self.progress_disabled
         )
-        killer = _Killer(pool, self.queue.connection, at=expected_jobs // 2)
+        killer = _Killer(self, pool, at=expected_jobs // 2)
         relayed: int | None = None
         try:
-            pool.start(self.workers, (RACE_QUEUE,), scheduler=False, verbosity=0)
-            self._wait_ready(pool)
+            self.start(pool, self.workers)
             started = time.monotonic()
             done = 0
             for count, (kind, index) in enumerate(plan.events):
@@ -294,32 +327,30 @@ class RaceDemo:
                         change: dict[str, Any] = {toggle.field: toggle.value}
                         requests[index] = enqueue_update(Profile, pk, queue=RACE_QUEUE, **change)
                     continue
-                if safe:
-                    job = self.enqueue(apply_update, str(requests[index].request_id))
-                else:
-                    job = self.enqueue(naive_update, pk, toggle.field, toggle.value)
+                job_id = self.send_apply(requests[index]) if safe else self.send_naive(pk, toggle.field, toggle.value)
                 if index in delivered:
-                    duplicate_jobs.append(job.id)
+                    duplicate_ids.append(job_id)
                 delivered.add(index)
                 done = self._progress(bar) if count % 8 == 0 else done
                 killer.check(done)
             self._drain(bar, expected_jobs, pool, killer, started)
             if safe:
-                relayed = self._relay(pool, profiles, started)
+                relayed = self._relay(profiles, started)
             seconds = time.monotonic() - started
         finally:
-            pool.stop()
+            self.stop(pool)
             bar.close()
-            self.forget_workers(pool.killed)
-        jobs = self._done()
+        jobs = self.jobs_done()
+        # A naive job writes every time it runs: a duplicate would be absorbed only if it wrote no row.
+        naive_absorbed = 0 if safe else self.absorbed(duplicate_ids)
         self.clear_queue()
 
         expected = plan.expected()
         by_pk = {p.pk: n for n, p in enumerate(profiles)}
         actual = {
-            (by_pk[row["pk"]], name): row[name]
+            (by_pk[row["pk"]], field): row[field]
             for row in Profile.objects.filter(pk__in=by_pk).values("pk", *FIELDS)
-            for name in FIELDS
+            for field in FIELDS
         }
         wrong = sum(actual[key] != value for key, value in expected.items())
         if safe:
@@ -329,8 +360,7 @@ class RaceDemo:
             absorbed = plan.duplicates - reapplied
             stale = settled.filter(status=RequestStatus.STALE).count()
         else:
-            # A naive job writes every time it runs: a duplicate would be absorbed only if it wrote no row.
-            absorbed = sum(1 for rows in finished_results(self.queue, duplicate_jobs) if not rows)
+            absorbed = naive_absorbed
             stale = 0  # it has no way to tell a stale write from a fresh one
         return RoundResult(
             wrong=wrong,
@@ -345,13 +375,8 @@ class RaceDemo:
             relayed=relayed,
         )
 
-    def _done(self) -> int:
-        """The demo's jobs that ran to an end (its own jobs keep their result; safeupdates' do not)."""
-        finished = self.queue.finished_job_registry.get_job_count(cleanup=False)
-        return int(finished + self.queue.failed_job_registry.get_job_count(cleanup=False))
-
     def _progress(self, bar: tqdm[Any]) -> int:
-        done = self._done()
+        done = self.jobs_done()
         bar.update(max(0, min(done, bar.total) - bar.n))
         return done
 
@@ -364,9 +389,7 @@ class RaceDemo:
             now = time.monotonic()
             if done != last:
                 last, quiet_since = done, now
-            # The job the killed worker had taken, if any, never finishes: one job fewer to wait for.
-            finished = done >= expected - 1 or now - quiet_since > QUIET_SECONDS
-            if finished and killer.done and self.queue.count == 0 and not any(pool.busy(i) for i in pool.running()):
+            if killer.done and self.drained(done, expected, now - quiet_since > QUIET_SECONDS, pool):
                 return
             if not pool.alive():
                 raise CommandError("every worker died; run with -v 2 to see their output.")
@@ -374,18 +397,7 @@ class RaceDemo:
                 raise CommandError(f"the round did not settle within {ROUND_TIMEOUT:.0f} s.")
             time.sleep(0.05)
 
-    def _wait_ready(self, pool: Workers) -> None:
-        """Wait until every worker of ``pool`` has registered with Redis: it then listens to the queue."""
-        names = {pool.worker_name(index) for index in range(len(pool.procs))}
-
-        def ready() -> bool:
-            registered = {w.name for w in Worker.all(queue=self.queue)}
-            return names <= registered
-
-        if not wait_until(ready, timeout=60.0, interval=0.1):
-            raise CommandError("the workers did not start within 60 s; run with -v 2 to see their output.")
-
-    def _relay(self, pool: Workers, profiles: Sequence[Profile], started: float) -> int:
+    def _relay(self, profiles: Sequence[Profile], started: float) -> int:
         """Deliver again whatever is still pending (as ``safeupdates_relay`` does), until nothing is."""
         pending = self.requests_of(profiles).filter(status=RequestStatus.PENDING)
         relayed = 0
@@ -403,31 +415,22 @@ class _Killer:
     #: How long to keep waiting for worker 0 to be busy before killing it anyway.
     PATIENCE = 3.0
 
-    def __init__(self, pool: Workers, redis: Any, *, at: int) -> None:
-        self.pool, self.redis, self.at = pool, redis, at
+    def __init__(self, demo: RaceDemo, pool: Workers, *, at: int) -> None:
+        self.demo, self.pool, self.at = demo, pool, at
         self.done = False
         self.busy = False
         self._since: float | None = None
 
     def check(self, jobs_done: int) -> None:
-        """Kill now if it is time and worker 0 is running a job (cheap: one Redis read); never blocks."""
+        """Kill now if it is time and worker 0 is running a job (cheap: one read of the broker); never blocks."""
         if self.done or jobs_done < self.at or not self.pool.procs:
             return
         self._since = self._since or time.monotonic()
-        state = self.redis.hget(Worker.redis_worker_namespace_prefix + self.pool.worker_name(0), "state")
-        if as_text(state or b"") == "busy":
-            # RQ marks the worker busy just before it forks the work horse that runs the job.
-            wait_until(lambda: self.pool.busy(0), timeout=0.2, interval=0.005)
-        elif time.monotonic() - self._since < self.PATIENCE:
+        busy = self.demo.first_worker_busy(self.pool)
+        if not busy and time.monotonic() - self._since < self.PATIENCE:
             return
-        self.busy = self.pool.kill(0)
+        self.busy = self.demo.kill_first(self.pool, busy)
         self.done = True
-
-
-def finished_results(queue: Queue, job_ids: Sequence[str]) -> list[Any]:
-    """Return values of those of the jobs ``job_ids`` that finished (a lost job has none)."""
-    jobs = Job.fetch_many(list(job_ids), connection=queue.connection)
-    return [job.return_value() for job in jobs if job is not None and job.get_status(refresh=False) == "finished"]
 
 
 def _yes(flag: bool) -> str:

@@ -9,28 +9,21 @@ The demo works on its own users' profiles and on its own task queue (``race_demo
 
 from __future__ import annotations
 
-import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.db import connection
 
 from demo_project.processes import TaskWorkers, wait_until
 from demo_project.toggles.models import Profile
 from demo_project.toggles.plan import FIELDS, Plan
+from demo_project.toggles.race import RACE_QUEUE, ROUND_TIMEOUT, RaceBase, Write
 from safeupdates import conf
 from safeupdates.delivery import tasks as taskqueue
 from safeupdates.jobs import enqueue_update, relay
 from safeupdates.models import ProcessedRequest
-
-RACE_QUEUE = "race_demo"
-USER_PREFIX = "race-demo-"
-ROUND_TIMEOUT = 300.0
-
-Write = Callable[[str], None]
 
 
 def _tasks() -> Any:
@@ -39,37 +32,36 @@ def _tasks() -> Any:
     return DBTaskResult.objects.filter(queue_name=RACE_QUEUE)
 
 
-class TasksRaceDemo:
+class TasksRaceDemo(RaceBase):
     """The race demo on Django tasks, writing its report through ``write``."""
 
-    def __init__(self, *, workers: int, write: Write, show_worker_output: bool = False) -> None:
-        self.workers, self.write = workers, write
-        self.worker_output: Any = None if show_worker_output else subprocess.DEVNULL
+    def __init__(
+        self, *, workers: int, write: Write, progress: bool | None = None, show_worker_output: bool = False
+    ) -> None:
+        super().__init__(workers=workers, write=write, progress=progress, show_worker_output=show_worker_output)
         self.backend = conf.task_backend()
 
-    def profiles(self, names: Sequence[str]) -> list[Profile]:
-        user_model = get_user_model()
-        return [
-            Profile.for_user(user_model.objects.get_or_create(username=f"{USER_PREFIX}{name}")[0]) for name in names
-        ]
+    def header(self, database: str) -> str:
+        return (
+            f"safeupdates race demo on Django tasks: {database}, "
+            f"TASKS backend {self.backend!r}, task queue {RACE_QUEUE!r}, no Redis"
+        )
 
-    def reset(self, profiles: Sequence[Profile]) -> None:
-        """All toggles off (a full save takes a fresh version), their requests and the demo's tasks deleted."""
+    def run(self, plan: Plan) -> str:
+        self.story()
+        naive, safe = self.stress(plan)
+        return f"naive: {naive}/{plan.fields} fields wrong; safeupdates: {safe}/{plan.fields} fields wrong"
+
+    def clear_queue(self) -> None:
         _tasks().delete()
-        ProcessedRequest.objects.filter(object_id__in=[str(p.pk) for p in profiles]).delete()
-        for profile in profiles:
-            profile.refresh_from_db()
-            for name in FIELDS:
-                setattr(profile, name, False)
-            profile.save()
 
     def pool(self, name: str) -> TaskWorkers:
         return TaskWorkers(name=f"race-demo-{name}", backend=self.backend, output=self.worker_output)
 
     def run_one_task(self) -> None:
         pool = self.pool("step")
-        pool.start(1, (RACE_QUEUE,), burst=True, max_jobs=1, verbosity=0)
         try:
+            pool.start(1, (RACE_QUEUE,), burst=True, max_jobs=1, verbosity=0)
             if not pool.wait(60):
                 raise CommandError("the db_worker did not finish its task within 60 s; is the database locked?")
         finally:
@@ -147,12 +139,12 @@ class TasksRaceDemo:
         for profile in profiles:
             profile.refresh_from_db()
         pool = self.pool(name)
-        pool.start(self.workers, (RACE_QUEUE,), verbosity=0)
-        started, relayed = time.monotonic(), 0
         requests: dict[int, ProcessedRequest] = {}
         naive = naive_toggle.using(backend=self.backend)
         apply = taskqueue.apply_update.using(backend=self.backend, queue_name=RACE_QUEUE)
         try:
+            pool.start(self.workers, (RACE_QUEUE,), verbosity=0)
+            started, relayed = time.monotonic(), 0
             for n, (kind, k) in enumerate(plan.events):
                 if n == len(plan.events) // 2:
                     pool.kill(0)

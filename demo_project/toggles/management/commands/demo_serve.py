@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from demo_project.processes import CeleryWorkers, TaskWorkers, Workers, manage_py
+from demo_project.processes import CeleryWorkers, TaskWorkers, Workers, manage_py, sigterm_interrupts
 from safeupdates import conf
 
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
     help = (
         "Run the demo: `runserver`, worker(s) on the safeupdates queue (rqworker; db_worker with DELIVERY=tasks; "
         "Celery prefork workers with DELIVERY=celery), an RQ worker on the slow queue, and the relay that "
-        "re-delivers requests left pending (lost jobs), until Ctrl-C."
+        "re-delivers requests left pending (lost jobs), until Ctrl-C or SIGTERM."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,31 +31,39 @@ class Command(BaseCommand):
         parser.add_argument("--relay-interval", type=float, default=5.0, help="Seconds between two relay passes (5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # SIGTERM (docker stop, systemd) stops everything as Ctrl-C does: what it starts runs in sessions of
+        # its own, and would outlive a command killed by SIGTERM's default action.
+        with sigterm_interrupts():
+            self._serve(options)
+
+    def _serve(self, options: dict[str, Any]) -> None:
         queue, slow_queue = conf.queue_name(), conf.slow_queue()
         # The metrics of every process (server, workers) in one place: prometheus-client's multiprocess mode.
         metrics_dir = tempfile.mkdtemp(prefix="safeupdates-demo-metrics-")
         env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
-        server = manage_py("runserver", options["addrport"], env=env)
         pool, slow_pool, workers = self._pools()
-        pool.start(options["workers"], (queue,), verbosity=1, env=env)
-        # Separate pools, as in production: toggles never wait behind a slow job (RQ's job tools only).
-        slow = ""
-        if slow_queue != queue and conf.delivery() == conf.DELIVERY_RQ:
-            slow_pool.start(1, (slow_queue,), verbosity=1, env=env)
-            slow = f" and one on the slow queue {slow_queue!r}"
-        interval = options["relay_interval"]
-        relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
-        threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()
-        self.stdout.write(
-            f"Serving http://{options['addrport']}/ with {options['workers']} {workers} on queue {queue!r}{slow}; "
-            f"relay: safeupdates_relay every {interval:g} s for requests "
-            f"pending over {conf.relay_after()} s. "
-            "Log in as demo / demo (`python manage.py demo_user`). Ctrl-C stops everything.\n"
-            f"Status: http://{options['addrport']}/admin/safeupdates/processedrequest/status/ "
-            f"(or `python manage.py safeupdates_status`); metrics: http://{options['addrport']}/metrics/ "
-            "(as a staff user)."
-        )
+        server: subprocess.Popen[bytes] | None = None
+        relay_proc: subprocess.Popen[bytes] | None = None
         try:
+            server = manage_py("runserver", options["addrport"], env=env)
+            pool.start(options["workers"], (queue,), verbosity=1, env=env)
+            # Separate pools, as in production: toggles never wait behind a slow job (RQ's job tools only).
+            slow = ""
+            if slow_queue != queue and conf.delivery() == conf.DELIVERY_RQ:
+                slow_pool.start(1, (slow_queue,), verbosity=1, env=env)
+                slow = f" and one on the slow queue {slow_queue!r}"
+            interval = options["relay_interval"]
+            relay_proc = manage_py("safeupdates_relay", "--interval", str(interval), stdout=subprocess.PIPE)
+            threading.Thread(target=self._echo_deliveries, args=(relay_proc,), daemon=True).start()
+            self.stdout.write(
+                f"Serving http://{options['addrport']}/ with {options['workers']} {workers} on queue {queue!r}{slow}; "
+                f"relay: safeupdates_relay every {interval:g} s for requests "
+                f"pending over {conf.relay_after()} s. "
+                "Log in as demo / demo (`python manage.py demo_user`). Ctrl-C stops everything.\n"
+                f"Status: http://{options['addrport']}/admin/safeupdates/processedrequest/status/ "
+                f"(or `python manage.py safeupdates_status`); metrics: http://{options['addrport']}/metrics/ "
+                "(as a staff user)."
+            )
             while True:
                 if server.poll() is not None:
                     self.stderr.write(f"runserver exited with status {server.returncode}; stopping.")
@@ -67,7 +75,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"the relay exited with status {relay_proc.returncode}; stopping.")
                     break
                 time.sleep(interval)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (Terminated)
             self.stdout.write("\nstopping…")
         finally:
             # The whole group: runserver's autoreloader runs the server in a child process.

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
+from signal import SIGTERM
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
-from redis.exceptions import RedisError
 
-from demo_project.toggles.plan import make_plan, summary_line
-from demo_project.toggles.race import RACE_QUEUE, RaceDemo, redis_url
+from demo_project.processes import Terminated, sigterm_interrupts
+from demo_project.toggles.plan import make_plan
+from demo_project.toggles.race import RaceBase
 from safeupdates import conf
 
 
@@ -45,96 +46,45 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 2:
             raise CommandError("--workers must be at least 2: the stress round kills one of them.")
+        # The workers run in sessions of their own: SIGTERM's default action would leave them running.
+        try:
+            with sigterm_interrupts():
+                self._race(options)
+        except Terminated:
+            raise CommandError(
+                "race_demo was stopped by SIGTERM; the workers it started are stopped.", returncode=128 + SIGTERM
+            ) from None
+
+    def _race(self, options: dict[str, Any]) -> None:
         self._check_migrated()
+        demo = self._demo(options)
+        demo.check()
+        started = time.monotonic()
+        plan = make_plan(options["toggles"], options["records"], options["seed"])
+        vendor = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+        self._write(demo.header(f"{vendor} database {connection.settings_dict['NAME']}"))
+        self._write("")
+        summary = demo.run(plan)
+        self._write("")
+        self._write(f"    done in {time.monotonic() - started:.0f} s")
+        self._write(summary)
+
+    def _demo(self, options: dict[str, Any]) -> RaceBase:
+        """The race demo of ``SAFEUPDATES_DELIVERY``: RQ, Django tasks (db_workers, no Redis) or Celery
+        (prefork workers of the demo's Celery app). Celery is imported only for Celery: it is an extra."""
+        demo_class: type[RaceBase]
         if conf.uses_tasks():
-            self._tasks_demo(options)
-            return
-        if conf.uses_celery():
-            self._celery_demo(options)
-            return
-        demo = RaceDemo(
+            from demo_project.toggles.race_tasks import TasksRaceDemo as demo_class
+        elif conf.uses_celery():
+            from demo_project.toggles.race_celery import CeleryRaceDemo as demo_class
+        else:
+            from demo_project.toggles.race_rq import RqRaceDemo as demo_class
+        return demo_class(
             workers=options["workers"],
             write=self._write,
             progress=options["progress"],
             show_worker_output=options["verbosity"] >= 2,
         )
-        try:
-            demo.queue.connection.ping()
-        except RedisError as exc:
-            raise CommandError(
-                f"Redis is not reachable ({exc}). Start it with `redis-server --daemonize yes`, or set REDIS_URL."
-            ) from exc
-        started = time.monotonic()
-        plan = make_plan(options["toggles"], options["records"], options["seed"])
-        vendor = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
-        self._write(
-            f"safeupdates race demo: {vendor} database {connection.settings_dict['NAME']}, "
-            f"Redis {redis_url()}, queue {RACE_QUEUE!r}"
-        )
-        self._write("")
-        with demo.exclusive():
-            demo.story()
-            naive, safe = demo.stress(plan)
-        self._write("")
-        self._write(f"    done in {time.monotonic() - started:.0f} s")
-        self._write(summary_line(naive, safe))
-
-    def _tasks_demo(self, options: dict[str, Any]) -> None:
-        """``DELIVERY=tasks``: the same demo on Django tasks, with db_worker processes and no Redis."""
-        from demo_project.toggles.race_tasks import RACE_QUEUE as TASK_QUEUE
-        from demo_project.toggles.race_tasks import TasksRaceDemo
-
-        verbose = options["verbosity"] >= 2
-        demo = TasksRaceDemo(workers=options["workers"], write=self._write, show_worker_output=verbose)
-        started = time.monotonic()
-        plan = make_plan(options["toggles"], options["records"], options["seed"])
-        vendor = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
-        self._write(
-            f"safeupdates race demo on Django tasks: {vendor} database {connection.settings_dict['NAME']}, "
-            f"TASKS backend {conf.task_backend()!r}, task queue {TASK_QUEUE!r}, no Redis"
-        )
-        self._write("")
-        demo.story()
-        naive, safe = demo.stress(plan)
-        self._write("")
-        self._write(f"    done in {time.monotonic() - started:.0f} s")
-        self._write(f"naive: {naive}/{plan.fields} fields wrong; safeupdates: {safe}/{plan.fields} fields wrong")
-
-    def _celery_demo(self, options: dict[str, Any]) -> None:
-        """``DELIVERY=celery``: the same demo on the demo's Celery app, with Celery prefork workers."""
-        from demo_project.toggles.race_celery import CeleryRaceDemo, broker_url
-
-        demo = CeleryRaceDemo(
-            workers=options["workers"],
-            write=self._write,
-            progress=options["progress"],
-            show_worker_output=options["verbosity"] >= 2,
-        )
-        try:
-            demo.queue.connection.ping()
-        except RedisError as exc:
-            raise CommandError(
-                f"Redis is not reachable ({exc}); the demo counts the workers' tasks there. Start it with "
-                "`redis-server --daemonize yes`, or set REDIS_URL."
-            ) from exc
-        try:
-            demo.queued()
-        except Exception as exc:
-            raise CommandError(f"the Celery broker at {broker_url()} is not reachable ({exc}).") from exc
-        started = time.monotonic()
-        plan = make_plan(options["toggles"], options["records"], options["seed"])
-        vendor = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
-        self._write(
-            f"safeupdates race demo on Celery: {vendor} database {connection.settings_dict['NAME']}, "
-            f"broker {broker_url()}, queue {RACE_QUEUE!r}, prefork workers (celery -A demo_project worker)"
-        )
-        self._write("")
-        with demo.exclusive():
-            demo.story()
-            naive, safe = demo.stress(plan)
-        self._write("")
-        self._write(f"    done in {time.monotonic() - started:.0f} s")
-        self._write(summary_line(naive, safe))
 
     def _write(self, line: str) -> None:
         self.stdout.write(line)
