@@ -164,3 +164,23 @@ def test_a_foreign_key_target_is_looked_up_on_every_call() -> None:
     with pytest.raises(Exception, match="nowhere"):
         # A database that does not exist is asked, not answered from the plan.
         clean_changes(Bookmark, {"document": pk}, using="nowhere")
+
+
+def test_the_versions_model_is_kept_per_model() -> None:
+    """``versions_model()`` (asked by every save) keeps one answer per model: a proxy's, a multi-table
+    child's and a parent's each their own, in any order; a model without versions is never answered."""
+    from django.core.exceptions import FieldDoesNotExist
+
+    from safeupdates.database.registry import versions_model
+    from safeupdates.write.mixins import _version_fields
+    from tests.testapp.models import ActiveOnlyProfile, Place, Profile, Restaurant, Truck, Van
+
+    for _ in range(2):
+        assert versions_model(Restaurant) is Place
+        assert versions_model(Place) is Place
+        assert versions_model(ActiveOnlyProfile) is Profile
+        assert versions_model(Truck) is Truck
+        with pytest.raises(FieldDoesNotExist):
+            versions_model(Van)
+        assert [f.model for f in _version_fields(Restaurant)] == [Place, Place]
+        assert [f.model for f in _version_fields(Truck)] == [Truck, Truck]
