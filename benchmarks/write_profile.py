@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""The Python around ``update_if_newer(pk, version=, request_id=, active=)``'s statement: what it costs, where.
+"""The Python around ``update_if_newer(pk, version=, request_id=, active=)``'s statement (or, with ``--save``,
+``LockVersionMixin.save()``'s): what it costs, where.
 
-    .venv/bin/python benchmarks/write_profile.py [--calls 2000] [--repeats 5] [--baseline REF] [--profile]
+    .venv/bin/python benchmarks/write_profile.py [--calls 2000] [--repeats 5] [--baseline REF] [--profile] [--save]
 
 Three figures per call, in microseconds, each the median of ``--repeats`` runs of ``--calls`` calls with
 fresh request ids, in autocommit, on the benchmark's database (``BENCH_DATABASE_URL``, as ``bench.py``):
@@ -11,6 +12,11 @@ fresh request ids, in autocommit, on the benchmark's database (``BENCH_DATABASE_
   the row the statement returned for real: what the library costs around the statement, nothing else
   (CPU time of the thread, which other processes on a busy machine disturb less than the wall clock);
 - ``hand``: the statement alone, through a bare prepared psycopg cursor (bench.py's ``recorded_by_hand``).
+
+``--save``: the same three figures for ``LockVersionMixin.save()`` of a loaded row of section 5's table
+(``benchmarks.saveapp.LockVersionRow``, flipping ``active``, saving the whole row), ``hand`` being its
+checked UPDATE on a bare prepared cursor (section 7's ``hand_save``); and ``plain``, plain Django's
+``save()`` of the same shape of row (``PlainRow``), for comparison (wall clock, statement included).
 
 ``--baseline REF`` runs the same measurement on ``safeupdates/`` as committed at ``REF`` (a git export in a
 temporary directory) in a second process, taking turns with this tree's, and prints both side by side.
@@ -57,7 +63,10 @@ def _setup() -> None:
 
 
 def _measure(calls: int, what: str) -> float:
-    """Microseconds per call of ``what`` (``call``, ``python`` or ``hand``) over ``calls`` fresh requests."""
+    """Microseconds per call of ``what`` (``call``, ``python`` or ``hand``; ``save-call``, ``save-python``,
+    ``save-hand`` and ``save-plain``) over ``calls`` fresh requests (saves)."""
+    if what.startswith("save-"):
+        return _measure_save(calls, what[len("save-") :])
 
     from benchmarks.bench import make_profiles, recorded_by_hand, versions
     from tests.testapp.models import Profile
@@ -129,7 +138,102 @@ def _without_round_trips(sample: tuple[int, bool, int, uuid.UUID]) -> Iterator[N
         psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
 
 
-def _profile(calls: int, top: int) -> str:
+def _saved_rows(model: Any, who: str = "") -> list[Any]:
+    """200 loaded rows of ``model`` for ``who`` (made once per process, model and ``who``)."""
+    made: dict[Any, list[Any]] = _saved_rows.__dict__.setdefault("made", {})  # type: ignore[attr-defined]
+    if (model, who) not in made:
+        created = [model(name=f"profile {i}") for i in range(200)]
+        for obj in created:
+            obj.save()
+        made[model, who] = list(model.objects.filter(pk__in=[obj.pk for obj in created]).order_by("pk"))
+    return made[model, who]
+
+
+def _measure_save(calls: int, what: str) -> float:
+    """Microseconds per ``save()`` of ``what``: ``call``, ``python`` (CPU time, without round trips) or
+    ``hand`` (``LockVersionRow``'s checked UPDATE on a bare prepared cursor), or ``plain`` (``PlainRow``)."""
+    from django.db import connection
+
+    from benchmarks.bench import hand_cursor
+    from benchmarks.saveapp.models import LockVersionRow, PlainRow
+    from safeupdates.database import statements
+    from safeupdates.write.validation import MANAGED_FIELDS
+
+    # Rows of their own for the hand-written saves and for those without round trips (whose instances
+    # then carry versions the rows do not).
+    rows = _saved_rows(PlainRow if what == "plain" else LockVersionRow, what if what in ("hand", "python") else "")
+    work = [rows[i % len(rows)] for i in range(calls)]
+    for obj in work:
+        obj.active = not obj.active
+    if what == "hand":
+        columns = [
+            f for f in LockVersionRow._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
+        ]
+        sql = statements.checked_save(
+            statements.SaveTable.of(LockVersionRow, "postgresql"), tuple(f.column for f in columns), None
+        )
+        cursor = hand_cursor()
+        start = time.perf_counter()
+        for obj in work:
+            values = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns]
+            cursor.execute(sql.sql, sql.params(values, obj.pk, [obj.lock_version], None), prepare=True)
+            obj.lock_version = cursor.fetchone()[0]
+        return (time.perf_counter() - start) / calls * 1e6
+    if what in ("call", "plain"):
+        start = time.perf_counter()
+        for obj in work:
+            obj.save()
+        return (time.perf_counter() - start) / calls * 1e6
+    with _save_without_round_trips(work[0]):
+        start = time.thread_time()
+        for obj in work:
+            obj.save()
+        return (time.thread_time() - start) / calls * 1e6
+
+
+@contextmanager
+def _save_without_round_trips(sample: Any) -> Iterator[None]:
+    """psycopg's ``execute`` does nothing and ``fetchone`` returns a row as the checked UPDATE returns it
+    (a fresh ``lock_version``, counted up from the one a real save of ``sample``'s row, loaded again,
+    returned)."""
+    import psycopg
+
+    row: list[Any] = []
+    real_execute, real_fetchone = psycopg.Cursor.execute, psycopg.Cursor.fetchone
+
+    def keep(self: Any) -> Any:
+        got = real_fetchone(self)
+        row.append(got)
+        return got
+
+    psycopg.Cursor.fetchone = keep  # type: ignore[method-assign]
+    try:
+        fresh = type(sample)._default_manager.get(pk=sample.pk)
+        fresh.active = not fresh.active
+        fresh.save()
+    finally:
+        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
+    canned = row[-1]
+    assert isinstance(canned[0], int), canned
+    counter = [canned[0]]
+
+    def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        return self
+
+    def fetchone(self: Any) -> Any:
+        counter[0] += 1
+        return (counter[0], *canned[1:])
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
+    psycopg.Cursor.fetchone = fetchone  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        psycopg.Cursor.execute = real_execute  # type: ignore[method-assign]
+        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
+
+
+def _profile(calls: int, top: int, save: bool = False) -> str:
     import cProfile
     import io
     import pstats
@@ -137,10 +241,24 @@ def _profile(calls: int, top: int) -> str:
     from benchmarks.bench import make_profiles, versions
     from tests.testapp.models import Profile
 
+    profiler = cProfile.Profile()
+    if save:
+        from benchmarks.saveapp.models import LockVersionRow
+
+        rows = _saved_rows(LockVersionRow, "python")
+        objs = [rows[i % len(rows)] for i in range(calls)]
+        with _save_without_round_trips(objs[0]):
+            profiler.enable()
+            for obj in objs:
+                obj.active = not obj.active
+                obj.save()
+            profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+        return out.getvalue()
     pks = make_profiles(200)
     work = [(pks[i % len(pks)], i % 2 == 0, v, uuid.uuid4()) for i, v in enumerate(versions(calls))]
     update = Profile.objects.update_if_newer
-    profiler = cProfile.Profile()
     with _without_round_trips(work[0]):
         profiler.enable()
         for pk, value, version, request_id in work:
@@ -155,15 +273,15 @@ def _profile(calls: int, top: int) -> str:
 def _child(args: argparse.Namespace) -> None:
     """One measuring process: read commands (``call``/``python``/``hand``/``profile``) on stdin, answer each."""
     _setup()
-    _measure(200, "call")  # warm-up: connection, caches, prepared statements
-    _measure(200, "hand")
+    for warm_up in ("save-call", "save-plain", "save-hand") if args.save else ("call", "hand"):
+        _measure(200, warm_up)  # connection, caches, prepared statements
     import safeupdates
 
     print(json.dumps(str(Path(safeupdates.__file__).parent)), flush=True)  # ready: which safeupdates it runs
     for line in sys.stdin:
         what = line.strip()
         if what == "profile":
-            print(json.dumps(_profile(args.calls, args.top)), flush=True)
+            print(json.dumps(_profile(args.calls, args.top, args.save)), flush=True)
         elif what:
             print(json.dumps(_measure(args.calls, what)), flush=True)
 
@@ -174,6 +292,8 @@ class _Process:
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
         command = [sys.executable, __file__, "--child", "--calls", str(args.calls), "--top", str(args.top)]
+        if args.save:
+            command.append("--save")
         self.label = label
         # Run from the directory whose safeupdates/ is measured: Celery's Django fix-up puts the working
         # directory first on sys.path.
@@ -207,6 +327,7 @@ def main() -> None:
     parser.add_argument("--baseline", help="a git ref: measure safeupdates/ as committed there too")
     parser.add_argument("--profile", action="store_true", help="print the cProfile of --calls calls")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--save", action="store_true", help="LockVersionMixin.save() instead of update_if_newer()")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -222,7 +343,9 @@ def main() -> None:
             processes.append(_Process(f"baseline {args.baseline}", tmp, args))
         processes.append(_Process("this tree", None, args))
         figures: dict[tuple[str, str], list[float]] = {}
-        kinds = ("call", "python", "hand")
+        kinds: tuple[str, ...] = ("call", "python", "hand")
+        if args.save:
+            kinds = ("save-call", "save-python", "save-hand", "save-plain")
         for repeat in range(args.repeats):
             order = processes if repeat % 2 == 0 else processes[::-1]
             for what in kinds:
@@ -231,15 +354,19 @@ def main() -> None:
         profiles = {p.label: p.ask("profile") for p in processes} if args.profile else {}
         for process in processes:
             process.close()
-    print(f"update_if_newer(pk, version=, request_id=, active=): us per call, median of {args.repeats} x {args.calls}")
-    print(f"{'':<28}{'call':>10}{'python':>10}{'(min)':>8}{'hand':>10}{'hand/call':>11}")
+    what = "LockVersionMixin.save() of a loaded row" if args.save else "update_if_newer(pk, version=, request_id=)"
+    print(f"{what}: us per call, median of {args.repeats} x {args.calls}")
+    plain = f"{'plain':>10}{'plain/call':>11}" if args.save else ""
+    print(f"{'':<28}{'call':>10}{'python':>10}{'(min)':>8}{'hand':>10}{'hand/call':>11}{plain}")
     for process in processes:
-        m = {what: statistics.median(figures[(process.label, what)]) for what in kinds}
-        least = min(figures[(process.label, "python")])  # on a busy machine, the least disturbed run
+        m = {what.removeprefix("save-"): statistics.median(figures[(process.label, what)]) for what in kinds}
+        least = min(figures[(process.label, kinds[1])])  # on a busy machine, the least disturbed run
         share = m["hand"] / m["call"]
-        print(
-            f"{process.label:<28}{m['call']:>10.1f}{m['python']:>10.1f}{least:>8.1f}{m['hand']:>10.1f}{share:>10.2f}x"
-        )
+        line = f"{process.label:<28}{m['call']:>10.1f}{m['python']:>10.1f}{least:>8.1f}"
+        line += f"{m['hand']:>10.1f}{share:>10.2f}x"
+        if args.save:
+            line += f"{m['plain']:>10.1f}{m['plain'] / m['call']:>10.2f}x"
+        print(line)
     for label, text in profiles.items():
         print(f"\n--- cProfile, {label}, {args.calls} calls without round trips, by own time ---")
         print(text)

@@ -49,7 +49,18 @@ def versions_model(model: type[models.Model]) -> type[models.Model]:
     ``model`` itself, its concrete model for a proxy, and the parent that inherits the mixin for a child
     of multi-table inheritance.
     """
-    return cast("type[models.Model]", concrete_field(model, "lock_version").model._meta.concrete_model)
+    try:
+        return _versions_models[model]
+    except KeyError:
+        found = _versions_models[model] = cast(
+            "type[models.Model]", concrete_field(model, "lock_version").model._meta.concrete_model
+        )
+        return found
+
+
+#: :func:`versions_model` of each model asked about (a model without ``lock_version`` is not kept: it
+#: raises again).
+_versions_models: dict[type[models.Model], type[models.Model]] = {}
 
 
 #: :func:`spans_tables` of each model asked about: a model's inheritance does not change.

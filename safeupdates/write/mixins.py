@@ -73,6 +73,7 @@ class _Save:
     blind: bool  # a new instance (or a changed key) that never loaded the row its key names
     from_row: bool  # expected came from the row itself (loaded, or a loaded parent): a gone row is stale
     in_transaction: bool  # the caller's transaction was open when the save began
+    connection: BaseDatabaseWrapper  # the save's database, as save() found it (this thread's)
     insert_unless_exists: bool = False  # _do_update took no UPDATE: the INSERT must not write over a row
     # The check of the versions row (its queryset and key), put off to the UPDATE of a later table:
     # update_fields names no field of the versions table.
@@ -121,7 +122,7 @@ class LockVersionMixin(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         # Read as Django reads them; Django's save() gets them as given (its warning, or its TypeError).
-        given = {**dict(zip(_SAVE_PARAMETERS, args, strict=False)), **kwargs}
+        given = {**dict(zip(_SAVE_PARAMETERS, args, strict=False)), **kwargs} if args else kwargs
         using = given.get("using") or router.db_for_write(type(self), instance=self)
         deferred = self.get_deferred_fields()
         if "lock_version" in deferred:
@@ -172,6 +173,7 @@ class LockVersionMixin(models.Model):
             blind=blind,
             from_row=from_row,
             in_transaction=in_transaction(connection),
+            connection=connection,
         )
         # No savepoint: the check writes nothing when it fails, so a StaleObjectError leaves the caller's
         # transaction as it was, and an error that is not ours leaves it broken, as Django's save does.
@@ -370,7 +372,7 @@ class LockVersionMixin(models.Model):
             return _UPDATED
         # Django 6.0+ asks for fields to return (generated fields, expressions); ours come after them.
         asked: list[Any] = list(returning[0]) if returning and returning[0] else []
-        return self._update_versions_row(connections[using or DEFAULT_DB_ALIAS], base_qs, pk_val, written, asked, save)
+        return self._update_versions_row(_connection(save, using), base_qs, pk_val, written, asked, save)
 
     def _update_versions_row(
         self,
@@ -417,7 +419,7 @@ class LockVersionMixin(models.Model):
         assert save.pending is not None
         versions_qs, versions_pk = save.pending
         save.pending = None
-        connection = connections[using or DEFAULT_DB_ALIAS]
+        connection = _connection(save, using)
         asked = returning[0] if returning else None  # Django 6.0+: fields to return
         bound = None
         if values and connection.vendor == "postgresql" and not asked and not base_qs.query.has_filters():
@@ -691,9 +693,24 @@ _UPDATED: Any = ((),) if UPDATE_RETURNS_ROWS else True
 _NOT_UPDATED: Any = () if UPDATE_RETURNS_ROWS else False
 
 
+def _connection(save: _Save, using: str | None) -> BaseDatabaseWrapper:
+    """The connection of database ``using`` (Django's ``_do_update`` is given it): the save's own, unless
+    Django's save chose another database than save() did (a router that answers differently)."""
+    alias = using or DEFAULT_DB_ALIAS
+    return save.connection if save.connection.alias == alias else connections[alias]
+
+
+#: ``lock_version`` and ``field_versions`` of each model saved (:func:`_version_fields`).
+_versions_fields: dict[type[models.Model], tuple[models.Field[Any, Any], models.Field[Any, Any]]] = {}
+
+
 def _version_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], models.Field[Any, Any]]:
     """``lock_version`` and ``field_versions`` of ``model``, the model whose table holds them."""
-    return concrete_field(model, "lock_version"), concrete_field(model, "field_versions")
+    fields = _versions_fields.get(model)
+    if fields is None:
+        fields = (concrete_field(model, "lock_version"), concrete_field(model, "field_versions"))
+        _versions_fields[model] = fields
+    return fields
 
 
 def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any, Any, Any]]:

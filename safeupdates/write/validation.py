@@ -83,47 +83,123 @@ def clean_changes(
     (Django's own check asks ``router.db_for_read()``, which may be a lagging replica or another
     tenant's database); without it, Django's check runs as it is.
     """
-    label = model._meta.label
     if not changes:
-        raise InvalidUpdate(f"{label}: an update needs at least one field=value change.")
+        raise InvalidUpdate(f"{model._meta.label}: an update needs at least one field=value change.")
     allowed_names = None if allowed is None else frozenset(allowed)
+    plans = _plans.get(model)
+    if plans is None:
+        plans = _plans[model] = {}
     cleaned: dict[str, Any] = {}
     for name, value in changes.items():
-        field = writable_field(model, name)
+        plan = plans.get(name)
+        if plan is None:
+            plan = _plan_of(model, name, plans)
+        field = plan.field
         if allowed_names is not None and field.name not in allowed_names:
+            label = model._meta.label
             raise InvalidUpdate(
                 f"{label}.{field.name} is not in {label}.safe_update_fields "
                 f"{tuple(sorted(allowed_names))}; add it there to let queued jobs change it."
             )
         if field.name in cleaned:
-            raise InvalidUpdate(f"{label}.{field.name} is given twice.")
-        cleaned[field.name] = _clean_value(field, value, _Named(f"{label}.{field.name}=", value), using)
+            raise InvalidUpdate(f"{model._meta.label}.{field.name} is given twice.")
+        cleaned[field.name] = _clean_value(plan, value, _Named(plan.prefix, value), using)
     return cleaned
 
 
-def _clean_value(field: models.Field[Any, Any], value: Any, what: str | _Named, using: str | None = None) -> Any:
-    """Return ``value`` converted by ``field``, or raise InvalidUpdate naming ``what``.
+class _Plan:
+    """How :func:`clean_changes` checks the values of one field of one model, found once per model and
+    name (:func:`_plan_of`): the field, the prefix of its refusals, the check of :func:`storable`, how it
+    validates, and ``fast``: the one type of value its ``to_python()`` returns unchanged and no check
+    before or after the conversion can refuse (None where there is none: that value takes every step)."""
+
+    __slots__ = ("check", "fast", "field", "prefix", "validation")
+
+    def __init__(self, model: type[models.Model], field: models.Field[Any, Any], prefix: str = "") -> None:
+        self.field = field
+        self.prefix = prefix or f"{model._meta.label}.{field.name}="
+        self.check = _checker(field)
+        self.fast = _fast_type(field)
+        if isinstance(field, models.ForeignKey):
+            self.validation = _FOREIGN_KEY
+        elif isinstance(field, models.JSONField) and type(field).validate is models.JSONField.validate:
+            self.validation = _JSON
+        else:
+            self.validation = _VALIDATE
+
+
+_VALIDATE, _FOREIGN_KEY, _JSON = range(3)
+#: The plans of clean_changes(), by model and by the name given (a field's name or attname).
+_plans: dict[type[models.Model], dict[str, _Plan]] = {}
+
+
+def _plan_of(model: type[models.Model], name: str, plans: dict[str, _Plan]) -> _Plan:
+    """The plan of field ``name`` of ``model``, made and kept in ``plans`` (a refusal is not kept: it
+    is raised again on every call)."""
+    plan = plans[name] = _Plan(model, writable_field(model, name))
+    return plan
+
+
+def _fast_type(field: models.Field[Any, Any]) -> type | None:
+    """The type whose values ``field``'s own ``to_python()`` returns as they are, and which the checks
+    before and after the conversion (:func:`_refuse_before_conversion`, :func:`_refuse_after_conversion`)
+    refuse only for what :func:`storable` refuses too (a NUL character, checked first): a bool for a
+    BooleanField, an int for an integer column, a str for Django's CharField and TextField. None for a
+    relation, a field that converts its own way (:func:`_custom`), and the others."""
+    if field.is_relation or _custom(field):
+        return None
+    to_python = type(field).to_python
+    if to_python is models.BooleanField.to_python:
+        return bool
+    if to_python is models.IntegerField.to_python and isinstance(field, models.IntegerField):
+        return int
+    if to_python in _TEXT_BY_STR:
+        return str
+    return None
+
+
+def _validate(plan: _Plan, python: Any, using: str | None) -> None:
+    """The field's ``validate()`` (a foreign key's target on ``using``) and its validators, as
+    :func:`_clean_value` runs them."""
+    field = plan.field
+    if plan.validation == _FOREIGN_KEY and using is not None:
+        _validate_foreign_key(field, python, using)  # type: ignore[arg-type]
+    elif plan.validation == _JSON:
+        models.Field.validate(field, python, None)  # type: ignore[arg-type]
+    else:
+        field.validate(python, None)  # type: ignore[arg-type]
+    if field.validators:
+        field.run_validators(python)
+
+
+def _clean_value(plan: _Plan, value: Any, what: str | _Named, using: str | None = None) -> Any:
+    """Return ``value`` converted by the field of ``plan``, or raise InvalidUpdate naming ``what``.
 
     Beyond ``field.clean()``: a value is refused when converting it would change it (a fraction for an
     integer column is truncated by ``int()``, and by Django's own lookups), when the column cannot hold
     it (out of range, NUL), when the request log's JSON cannot carry it (NaN, infinity), or when it is
     an expression. None is accepted wherever the column is nullable (``null=True``), blank or not.
+
+    A value of the plan's ``fast`` type (a bool for a BooleanField, an int for an integer column, a str
+    for a text column) skips the steps that cannot change or refuse it: the checks before and after
+    the conversion (but a NUL character's, which comes first), and the conversion itself.
     """
-    _refuse_before_conversion(field, value, what)
-    if value is None and field.null:
-        return None
+    field = plan.field
+    fast = type(value) is plan.fast
+    if not fast:
+        _refuse_before_conversion(field, value, what)
+        if value is None and field.null:
+            return None
+    elif plan.fast is str and "\x00" in value:
+        _refuse_before_conversion(field, value, what)
     try:
-        python = field.to_python(value)
-        _refuse_after_conversion(field, python, what)
-        python = storable(field, python, what)
-        if using is not None and isinstance(field, models.ForeignKey):
-            _validate_foreign_key(field, python, using)
-        elif isinstance(field, models.JSONField) and type(field).validate is models.JSONField.validate:
-            # JSONField.validate() encodes the value again, as storable() just did.
-            models.Field.validate(field, python, None)  # type: ignore[arg-type]
+        if fast:
+            python = plan.check(field, value, what)
         else:
-            field.validate(python, None)  # type: ignore[arg-type]
-        field.run_validators(python)
+            python = field.to_python(value)
+            _refuse_after_conversion(field, python, what)
+            python = storable(field, python, what)
+        _validate(plan, python, using)
     except InvalidUpdate:
         raise
     except ValidationError as exc:
@@ -360,12 +436,20 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     integer key (``2.5`` would be truncated to ``2``, another row; ``2.0`` and ``"2"`` are ``2``), a key
     out of the column's range, NaN and infinity, a NUL character, a value that is no text for a text key.
     """
-    label = model._meta.label
     if pk is None:
-        raise InvalidUpdate(f"{label}: a primary key is required.")
-    field = model._meta.pk
-    assert field is not None
-    what = _Named(f"{label}: primary key ", pk)
+        raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
+    plan = _pk_plans.get(model)
+    if plan is None:
+        field = model._meta.pk
+        assert field is not None
+        plan = _pk_plans[model] = _Plan(model, field, f"{model._meta.label}: primary key ")
+    if type(pk) is plan.fast and not (plan.fast is str and "\x00" in pk):
+        # An int for an integer key (a str for a text key): its to_python() returns it as it is, and
+        # only storable()'s check can refuse it.
+        return plan.check(plan.field, pk, _Named(plan.prefix, pk))
+    field = plan.field
+    label = model._meta.label
+    what = _Named(plan.prefix, pk)
     _refuse_before_conversion(field, pk, what)
     try:
         python = field.to_python(pk)
@@ -382,6 +466,10 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     return python
 
 
+#: The plans of clean_pk(), by model: its primary key's (:class:`_Plan`).
+_pk_plans: dict[type[models.Model], _Plan] = {}
+
+
 def clean_object_id(model: type[models.Model], pk: Any) -> str:
     """Return the request log's ``object_id`` of row ``pk`` (the cleaned key as text).
 
@@ -391,10 +479,17 @@ def clean_object_id(model: type[models.Model], pk: Any) -> str:
     return object_id_of(model, clean_pk(model, pk))
 
 
+#: The max_length of the request log's ``object_id``, by request log model.
+_object_id_limits: dict[type[models.Model], int | None] = {}
+
+
 def object_id_of(model: type[models.Model], pk: Any) -> str:
     """:func:`clean_object_id` of a key :func:`clean_pk` returned."""
     object_id = str(pk)
-    limit = request_log()._meta.get_field("object_id").max_length
+    log = request_log()
+    limit = _object_id_limits.get(log, -1)
+    if limit == -1:
+        limit = _object_id_limits[log] = log._meta.get_field("object_id").max_length
     if limit is not None and len(object_id) > limit:
         raise InvalidUpdate(
             f"{model._meta.label}: primary key {object_id[:10] + '...'!r} has {len(object_id)} characters, and the "
@@ -440,19 +535,6 @@ def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> A
     if checker is None:
         checker = _checkers[field] = _checker(field)
     return checker(field, value, what)
-
-
-def _writable(field: models.Field[Any, Any], value: Any, what: _Named) -> Any:
-    """:func:`storable` less what only the request log needs (a custom field's value read back from its
-    text form): what ``save()``, which records no request, checks."""
-    checker = _write_checkers.get(field)
-    if checker is None:
-        checker = _write_checkers[field] = _checker(field, recorded=False)
-    return checker(field, value, what)
-
-
-#: The checks of save() (:func:`_writable`), by field.
-_write_checkers: dict[models.Field[Any, Any], _Checker] = {}
 
 
 def needs_text_form(field: models.Field[Any, Any]) -> bool:
@@ -765,8 +847,6 @@ _PASSED_ON_UNCONVERTED: dict[str, tuple[type | tuple[type, ...], str]] = {
     "DurationField": (timedelta, "a timedelta"),
     "BinaryField": ((bytes, bytearray, memoryview), "bytes"),
 }
-#: The fields a save() may write, by model: checked by :func:`check_saved`.
-_saved_fields: dict[type[models.Model], tuple[models.Field[Any, Any], ...]] = {}
 
 
 def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
@@ -779,27 +859,31 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
     Returns True if the save may still fail on its input: None for a NOT NULL column, which a
     ``pre_save`` receiver may fill in (so it is not refused here); the save then runs in a savepoint."""
     model = type(instance)
-    fields = _saved_fields.get(model)
-    if fields is None:
-        fields = _saved_fields[model] = tuple(
-            f
-            for f in model._meta.concrete_fields
-            if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
-        )
+    plans = _save_plans.get(model)
+    if plans is None:
+        plans = _save_plans[model] = _save_plans_of(model)
     wanted = None if names is None else frozenset(names)
     values = instance.__dict__
     unsure = False
-    for field in fields:
+    for plan in plans:
+        field = plan.field
         if wanted is not None and field.name not in wanted:
             continue
         value = values.get(field.attname)
         if value is None:
             # A pre_save receiver may still fill it in; if none does, the database refuses it.
-            unsure = unsure or (not field.null and field in _given_as_is(model))
+            unsure = unsure or plan.required
+            continue
+        if type(value) is plan.fast:
+            # A bool, int or str its field's own to_python() returns as it is: only the column's checks.
+            what = _Named(plan.prefix, value)
+            plan.check(field, value, what)
+            if plan.max_length is not None and len(value) > plan.max_length:
+                _refuse_length(value, plan.max_length, what)
             continue
         if hasattr(value, "resolve_expression"):
             continue
-        if isinstance(field, models.FileField):
+        if plan.file:
             file = getattr(instance, field.attname)
             if isinstance(file, FieldFile):
                 if not getattr(file, "_committed", True):
@@ -807,8 +891,8 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
                 value = file.name
                 if value is None:
                     continue
-        what = _Named(f"{model._meta.label}.{field.name}=", value)
-        unconverted = _PASSED_ON_UNCONVERTED.get(field.get_internal_type())
+        what = _Named(plan.prefix, value)
+        unconverted = plan.unconverted
         if unconverted is not None and not isinstance(value, unconverted[0]):
             # Django's save passes it on as it is: PostgreSQL parses an interval its own way (SQLite
             # fails), psycopg refuses a text for bytea.
@@ -822,7 +906,7 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
         if python is None:
             continue
         try:
-            _writable(field, python, what)
+            plan.check(field, python, what)
         except ValidationError as exc:  # an array's item or a range's bound its base field refuses
             raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
         except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
@@ -832,10 +916,45 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
             # the database refuses (numeric field overflow).
             _refuse_whole_digits(field, python, what)
         # Django's own save runs no validator: a CharField's max_length is checked here (PostgreSQL refuses).
-        limit = field.max_length if isinstance(field, models.CharField) else None
-        if limit is not None and isinstance(python, str) and len(python) > limit:
-            _refuse_length(python, limit, what)
+        if plan.max_length is not None and isinstance(python, str) and len(python) > plan.max_length:
+            _refuse_length(python, plan.max_length, what)
     return unsure
+
+
+class _SavePlan:
+    """How :func:`check_saved` checks one field of a model, found once per model (:func:`_save_plans_of`):
+    the prefix of its refusals; the check of :func:`storable` less what only the request log needs (a
+    custom field's value read back from its text form: ``save()`` records no request); the type its
+    values must have where Django's save passes them on unconverted; a CharField's ``max_length``;
+    whether None may make the save fail (a NOT NULL column saved as the instance holds it); and
+    ``fast``, as :class:`_Plan`'s."""
+
+    __slots__ = ("check", "fast", "field", "file", "max_length", "prefix", "required", "unconverted")
+
+    def __init__(self, model: type[models.Model], field: models.Field[Any, Any]) -> None:
+        self.field = field
+        self.prefix = f"{model._meta.label}.{field.name}="
+        self.check = _checker(field, recorded=False)
+        self.fast = _fast_type(field)
+        self.file = isinstance(field, models.FileField)
+        self.unconverted = _PASSED_ON_UNCONVERTED.get(field.get_internal_type())
+        self.max_length = field.max_length if isinstance(field, models.CharField) else None
+        self.required = not field.null and type(field).pre_save is models.Field.pre_save and not field.is_relation
+        if self.unconverted is not None or self.file:
+            self.fast = None
+
+
+def _save_plans_of(model: type[models.Model]) -> tuple[_SavePlan, ...]:
+    """The plans of the fields a save() of ``model`` may write (:func:`check_saved`)."""
+    return tuple(
+        _SavePlan(model, f)
+        for f in model._meta.concrete_fields
+        if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
+    )
+
+
+#: The plans of check_saved(), by model.
+_save_plans: dict[type[models.Model], tuple[_SavePlan, ...]] = {}
 
 
 def _refuse_whole_digits(field: models.DecimalField[Any, Any], value: Decimal, what: _Named) -> None:
@@ -852,16 +971,3 @@ def _refuse_whole_digits(field: models.DecimalField[Any, Any], value: Decimal, w
             f"{what} has more than {max_digits - places} digit(s) before the decimal point, which its column "
             f"(max_digits={max_digits}, decimal_places={places}) cannot hold."
         )
-
-
-#: The fields whose value save() writes as the instance holds it (no pre_save() of their own), by model.
-_as_is: dict[type[models.Model], frozenset[models.Field[Any, Any]]] = {}
-
-
-def _given_as_is(model: type[models.Model]) -> frozenset[models.Field[Any, Any]]:
-    fields = _as_is.get(model)
-    if fields is None:
-        fields = _as_is[model] = frozenset(
-            f for f in _saved_fields[model] if type(f).pre_save is models.Field.pre_save and not f.is_relation
-        )
-    return fields
