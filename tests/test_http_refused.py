@@ -124,3 +124,33 @@ class TestToldRefusal:
         assert (other.model, other.field, other.reason) == (None, None, None)  # not its prefix
         again = exc.located("testapp.Document", "title", "testapp.Profile.note=")
         assert (again.model, again.field) == ("testapp.Profile", "note")  # the first says
+
+
+@pytest.mark.parametrize("url", URLS, ids=["conditional", "ConditionalMixin"])
+def test_a_refused_value_of_a_field_shown_is_told_by_its_reason_without_the_value(client, url):
+    profile = ProfileFactory(name="ann")
+    response = put(client, url.format(profile.pk), {"name": "n" * 25})
+    assert response.json() == {
+        "detail": "testapp.Profile.name has 25 characters, and the column holds at most 20.",
+        "field": "name",
+    }
+
+
+def test_each_write_path_says_which_field_it_refused_and_why():
+    """update_if_newer() (clean_changes), a checked save() (check_saved) and a value the database driver
+    refuses (the save's conversion): the refusal names the model and the field, and its reason quotes no value."""
+    from safeupdates.versions import next_version
+    from tests.testapp.models import Document
+
+    profile = ProfileFactory(name="ann")
+    with pytest.raises(InvalidUpdate) as by_update:
+        Profile.objects.update_if_newer(profile.pk, version=next_version(), name="n" * 25)
+    document = Document.objects.create(title="t")
+    document.title = "t" * 101
+    with pytest.raises(InvalidUpdate) as by_save:
+        document.save()
+    refusals = [(exc.value.model, exc.value.field, exc.value.reason) for exc in (by_update, by_save)]
+    assert refusals == [
+        ("testapp.Profile", "name", "is invalid: Ensure this value has at most 20 characters (it has 25)."),
+        ("testapp.Document", "title", "has 101 characters, and the column holds at most 100."),
+    ]

@@ -318,14 +318,16 @@ class LockVersionMixin(models.Model):
         the save (its transaction goes on) if nothing was written before it."""
         if isinstance(error, InvalidUpdate) or save.written:
             return error
-        what = "a value"
+        what, name = "a value", None
         for field, _model, value in values:
             try:
                 field.get_db_prep_save(value, connection=connection)
             except _CONVERSION_ERRORS:
-                what = f"{self._meta.label}.{field.name}={shown(value)}"
+                what, name = f"{self._meta.label}.{field.name}={shown(value)}", field.name
                 break
         refusal = InvalidUpdate(f"{what} cannot be written: {short_message(error)}")
+        if name is not None:
+            refusal.located(self._meta.label, name, what)
         save.refusal = refusal
         return refusal
 

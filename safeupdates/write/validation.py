@@ -103,7 +103,12 @@ def clean_changes(
             )
         if field.name in cleaned:
             raise InvalidUpdate(f"{model._meta.label}.{field.name} is given twice.")
-        cleaned[field.name] = _clean_value(plan, value, _Named(plan.prefix, value), using)
+        what = _Named(plan.prefix, value)
+        try:
+            cleaned[field.name] = _clean_value(plan, value, what, using)
+        except InvalidUpdate as exc:
+            exc.located(model._meta.label, field.name, str(what))  # which field, for a surface to tell
+            raise
     return cleaned
 
 
@@ -865,59 +870,65 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
     wanted = None if names is None else frozenset(names)
     values = instance.__dict__
     unsure = False
-    for plan in plans:
-        field = plan.field
-        if wanted is not None and field.name not in wanted:
-            continue
-        value = values.get(field.attname)
-        if value is None:
-            # A pre_save receiver may still fill it in; if none does, the database refuses it.
-            unsure = unsure or plan.required
-            continue
-        if type(value) is plan.fast:
-            # A bool, int or str its field's own to_python() returns as it is: only the column's checks.
+    what: _Named | None = None
+    try:
+        for plan in plans:
+            field = plan.field
+            if wanted is not None and field.name not in wanted:
+                continue
+            value = values.get(field.attname)
+            if value is None:
+                # A pre_save receiver may still fill it in; if none does, the database refuses it.
+                unsure = unsure or plan.required
+                continue
+            if type(value) is plan.fast:
+                # A bool, int or str its field's own to_python() returns as it is: only the column's checks.
+                what = _Named(plan.prefix, value)
+                plan.check(field, value, what)
+                if plan.max_length is not None and len(value) > plan.max_length:
+                    _refuse_length(value, plan.max_length, what)
+                continue
+            if hasattr(value, "resolve_expression"):
+                continue
+            if plan.file:
+                file = getattr(instance, field.attname)
+                if isinstance(file, FieldFile):
+                    if not getattr(file, "_committed", True):
+                        continue  # save() stores it first, under a name its storage makes fit the column
+                    value = file.name
+                    if value is None:
+                        continue
             what = _Named(plan.prefix, value)
-            plan.check(field, value, what)
-            if plan.max_length is not None and len(value) > plan.max_length:
-                _refuse_length(value, plan.max_length, what)
-            continue
-        if hasattr(value, "resolve_expression"):
-            continue
-        if plan.file:
-            file = getattr(instance, field.attname)
-            if isinstance(file, FieldFile):
-                if not getattr(file, "_committed", True):
-                    continue  # save() stores it first, under a name its storage makes fit the column
-                value = file.name
-                if value is None:
-                    continue
-        what = _Named(plan.prefix, value)
-        unconverted = plan.unconverted
-        if unconverted is not None and not isinstance(value, unconverted[0]):
-            # Django's save passes it on as it is: PostgreSQL parses an interval its own way (SQLite
-            # fails), psycopg refuses a text for bytea.
-            raise InvalidUpdate(f"{what} is a {type(value).__name__}; save() writes {unconverted[1]} only.")
-        try:
-            python = field.to_python(value)
-        except ValidationError as exc:
-            raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-        except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
-            raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
-        if python is None:
-            continue
-        try:
-            plan.check(field, python, what)
-        except ValidationError as exc:  # an array's item or a range's bound its base field refuses
-            raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-        except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
-            raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
-        if isinstance(field, models.DecimalField) and isinstance(python, Decimal) and python.is_finite():
-            # The column rounds to its places, as Django's save does; more whole digits than it holds,
-            # the database refuses (numeric field overflow).
-            _refuse_whole_digits(field, python, what)
-        # Django's own save runs no validator: a CharField's max_length is checked here (PostgreSQL refuses).
-        if plan.max_length is not None and isinstance(python, str) and len(python) > plan.max_length:
-            _refuse_length(python, plan.max_length, what)
+            unconverted = plan.unconverted
+            if unconverted is not None and not isinstance(value, unconverted[0]):
+                # Django's save passes it on as it is: PostgreSQL parses an interval its own way (SQLite
+                # fails), psycopg refuses a text for bytea.
+                raise InvalidUpdate(f"{what} is a {type(value).__name__}; save() writes {unconverted[1]} only.")
+            try:
+                python = field.to_python(value)
+            except ValidationError as exc:
+                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+            except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
+                raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+            if python is None:
+                continue
+            try:
+                plan.check(field, python, what)
+            except ValidationError as exc:  # an array's item or a range's bound its base field refuses
+                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
+            except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
+                raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+            if isinstance(field, models.DecimalField) and isinstance(python, Decimal) and python.is_finite():
+                # The column rounds to its places, as Django's save does; more whole digits than it holds,
+                # the database refuses (numeric field overflow).
+                _refuse_whole_digits(field, python, what)
+            # Django's own save runs no validator: a CharField's max_length is checked here (PostgreSQL refuses).
+            if plan.max_length is not None and isinstance(python, str) and len(python) > plan.max_length:
+                _refuse_length(python, plan.max_length, what)
+    except InvalidUpdate as exc:
+        if what is not None:  # the field checked last: the refusal is its value's, if its message says so
+            exc.located(model._meta.label, field.name, str(what))
+        raise
     return unsure
 
 
