@@ -562,7 +562,24 @@ def recorded_changes(model: type[models.Model], cleaned: Mapping[str, Any]) -> d
             field: Any = fields.get_field(name)
             if needs_text_form(field):
                 changes[name] = _written_out(field, value)
+            elif (encoder := _own_json_encoder(field)) is not None:
+                # The JSON the column holds: the log's encoder may know no type the field's knows (a set),
+                # or write one otherwise (a decimal as a string); the job writes back what the column held.
+                changes[name] = json.loads(json.dumps(value, cls=encoder, allow_nan=False, ensure_ascii=False))
     return changes
+
+
+def _own_json_encoder(field: models.Field[Any, Any]) -> type[json.JSONEncoder] | None:
+    """The encoder of a ``JSONField(encoder=...)`` (None for any other field, and for a JSONField without
+    one): its values are recorded as the JSON it writes of them (:func:`recorded_changes`)."""
+    if field not in _own_encoders:
+        target = _value_field(field)
+        _own_encoders[field] = getattr(target, "encoder", None) if isinstance(target, models.JSONField) else None
+    return _own_encoders[field]
+
+
+#: The encoder of each field met whose values the request log records (:func:`_own_json_encoder`).
+_own_encoders: dict[models.Field[Any, Any], type[json.JSONEncoder] | None] = {}
 
 
 def _written_out(field: models.Field[Any, Any], value: Any) -> Any:

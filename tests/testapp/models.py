@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, ClassVar
 
 from django.db import models
@@ -474,3 +476,23 @@ class Everything(SafeUpdateModel):
 
     def __str__(self) -> str:
         return f"everything {self.pk}"
+
+
+class NumbersAndSets(json.JSONEncoder):
+    """A JSONField's own encoder: decimals as JSON numbers, sets as sorted lists (the request log's
+    encoder writes a decimal as a string and knows no set)."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, Decimal):
+            return float(o)
+        if isinstance(o, set | frozenset):
+            return sorted(o)
+        return super().default(o)
+
+
+class Priced(SafeUpdateModel):
+    """A JSONField with an encoder of its own."""
+
+    data = models.JSONField(null=True, blank=True, encoder=NumbersAndSets)
+
+    safe_update_fields: ClassVar[tuple[str, ...]] = ("data",)
