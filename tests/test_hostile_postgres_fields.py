@@ -38,6 +38,7 @@ def model() -> Any:
             words = ArrayField(models.CharField(max_length=5, blank=True), default=list, blank=True)
             ratios = ArrayField(models.FloatField(), default=list, blank=True)
             blobs = ArrayField(models.BinaryField(blank=True), default=list, blank=True)
+            documents = ArrayField(models.JSONField(null=True, blank=True), default=list, blank=True)
             span = IntegerRangeField(null=True)
             amounts = DecimalRangeField(null=True)
             during = DateTimeRangeField(null=True)
@@ -71,6 +72,8 @@ def through_the_log(model: Any, cleaned: dict[str, Any]) -> dict[str, Any]:
         ("amounts", NumericRange(Decimal("NaN"), None), "decimal number"),
         ("during", DateTimeTZRange(datetime.datetime(2026, 1, 1), None), "naive"),
         ("during", 5, "takes a Range"),
+        ("documents", [{"a": [1.0, float("nan")]}], "NaN"),
+        ("documents", [["\x00"]], "NUL"),
     ],
 )
 def test_an_item_or_bound_its_base_field_refuses_is_refused(model, name, value, why):
@@ -100,3 +103,16 @@ def test_what_the_log_records_reads_back_as_the_value(model, numbers, grid, word
     cleaned = clean_changes(model, values)
     back = through_the_log(model, cleaned)
     assert {k: [bytes(b) for b in v] if k == "blobs" else v for k, v in back.items()} == values
+
+
+@pytest.mark.parametrize(
+    "documents",
+    [[[1, 2], [3]], [[1], "x", {"a": [1, 2]}], [[], [[1]]], [None, [1, 2]], [{"k": [[1], [2, 3]]}]],
+    ids=["lists-of-two-lengths", "a-list-beside-others", "nested-lists", "a-null-beside-a-list", "in-an-object"],
+)
+def test_an_array_of_json_takes_any_json_value_as_its_item(model, documents):
+    """An item of ``ArrayField(JSONField())`` is one ``jsonb`` value, a list included: PostgreSQL keeps the
+    array one-dimensional, so its items need no common shape (only an array of arrays must be rectangular)."""
+    cleaned = clean_changes(model, {"documents": documents})
+    assert cleaned == {"documents": documents}
+    assert through_the_log(model, cleaned) == cleaned

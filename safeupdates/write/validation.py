@@ -808,7 +808,8 @@ def _check_array(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
         python = base.to_python(item)
         _refuse_after_conversion(base, python, what)
         items.append(storable(base, python, what))
-    nested = [item for item in items if isinstance(item, list)]
+    # An array of arrays must be rectangular; a list in an array of JSON is one jsonb value.
+    nested = [item for item in items if isinstance(item, list)] if _is_array(_value_field(base)) else []
     if nested and (len(nested) != len(items) or len({_shape(item) for item in nested}) != 1):
         raise InvalidUpdate(f"{what} is not rectangular: the arrays of a multidimensional array have one length.")
     return items
