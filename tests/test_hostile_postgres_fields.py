@@ -14,7 +14,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, DecimalRangeField, IntegerRangeField
+from django.contrib.postgres.fields import (
+    ArrayField,
+    DateTimeRangeField,
+    DecimalRangeField,
+    HStoreField,
+    IntegerRangeField,
+)
 from django.db import models
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange, NumericRange
 from django.test.utils import isolate_apps
@@ -39,6 +45,7 @@ def model() -> Any:
             ratios = ArrayField(models.FloatField(), default=list, blank=True)
             blobs = ArrayField(models.BinaryField(blank=True), default=list, blank=True)
             documents = ArrayField(models.JSONField(null=True, blank=True), default=list, blank=True)
+            tags = HStoreField(null=True, blank=True)
             span = IntegerRangeField(null=True)
             amounts = DecimalRangeField(null=True)
             during = DateTimeRangeField(null=True)
@@ -74,6 +81,12 @@ def through_the_log(model: Any, cleaned: dict[str, Any]) -> dict[str, Any]:
         ("during", 5, "takes a Range"),
         ("documents", [{"a": [1.0, float("nan")]}], "NaN"),
         ("documents", [["\x00"]], "NUL"),
+        ("tags", {"a": "b\x00"}, "NUL"),
+        ("tags", {"a\x00": "b"}, "NUL"),
+        ("tags", {"a": "b\ud800"}, "surrogate"),
+        ("tags", {"a\ud800": "b"}, "surrogate"),
+        ("tags", ["a"], "takes a dict"),
+        ("tags", {"a": 1}, "not a string"),
     ],
 )
 def test_an_item_or_bound_its_base_field_refuses_is_refused(model, name, value, why):
@@ -115,4 +128,12 @@ def test_an_array_of_json_takes_any_json_value_as_its_item(model, documents):
     array one-dimensional, so its items need no common shape (only an array of arrays must be rectangular)."""
     cleaned = clean_changes(model, {"documents": documents})
     assert cleaned == {"documents": documents}
+    assert through_the_log(model, cleaned) == cleaned
+
+
+def test_an_hstore_value_reads_back_from_the_log(model):
+    """hstore holds text keys and text or NULL values; a key that is no string is stored as its str()."""
+    tags = {"colour": "red", "size": None, "note": "caf\u00e9 \u2603"}
+    cleaned = clean_changes(model, {"tags": tags})
+    assert cleaned == {"tags": tags}
     assert through_the_log(model, cleaned) == cleaned

@@ -632,6 +632,8 @@ def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checke
         check = _check_array
     elif _is_range(target):
         check = _check_range
+    elif _is_hstore(target):
+        check = _check_hstore
     elif isinstance(target, models.BinaryField):
         check = _check_bytes
     elif isinstance(target, models.FileField):
@@ -821,6 +823,27 @@ def _shape(value: Any) -> tuple[int, ...]:
         shape.append(len(value))
         value = value[0] if value else None
     return tuple(shape)
+
+
+def _is_hstore(field: models.Field[Any, Any]) -> bool:
+    return type(field).__module__.startswith("django.contrib.postgres") and field.get_internal_type() == "HStoreField"
+
+
+def _check_hstore(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+    """A dict whose keys and values are text (a value may be None): no lone surrogate, no NUL in either
+    (PostgreSQL stores neither). A value that is no text, its ``validate()`` refuses."""
+    if not isinstance(value, dict):
+        raise InvalidUpdate(f"{what} is a {type(value).__name__}; an hstore field takes a dict of strings.")
+    for pair in value.items():
+        for text in pair:
+            if isinstance(text, str):
+                if not text.isascii():
+                    _refuse_surrogates(text, what)
+                if "\x00" in text:
+                    raise InvalidUpdate(
+                        f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in hstore; remove it."
+                    )
+    return value
 
 
 def _check_range(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
