@@ -127,6 +127,14 @@ def children(pid: int) -> list[int]:
     return _parents().get(pid, [])
 
 
+def _leads_its_group(pid: int) -> bool:
+    """True if process ``pid`` is the leader of a process group of its own (an RQ work horse is)."""
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:  # it exited
+        return False
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``. RQ's work horse leaves the worker's process group (setpgrp), so a
     group kill would miss it: walk the parent links instead."""
@@ -252,8 +260,12 @@ class Workers:
         return f"worker-{index}.log"
 
     def busy(self, index: int) -> bool:
-        """True while worker ``index`` runs a job: RQ forks one work horse process per job."""
-        return self.procs[index].poll() is None and bool(children(self.procs[index].pid))
+        """True while worker ``index`` runs a job: RQ forks one work horse process per job, which leaves
+        the worker's process group (``setpgrp``). The scheduler process that ``--with-scheduler`` forks
+        beside it stays in the group, and is no job."""
+        return self.procs[index].poll() is None and any(
+            _leads_its_group(pid) for pid in children(self.procs[index].pid)
+        )
 
     def kill(self, index: int = 0) -> bool:
         """SIGKILL worker ``index`` with its work horse and scheduler, as a crash or an OOM kill would.

@@ -429,6 +429,11 @@ def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicat
     hit: list[bool] = []
 
     def kill_mid_task() -> None:
+        # The tasks of the burst so far done first: then the one worker busy is the one whose task waits
+        # on the row lock below, not one finishing another task (which the kill would then miss).
+        so_far = ProcessedRequest.objects.filter(request_id__in=list(burst.committed), status="pending")
+        assert wait_until(lambda: not so_far.exists(), 120), workers.logs()
+        assert wait_until(lambda: not any(workers.busy(i) for i in workers.running()), 30), workers.logs()
         rid = uuid.uuid4()
         with RowLock(Profile, pks[0]):
             with transaction.atomic():
