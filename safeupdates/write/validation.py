@@ -830,19 +830,13 @@ def _is_hstore(field: models.Field[Any, Any]) -> bool:
 
 
 def _check_hstore(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
-    """A dict whose keys and values are text (a value may be None): no lone surrogate, no NUL in either
-    (PostgreSQL stores neither). A value that is no text, its ``validate()`` refuses."""
+    """A dict whose keys and values are text (a value may be None), each checked as text
+    (:func:`_check_text`: no lone surrogate, no NUL). A value that is no text, its ``validate()`` refuses."""
     if not isinstance(value, dict):
         raise InvalidUpdate(f"{what} is a {type(value).__name__}; an hstore field takes a dict of strings.")
     for pair in value.items():
         for text in pair:
-            if isinstance(text, str):
-                if not text.isascii():
-                    _refuse_surrogates(text, what)
-                if "\x00" in text:
-                    raise InvalidUpdate(
-                        f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in hstore; remove it."
-                    )
+            _check_text(field, text, what)
     return value
 
 
