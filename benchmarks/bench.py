@@ -942,10 +942,7 @@ def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
     per_slice = ops // slices
     position = dict.fromkeys(contenders_models, 0)
 
-    columns = [f for f in LockVersionRow._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS]
-    save_sql = statements.checked_save(
-        statements.SaveTable.of(LockVersionRow, "postgresql"), tuple(f.column for f in columns), None
-    )
+    columns, save_sql = checked_save_by_hand()
 
     def hand_save(_index: int) -> float:
         """``LockVersionMixin.save()``'s own checked UPDATE, as section 7 runs it: the most any
@@ -958,10 +955,7 @@ def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
             obj.active = not obj.active
         cursor = hand_cursor()
         start = time.perf_counter()
-        for obj in work:
-            values = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns]
-            cursor.execute(save_sql.sql, save_sql.params(values, obj.pk, [obj.lock_version], None), prepare=True)
-            obj.lock_version = cursor.fetchone()[0]
+        save_by_hand(cursor, columns, save_sql, work)
         return time.perf_counter() - start
 
     def saver(name: str) -> Slice:
@@ -1232,6 +1226,25 @@ def hand_cursor() -> Any:
     return psycopg.Cursor(raw)
 
 
+def checked_save_by_hand() -> tuple[list[Any], Any]:
+    """The columns ``save()`` writes of ``LockVersionRow`` (all but its key and the managed fields) and
+    ``LockVersionMixin.save()``'s checked UPDATE of them on PostgreSQL, for :func:`save_by_hand`."""
+    columns = [f for f in LockVersionRow._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS]
+    return columns, statements.checked_save(
+        statements.SaveTable.of(LockVersionRow, "postgresql"), tuple(f.column for f in columns), None
+    )
+
+
+def save_by_hand(cursor: Any, columns: list[Any], statement: Any, work: Sequence[Any]) -> None:
+    """Save each ``LockVersionRow`` of ``work`` by the checked UPDATE (:func:`checked_save_by_hand`) on
+    ``cursor`` (:func:`hand_cursor`): its values as its fields prepare them, its ``lock_version`` the one
+    the row returns; no Python of the library's."""
+    for obj in work:
+        values = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns]
+        cursor.execute(statement.sql, statement.params(values, obj.pk, [obj.lock_version], None), prepare=True)
+        obj.lock_version = cursor.fetchone()[0]
+
+
 def recorded_by_hand(work: Sequence[tuple[int, bool, int, uuid.UUID]]) -> float:
     """Seconds to run ``update_if_newer(pk, version=, request_id=, active=)``'s own statement (the
     UPDATE of ``Profile.active`` and the INSERT of its request) for each ``(pk, value, version,
@@ -1310,10 +1323,7 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
         obj.save()
     lib_rows = list(LockVersionRow.objects.filter(pk__in=[o.pk for o in saved[:200]]).order_by("pk"))
     hand_rows = list(LockVersionRow.objects.filter(pk__in=[o.pk for o in saved[200:]]).order_by("pk"))
-    columns = [f for f in LockVersionRow._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS]
-    save_sql = statements.checked_save(
-        statements.SaveTable.of(LockVersionRow, "postgresql"), tuple(f.column for f in columns), None
-    )
+    columns, save_sql = checked_save_by_hand()
     position = {"lib": 0, "hand": 0}
 
     def save(_index: int) -> float:
@@ -1335,10 +1345,7 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
             obj.active = not obj.active
         cursor = hand_cursor()
         start = time.perf_counter()
-        for obj in work:
-            values = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns]
-            cursor.execute(save_sql.sql, save_sql.params(values, obj.pk, [obj.lock_version], None), prepare=True)
-            obj.lock_version = cursor.fetchone()[0]
+        save_by_hand(cursor, columns, save_sql, work)
         return time.perf_counter() - start
 
     def enqueue(_index: int) -> float:

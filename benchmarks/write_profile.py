@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -95,26 +95,14 @@ def _without_round_trips(sample: tuple[int, bool, int, uuid.UUID]) -> Iterator[N
     """psycopg's ``execute`` does nothing and ``fetchone`` returns the row that the statement of ``sample``
     (a ``(pk, value, version, request_id)``; a fresh request id is used) returned for real, once, with the
     version of ``active`` each call sends (its write applied)."""
-    import psycopg
     from django.db import connection
 
     from tests.testapp.models import Profile
 
-    row: list[Any] = []
-    real_execute, real_fetchone = psycopg.Cursor.execute, psycopg.Cursor.fetchone
-
-    def keep(self: Any) -> Any:
-        got = real_fetchone(self)
-        row.append(got)
-        return got
-
-    psycopg.Cursor.fetchone = keep  # type: ignore[method-assign]
-    try:
-        pk, value, version, _request_id = sample
-        Profile.objects.update_if_newer(pk, version=version, request_id=uuid.uuid4(), active=value)
-    finally:
-        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
-    canned = row[-1]
+    pk, value, version, _request_id = sample
+    canned = _row_returned_by(
+        lambda: Profile.objects.update_if_newer(pk, version=version, request_id=uuid.uuid4(), active=value)
+    )
     # The row's field_versions as PostgreSQL sends them (text: Django loads no JSON in psycopg).
     assert canned[0] == "applied" and list(json.loads(canned[1])) == ["active"], canned
     connection.ensure_connection()
@@ -129,13 +117,8 @@ def _without_round_trips(sample: tuple[int, bool, int, uuid.UUID]) -> Iterator[N
         # Written at this call's version, as the real statement's row says when it applies.
         return status, f'{{"active": {sent[0]["version"]}}}'
 
-    psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
-    psycopg.Cursor.fetchone = fetchone  # type: ignore[method-assign,assignment]
-    try:
+    with _psycopg_replaced(execute, fetchone):
         yield
-    finally:
-        psycopg.Cursor.execute = real_execute  # type: ignore[method-assign]
-        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
 
 
 def _saved_rows(model: Any, who: str = "") -> list[Any]:
@@ -152,12 +135,8 @@ def _saved_rows(model: Any, who: str = "") -> list[Any]:
 def _measure_save(calls: int, what: str) -> float:
     """Microseconds per ``save()`` of ``what``: ``call``, ``python`` (CPU time, without round trips) or
     ``hand`` (``LockVersionRow``'s checked UPDATE on a bare prepared cursor), or ``plain`` (``PlainRow``)."""
-    from django.db import connection
-
-    from benchmarks.bench import hand_cursor
+    from benchmarks.bench import checked_save_by_hand, hand_cursor, save_by_hand
     from benchmarks.saveapp.models import LockVersionRow, PlainRow
-    from safeupdates.database import statements
-    from safeupdates.write.validation import MANAGED_FIELDS
 
     # Rows of their own for the hand-written saves and for those without round trips (whose instances
     # then carry versions the rows do not).
@@ -166,18 +145,10 @@ def _measure_save(calls: int, what: str) -> float:
     for obj in work:
         obj.active = not obj.active
     if what == "hand":
-        columns = [
-            f for f in LockVersionRow._meta.concrete_fields if not f.primary_key and f.name not in MANAGED_FIELDS
-        ]
-        sql = statements.checked_save(
-            statements.SaveTable.of(LockVersionRow, "postgresql"), tuple(f.column for f in columns), None
-        )
+        columns, sql = checked_save_by_hand()
         cursor = hand_cursor()
         start = time.perf_counter()
-        for obj in work:
-            values = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns]
-            cursor.execute(sql.sql, sql.params(values, obj.pk, [obj.lock_version], None), prepare=True)
-            obj.lock_version = cursor.fetchone()[0]
+        save_by_hand(cursor, columns, sql, work)
         return (time.perf_counter() - start) / calls * 1e6
     if what in ("call", "plain"):
         start = time.perf_counter()
@@ -196,24 +167,9 @@ def _save_without_round_trips(sample: Any) -> Iterator[None]:
     """psycopg's ``execute`` does nothing and ``fetchone`` returns a row as the checked UPDATE returns it
     (a fresh ``lock_version``, counted up from the one a real save of ``sample``'s row, loaded again,
     returned)."""
-    import psycopg
-
-    row: list[Any] = []
-    real_execute, real_fetchone = psycopg.Cursor.execute, psycopg.Cursor.fetchone
-
-    def keep(self: Any) -> Any:
-        got = real_fetchone(self)
-        row.append(got)
-        return got
-
-    psycopg.Cursor.fetchone = keep  # type: ignore[method-assign]
-    try:
-        fresh = type(sample)._default_manager.get(pk=sample.pk)
-        fresh.active = not fresh.active
-        fresh.save()
-    finally:
-        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
-    canned = row[-1]
+    fresh = type(sample)._default_manager.get(pk=sample.pk)
+    fresh.active = not fresh.active
+    canned = _row_returned_by(fresh.save)
     assert isinstance(canned[0], int), canned
     counter = [canned[0]]
 
@@ -224,6 +180,36 @@ def _save_without_round_trips(sample: Any) -> Iterator[None]:
         counter[0] += 1
         return (counter[0], *canned[1:])
 
+    with _psycopg_replaced(execute, fetchone):
+        yield
+
+
+def _row_returned_by(action: Callable[[], Any]) -> Any:
+    """The last row psycopg's ``fetchone`` returned while ``action`` ran, for real."""
+    import psycopg
+
+    row: list[Any] = []
+    real_fetchone = psycopg.Cursor.fetchone
+
+    def keep(self: Any) -> Any:
+        got = real_fetchone(self)
+        row.append(got)
+        return got
+
+    psycopg.Cursor.fetchone = keep  # type: ignore[method-assign]
+    try:
+        action()
+    finally:
+        psycopg.Cursor.fetchone = real_fetchone  # type: ignore[method-assign]
+    return row[-1]
+
+
+@contextmanager
+def _psycopg_replaced(execute: Callable[..., Any], fetchone: Callable[..., Any]) -> Iterator[None]:
+    """psycopg's ``Cursor.execute`` and ``fetchone`` replaced by these within the block."""
+    import psycopg
+
+    real_execute, real_fetchone = psycopg.Cursor.execute, psycopg.Cursor.fetchone
     psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
     psycopg.Cursor.fetchone = fetchone  # type: ignore[method-assign,assignment]
     try:
