@@ -33,46 +33,48 @@ def stored(pk: Any) -> dict[str, Any]:
     return values
 
 
-def via_update(pk: Any, **changes: Any) -> None:
-    Everything.objects.update_if_newer(pk, version=next_version(), **changes)
+def write_paths(model: Any) -> dict[str, Callable[..., None]]:
+    """Each way a value reaches a row of ``model``, as ``path(pk, **changes)``: the guarded writes, the job
+    of ``enqueue_update()`` (run as the worker runs it, in the test's transaction) and the checked save."""
+
+    def via_update(pk: Any, **changes: Any) -> None:
+        model.objects.update_if_newer(pk, version=next_version(), **changes)
+
+    def via_recorded_update(pk: Any, **changes: Any) -> None:
+        model.objects.update_if_newer(pk, version=next_version(), request_id=uuid.uuid4(), **changes)
+
+    def via_timestamp(pk: Any, **changes: Any) -> None:
+        from django.utils import timezone
+
+        model.objects.update_if_newer(pk, synced_at=timezone.now(), request_id=uuid.uuid4(), **changes)
+
+    def via_bulk(pk: Any, **changes: Any) -> None:
+        model.objects.bulk_update_if_newer([(pk, next_version(), changes)])
+
+    def via_enqueue(pk: Any, **changes: Any) -> None:
+        request = enqueue_update(model, pk, **changes)
+        apply_update(str(request.request_id))  # as the worker does, in this test's transaction
+        request.refresh_from_db()
+        assert request.status == "applied", request.error
+
+    def via_save(pk: Any, **changes: Any) -> None:
+        instance = model.objects.get(pk=pk)
+        for name, value in changes.items():
+            setattr(instance, name, value)
+        instance.save()
+
+    return {
+        "update_if_newer": via_update,
+        "update_if_newer(request_id=)": via_recorded_update,
+        "update_if_newer(synced_at=)": via_timestamp,
+        "bulk_update_if_newer": via_bulk,
+        "enqueue_update": via_enqueue,
+        "save": via_save,
+    }
 
 
-def via_recorded_update(pk: Any, **changes: Any) -> None:
-    Everything.objects.update_if_newer(pk, version=next_version(), request_id=uuid.uuid4(), **changes)
-
-
-def via_timestamp(pk: Any, **changes: Any) -> None:
-    from django.utils import timezone
-
-    Everything.objects.update_if_newer(pk, synced_at=timezone.now(), request_id=uuid.uuid4(), **changes)
-
-
-def via_bulk(pk: Any, **changes: Any) -> None:
-    Everything.objects.bulk_update_if_newer([(pk, next_version(), changes)])
-
-
-def via_enqueue(pk: Any, **changes: Any) -> None:
-    request = enqueue_update(Everything, pk, **changes)
-    apply_update(str(request.request_id))  # as the worker does, in this test's transaction
-    request.refresh_from_db()
-    assert request.status == "applied", request.error
-
-
-def via_save(pk: Any, **changes: Any) -> None:
-    instance = Everything.objects.get(pk=pk)
-    for name, value in changes.items():
-        setattr(instance, name, value)
-    instance.save()
-
-
-ENTRY_POINTS: dict[str, Callable[..., None]] = {
-    "update_if_newer": via_update,
-    "update_if_newer(request_id=)": via_recorded_update,
-    "update_if_newer(synced_at=)": via_timestamp,
-    "bulk_update_if_newer": via_bulk,
-    "enqueue_update": via_enqueue,
-    "save": via_save,
-}
+ENTRY_POINTS = write_paths(Everything)
+via_save = ENTRY_POINTS["save"]
 
 
 @pytest.fixture(params=list(ENTRY_POINTS))

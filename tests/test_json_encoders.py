@@ -4,18 +4,14 @@ encoder would make of the value (it writes a decimal as a string and knows no se
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
-from safeupdates import enqueue_update, replay
-from safeupdates.jobs import apply_update
+from safeupdates import replay
 from safeupdates.models import ProcessedRequest
-from safeupdates.versions import next_version
+from tests.test_hostile_values import write_paths
 from tests.testapp.models import Priced
 
 pytestmark = pytest.mark.django_db
@@ -25,44 +21,7 @@ VALUE = {"price": Decimal("1.50"), "tags": {"b", "a"}, "nested": [{"cost": Decim
 WRITTEN = {"price": 1.5, "tags": ["a", "b"], "nested": [{"cost": 2.0}]}
 
 
-def via_update(pk: Any, **changes: Any) -> None:
-    Priced.objects.update_if_newer(pk, version=next_version(), **changes)
-
-
-def via_recorded_update(pk: Any, **changes: Any) -> None:
-    Priced.objects.update_if_newer(pk, version=next_version(), request_id=uuid.uuid4(), **changes)
-
-
-def via_timestamp(pk: Any, **changes: Any) -> None:
-    Priced.objects.update_if_newer(pk, synced_at=timezone.now(), request_id=uuid.uuid4(), **changes)
-
-
-def via_bulk(pk: Any, **changes: Any) -> None:
-    Priced.objects.bulk_update_if_newer([(pk, next_version(), changes)])
-
-
-def via_enqueue(pk: Any, **changes: Any) -> None:
-    request = enqueue_update(Priced, pk, **changes)
-    apply_update(str(request.request_id))  # as the worker does, in this test's transaction
-    request.refresh_from_db()
-    assert request.status == "applied", request.error
-
-
-def via_save(pk: Any, **changes: Any) -> None:
-    instance = Priced.objects.get(pk=pk)
-    for name, value in changes.items():
-        setattr(instance, name, value)
-    instance.save()
-
-
-ENTRY_POINTS: dict[str, Callable[..., None]] = {
-    "update_if_newer": via_update,
-    "update_if_newer(request_id=)": via_recorded_update,
-    "update_if_newer(synced_at=)": via_timestamp,
-    "bulk_update_if_newer": via_bulk,
-    "enqueue_update": via_enqueue,
-    "save": via_save,
-}
+ENTRY_POINTS = write_paths(Priced)
 
 
 def stored(pk: Any) -> Any:
