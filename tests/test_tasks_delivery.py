@@ -13,6 +13,7 @@ import shlex
 import uuid
 from datetime import timedelta
 
+import django_rq
 import psycopg
 import pytest
 from django.contrib.contenttypes.models import ContentType
@@ -22,6 +23,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
+from rq import Worker
 
 from demo_project.processes import TaskWorkers
 from safeupdates import checks, delivery, enqueue_update
@@ -439,9 +441,19 @@ def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicat
             with transaction.atomic():
                 enqueue_update(Profile, pks[0], request_id=rid, newsletter=True)
             burst.committed[rid] = (pks[0], "newsletter", True)
-            assert wait_until(lambda: any(workers.busy(i) for i in workers.running()), 30), workers.logs()
-            busy = next(i for i in workers.running() if workers.busy(i))
-            hit.append(workers.kill(busy))
+
+            def running_it() -> int | None:
+                """The worker whose current job is this request's task (RQ's own record of it)."""
+                for worker in Worker.all(connection=django_rq.get_connection("default")):
+                    job = worker.get_current_job()
+                    if job is not None and str(rid) in repr((job.args, job.kwargs)):
+                        return next((i for i in workers.running() if workers.procs[i].pid == worker.pid), None)
+                return None
+
+            assert wait_until(lambda: running_it() is not None, 30), workers.logs()
+            index = running_it()
+            assert index is not None
+            hit.append(workers.kill(index))
         workers.start(1, env=env)
 
     def reverse_and_duplicates() -> None:
