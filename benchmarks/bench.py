@@ -9,7 +9,8 @@ It creates and migrates its own PostgreSQL database (``BENCH_DATABASE_URL``, def
 ``postgres://postgres@127.0.0.1:5432/safeupdates_bench``), empties its tables, uses one RQ queue of its
 own on ``BENCH_REDIS_URL`` (else ``REDIS_URL``), and starts real ``rqworker`` processes for the drain.
 Every figure is the median of its rounds; within a round the contenders run in short slices, taking
-turns in an order that rotates, and each ratio is the median of the per-round ratios.
+turns in an order that rotates. A round's ratio is the median of its slice-by-slice ratios, and the table
+shows the median of the rounds' ratios.
 Exit status: 0 if every target and every correctness check passes, 1 otherwise. See
 docs/benchmarks.md for what each row measures.
 """
@@ -277,18 +278,43 @@ def timed(function: Callable[[], Any]) -> float:
 Slice = Callable[[int], float]
 
 
-def interleaved(contenders: Sequence[tuple[str, Slice]], slices: int, round_: int) -> dict[str, float]:
-    """Run ``slices`` slices of every contender, alternating between them; return seconds per contender.
+class Timings(dict[str, float]):
+    """One round: the seconds each contender took in all (the dict), and in each slice (:attr:`slices`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slices: dict[str, list[float]] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self[name] = self.get(name, 0.0) + seconds
+        self.slices.setdefault(name, []).append(seconds)
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        """``numerator``'s seconds over ``denominator``'s: the median of the ratios of their slices of the
+        same index, which ran one right after the other (:func:`interleaved`).
+
+        Side by side, two slices share whatever load the machine had at that moment; a burst from
+        another process that slows one slice of one contender moves one ratio of the round, not the
+        round's total. The ratio of the totals is the rate rows' (``self[name]``)."""
+        pairs = list(zip(self.slices.get(numerator, ()), self.slices.get(denominator, ()), strict=True))
+        if not pairs:
+            raise ValueError(f"no slices of {numerator!r} and {denominator!r} ran side by side")
+        return statistics.median(top / bottom for top, bottom in pairs)
+
+
+def interleaved(contenders: Sequence[tuple[str, Slice]], slices: int, round_: int) -> Timings:
+    """Run ``slices`` slices of every contender, alternating between them; return the seconds of each.
 
     Each slice function prepares its slice (untimed), runs it and returns the seconds it took. Slices
     are short (a tenth of a second or so) and their order rotates, so that a burst of load from
-    another process on this machine slows every contender alike instead of one whole measurement.
+    another process on this machine slows every contender alike instead of one whole measurement;
+    ratios are taken slice by slice (:meth:`Timings.ratio`).
     """
-    totals = dict.fromkeys((name for name, _f in contenders), 0.0)
+    timings = Timings()
     for index in range(slices):
         for name, function in _rotate(contenders, round_ + index):
-            totals[name] += function(index)
-    return totals
+            timings.add(name, function(index))
+    return timings
 
 
 # --- 1. single-row writes --------------------------------------------------------------------------
@@ -368,7 +394,7 @@ def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None
     report.ratio(
         "1",
         "update_if_newer(request_id) / naive ORM update",
-        [s["naive"] / s["guarded_request"] for s in per_round],
+        [s.ratio("naive", "guarded_request") for s in per_round],
         ">= 1.2x",
         lambda x: x >= 1.2,
         headline=TARGETS[1][0],
@@ -376,7 +402,7 @@ def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None
     report.ratio(
         "1",
         "update_if_newer(request_id) / its statement via psycopg",
-        [s["hand_recorded"] / s["guarded_request"] for s in per_round],
+        [s.ratio("hand_recorded", "guarded_request") for s in per_round],
         ">= 0.9x",
         lambda x: x >= 0.9,
         headline=TARGETS[0][0],
@@ -384,12 +410,12 @@ def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None
     report.ratio(
         "1",
         "  (the most it can be: its statement hand-written / naive)",
-        [s["naive"] / s["hand_recorded"] for s in per_round],
+        [s.ratio("naive", "hand_recorded") for s in per_round],
     )
     report.ratio(
         "1",
         "update_if_newer(request_id) / raw UPDATE",
-        [s["raw"] / s["guarded_request"] for s in per_round],
+        [s.ratio("raw", "guarded_request") for s in per_round],
         ">= 0.5x",
         lambda x: x >= 0.5,
     )
@@ -780,7 +806,7 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
     report.ratio(
         "3",
         "enqueue_update / the same durable work by hand",
-        [s["safe"] / s["hand"] for s in per_round],
+        [s.ratio("safe", "hand") for s in per_round],
         "<= 1.1x",
         lambda x: x <= 1.1,
         headline=TARGETS[4][0],
@@ -788,12 +814,12 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
     report.ratio(
         "3",
         "  (enqueue cost: enqueue_update / naive queue.enqueue())",
-        [s["safe"] / s["naive"] for s in per_round],
+        [s.ratio("safe", "naive") for s in per_round],
     )
     report.ratio(
         "3",
         "enqueue cost: enqueue_update on Django tasks / on RQ",
-        [s["tasks"] / s["safe"] for s in per_round],
+        [s.ratio("tasks", "safe") for s in per_round],
     )
 
 
@@ -846,7 +872,7 @@ def bench_bulk(report: Report, rounds: int, count: int, slices: int) -> None:
     report.ratio(
         "4",
         "bulk_update_if_newer / loop of update_if_newer",
-        [s["loop"] / s["bulk"] for s in per_round],
+        [s.ratio("loop", "bulk") for s in per_round],
         ">= 5.0x",
         lambda x: x >= 5.0,
     )
@@ -875,7 +901,7 @@ def timed_rounds(
     slices: int,
     per_slice: int,
     what: str,
-) -> list[dict[str, float]]:
+) -> list[Timings]:
     """A warm-up, then ``rounds`` interleaved rounds: each contender's rate per round goes to its row.
     Returns the seconds each contender took, per round."""
     interleaved(contenders, 1, 0)  # warm-up
@@ -892,7 +918,7 @@ def timed_rounds(
 def versioned_ratios(
     report: Report,
     what: str,
-    per_round: Sequence[dict[str, float]],
+    per_round: Sequence[Timings],
     *,
     against_plain: float = 0.85,
     against_concurrency: float = 1.0,
@@ -904,7 +930,7 @@ def versioned_ratios(
     report.ratio(
         "5",
         f"{what}: LockVersionMixin / plain Django",
-        [s["plain"] / s["lock_version"] for s in per_round],
+        [s.ratio("plain", "lock_version") for s in per_round],
         f">= {against_plain}x",
         lambda x: x >= against_plain,
         headline=headlines[0],
@@ -913,7 +939,7 @@ def versioned_ratios(
     report.ratio(
         "5",
         f"{what}: LockVersionMixin / django-concurrency",
-        [s["concurrency"] / s["lock_version"] for s in per_round],
+        [s.ratio("concurrency", "lock_version") for s in per_round],
         "> 1.0x" if strictly else f">= {against_concurrency}x",
         (lambda x: x > 1.0) if strictly else (lambda x: x >= against_concurrency),
         headline=headlines[1],
@@ -998,22 +1024,22 @@ def bench_save(report: Report, rounds: int, ops: int, slices: int) -> None:
     report.ratio(
         "5",
         "  (the most it can be: its statement hand-written / plain)",
-        [s["plain"] / s["hand"] for s in per_round],
+        [s.ratio("plain", "hand") for s in per_round],
     )
     report.ratio(
         "5",
         "  (save(): LockVersionMixin / its statement hand-written)",
-        [s["hand"] / s["lock_version"] for s in per_round],
+        [s.ratio("hand", "lock_version") for s in per_round],
     )
     report.ratio(
         "5",
         "  (save(): LockVersionMixin unprepared / plain Django)",
-        [s["plain"] / s["unprepared"] for s in per_round],
+        [s.ratio("plain", "unprepared") for s in per_round],
     )
     report.ratio(
         "5",
         "  (save(): django-concurrency / plain Django)",
-        [s["plain"] / s["concurrency"] for s in per_round],
+        [s.ratio("plain", "concurrency") for s in per_round],
     )
     # Both versioned contenders really check: a save from an instance loaded before another save fails.
     for label, model, error in (
@@ -1096,7 +1122,7 @@ def bench_delete(report: Report, rounds: int, ops: int, slices: int) -> None:
     report.ratio(
         "5",
         "delete(): LockVersionMixin / plain Django",
-        [s["plain"] / s["lock_version"] for s in per_round],
+        [s.ratio("plain", "lock_version") for s in per_round],
         ">= 0.85x",
         lambda x: x >= 0.85,
     )
@@ -1175,12 +1201,12 @@ def bench_stale_saves(report: Report, rounds: int, ops: int, slices: int) -> Non
     report.ratio(
         "6",
         "save() in atomic(), 10% stale: as installed / a savepoint each",
-        [s["savepoint"] / s["installed"] for s in per_round],
+        [s.ratio("savepoint", "installed") for s in per_round],
     )
     report.ratio(
         "6",
         "  (a savepoint each: prepared / unprepared)",
-        [s["unprepared"] / s["savepoint"] for s in per_round],
+        [s.ratio("unprepared", "savepoint") for s in per_round],
     )
     report.check(
         "stale saves: every contender refused the same share of saves",
@@ -1421,12 +1447,12 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
         ("enqueue_update()'s INSERT", "enqueue", "hand_insert"),
     ):
         if library == "guarded_request":  # its target (0.9x) is section 1's, against the same contender
-            report.ratio("7", f"  ({label} / the same SQL hand-written)", [s[hand] / s[library] for s in per_round])
+            report.ratio("7", f"  ({label} / the same SQL hand-written)", [s.ratio(hand, library) for s in per_round])
             continue
         report.ratio(
             "7",
             f"{label} / the same SQL hand-written",
-            [s[hand] / s[library] for s in per_round],
+            [s.ratio(hand, library) for s in per_round],
             ">= 0.8x",
             lambda x: x >= 0.8,
         )

@@ -309,9 +309,9 @@ def bench_enqueue(report: Any, rounds: int, calls: int) -> None:
         with app.connection_for_write() as connection:
             connection.default_channel.queue_purge(queue)
         bench._progress(f"  C2. enqueue cost: round {round_ + 1}/{rounds} done")
-    report.ratio("C2", "enqueue: enqueue_update / by hand", [s["safe"] / s["by_hand"] for s in per_round])
-    report.ratio("C2", "enqueue: enqueue_update / bare apply_async", [s["safe"] / s["bare"] for s in per_round])
-    report.ratio("C2", "  (by hand / bare apply_async)", [s["by_hand"] / s["bare"] for s in per_round])
+    report.ratio("C2", "enqueue: enqueue_update / by hand", [s.ratio("safe", "by_hand") for s in per_round])
+    report.ratio("C2", "enqueue: enqueue_update / bare apply_async", [s.ratio("safe", "bare") for s in per_round])
+    report.ratio("C2", "  (by hand / bare apply_async)", [s.ratio("by_hand", "bare") for s in per_round])
 
 
 if __name__ == "__main__":

@@ -115,9 +115,9 @@ def child(args: argparse.Namespace) -> dict[str, list[float]]:
     bench.interleaved([("plain", saver("PlainRow")), ("lock", saver("LockVersionRow"))], 1, 0)
     for round_ in range(args.rounds):
         seconds = bench.interleaved([("naive", naive), ("guarded", guarded)], slices, round_)
-        ratios["update_if_newer"].append(seconds["naive"] / seconds["guarded"])
+        ratios["update_if_newer"].append(seconds.ratio("naive", "guarded"))
         seconds = bench.interleaved([("plain", saver("PlainRow")), ("lock", saver("LockVersionRow"))], slices, round_)
-        ratios["save"].append(seconds["plain"] / seconds["lock"])
+        ratios["save"].append(seconds.ratio("plain", "lock"))
         print(f"  {args.topology}: single-row writes and saves, round {round_ + 1}/{args.rounds}", file=sys.stderr)
 
     # The drain: the same burst of toggles, naive jobs against enqueue_update + apply_update.
