@@ -724,9 +724,6 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
     hand_row = report.row("3", "by hand: pending INSERT + on_commit(queue.enqueue)", "us/call")
     tasks_pks = make_profiles(per_slice * slices)
     hand_pks = make_profiles(per_slice * slices)
-    content_type = ContentType.objects.get_for_model(Profile).pk
-    changes = ProcessedRequest._meta.get_field("changes").get_db_prep_save({"active": True}, connection)
-    queue_name = conf.queue_name()
 
     def chunk(index: int) -> list[int]:
         return pks[index * per_slice : (index + 1) * per_slice]
@@ -759,21 +756,11 @@ def bench_enqueue(report: Report, queue: Queue, rounds: int, calls: int, slices:
         prepared psycopg cursor, committed by itself in autocommit), then the job, on commit."""
         records = hand_pks[index * per_slice : (index + 1) * per_slice]
         cursor = hand_cursor()
-        start = time.perf_counter()
-        for pk in records:
-            sql, params = statements.insert_pending(
-                request_id=uuid.uuid4(),
-                content_type_id=content_type,
-                object_id=str(pk),
-                changes=changes,
-                queue=queue_name,
-                kind=RequestKind.UPDATE.value,
-                status=RequestStatus.PENDING.value,
-            )
-            cursor.execute(sql, params, prepare=True)
-            cursor.fetchone()
+
+        def enqueue_on_commit(pk: int) -> None:
             transaction.on_commit(functools.partial(queue.enqueue, naive_toggle, pk, "active", True))
-        return time.perf_counter() - start
+
+        return timed(lambda: pending_by_hand(cursor, records, enqueue_on_commit))
 
     contenders: list[tuple[str, Slice]] = [
         ("naive", naive),
@@ -1294,6 +1281,29 @@ def recorded_by_hand(work: Sequence[tuple[int, bool, int, uuid.UUID]]) -> float:
     return time.perf_counter() - start
 
 
+def pending_by_hand(cursor: Any, pks: Sequence[int], after: Callable[[int], Any] | None = None) -> None:
+    """``enqueue_update(Profile, pk, active=True)``'s own INSERT of the pending request, for each of ``pks``,
+    on ``cursor`` (:func:`hand_cursor`), each committed by itself in autocommit; then ``after(pk)``, if
+    given (section 3 enqueues the job on commit there)."""
+    content_type = ContentType.objects.get_for_model(Profile).pk
+    changes = ProcessedRequest._meta.get_field("changes").get_db_prep_save({"active": True}, connection)
+    queue_name = conf.queue_name()
+    for pk in pks:
+        sql, params = statements.insert_pending(
+            request_id=uuid.uuid4(),
+            content_type_id=content_type,
+            object_id=str(pk),
+            changes=changes,
+            queue=queue_name,
+            kind=RequestKind.UPDATE.value,
+            status=RequestStatus.PENDING.value,
+        )
+        cursor.execute(sql, params, prepare=True)
+        cursor.fetchone()
+        if after is not None:
+            after(pk)
+
+
 def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None:
     """Each write of the library against the very statement it runs, hand-written: the SQL text taken
     from :mod:`safeupdates.statements`, executed with a bare, prepared psycopg cursor and nothing else
@@ -1305,10 +1315,7 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
     pks = make_profiles(500)
     per_slice = ops // slices
     counter = iter(range(10**9))
-    content_type = ContentType.objects.get_for_model(Profile).pk
     guarded_sql = statements.guarded_update(Profile, ("active",), connection)
-    changes_type = ProcessedRequest._meta.get_field("changes")
-    queue_name = conf.queue_name()
 
     def todo() -> list[tuple[int, bool, int]]:
         start = next(counter) * per_slice
@@ -1385,21 +1392,7 @@ def bench_write_path(report: Report, rounds: int, ops: int, slices: int) -> None
     def hand_insert(_index: int) -> float:
         work = [pk for pk, _value, _version in todo()]
         cursor = hand_cursor()
-        changes = changes_type.get_db_prep_save({"active": True}, connection)
-        start = time.perf_counter()
-        for pk in work:
-            sql, params = statements.insert_pending(
-                request_id=uuid.uuid4(),
-                content_type_id=content_type,
-                object_id=str(pk),
-                changes=changes,
-                queue=queue_name,
-                kind=RequestKind.UPDATE.value,
-                status=RequestStatus.PENDING.value,
-            )
-            cursor.execute(sql, params, prepare=True)
-            cursor.fetchone()
-        return time.perf_counter() - start
+        return timed(lambda: pending_by_hand(cursor, work))
 
     # The hand-written statements are the library's: run each operation once and compare.
     with captured() as ran:
