@@ -1,5 +1,7 @@
 """Issue 42: the fault scenarios' guarantees through PgBouncer in transaction mode (Debian's 1.18, no
-``max_prepared_statements``: prepared statements off, as docs/deployment.md asks). The workers and the
+``max_prepared_statements``: prepared statements off, as docs/deployment.md asks) and in session mode
+(prepared statements on: a client keeps its server connection, and loses it, with the statements
+prepared on it, when PgBouncer restarts or is told to RECONNECT). The workers and the
 relay reach the site's PostgreSQL through a PgBouncer of the test's own (tests/pooler.py); mid-burst the
 pooler is paused and resumed, told to RECONNECT, and restarted. The same accounting as the other
 scenarios (:func:`tests.faults.harness.verify`): 0 lost, 0 applied twice, 0 non-terminal."""
@@ -24,12 +26,13 @@ def pooled(site: Site, pooler: PgBouncer, application_name: str) -> dict[str, st
     """The environment of a worker or the relay that reaches the site through ``pooler``."""
     return {
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:{pooler.port}/postgres?application_name={application_name}",
-        "SAFEUPDATES_TEST_TOPOLOGY": "pgbouncer-transaction",
+        "SAFEUPDATES_TEST_TOPOLOGY": f"pgbouncer-{pooler.pool_mode}",
         "SAFEUPDATES_TEST_POOLER_PORT": str(pooler.port),
     }
 
 
-def test_pgbouncer_paused_reconnected_and_restarted_mid_burst(make_site):
+@pytest.mark.parametrize("pool_mode", ["transaction", "session"])
+def test_pgbouncer_paused_reconnected_and_restarted_mid_burst(make_site, pool_mode):
     """PAUSE for 2 s then RESUME, RECONNECT, and a restart of pgbouncer (2 s down) while three workers
     apply and the relay runs through it: jobs cut off are retried or delivered again by the relay, and
     every request ends applied or stale, once."""
@@ -38,7 +41,7 @@ def test_pgbouncer_paused_reconnected_and_restarted_mid_burst(make_site):
     except (RuntimeError, OSError) as exc:
         pytest.skip(str(exc))
     site = make_site()
-    pooler = PgBouncer("transaction", server_port=site.postgres.port, pool_size=10)
+    pooler = PgBouncer(pool_mode, server_port=site.postgres.port, pool_size=10)
     site.cleanup.callback(pooler.destroy)
     pooler.start()
     pks = site.profiles(RECORDS)
@@ -63,4 +66,4 @@ def test_pgbouncer_paused_reconnected_and_restarted_mid_burst(make_site):
     fault: list[threading.Thread] = []
     burst.run(TOGGLES, hooks={FAULT_AT: lambda: fault.append(run_in_thread(faults))}, pace=0.004)
     clock.burst_end = time.monotonic()
-    converge(site, burst, clock, fault[0], "PgBouncer (transaction mode) PAUSE/RESUME, RECONNECT, restart")
+    converge(site, burst, clock, fault[0], f"PgBouncer ({pool_mode} mode) PAUSE/RESUME, RECONNECT, restart")
