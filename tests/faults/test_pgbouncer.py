@@ -1,7 +1,7 @@
 """Issue 42: the fault scenarios' guarantees through PgBouncer in transaction mode (Debian's 1.18, no
 ``max_prepared_statements``: prepared statements off, as docs/deployment.md asks) and in session mode
 (prepared statements on: a client keeps its server connection, and loses it, with the statements
-prepared on it, when PgBouncer restarts or is told to RECONNECT). The workers and the
+prepared on it, when PgBouncer restarts; RECONNECT closes it once the client lets it go). The workers and the
 relay reach the site's PostgreSQL through a PgBouncer of the test's own (tests/pooler.py); mid-burst the
 pooler is paused and resumed, told to RECONNECT, and restarted. The same accounting as the other
 scenarios (:func:`tests.faults.harness.verify`): 0 lost, 0 applied twice, 0 non-terminal."""
