@@ -43,7 +43,7 @@ test-faults: install
 	$(VENV)/bin/pytest $(PYTEST_XDIST) -m faults --durations=25
 
 # Everything: make test, then the fault scenarios, then the topologies (CI runs this, with
-# TOPOLOGY=pgbouncer-transaction).
+# TOPOLOGY="pgbouncer-transaction pgbouncer-prepared").
 test-all: test test-faults test-topologies
 
 # The same suite on SQLite (row-lock tests skip themselves there).
@@ -60,10 +60,12 @@ test: lint types pytest test-sqlite
 # under each other way of reaching PostgreSQL: through PgBouncer in transaction and in session mode (its
 # own, on a free port; Debian's pgbouncer package is installed first if it is missing, as root), Django's
 # connection pool, persistent connections. Each in a pytest of its own, on database <DATABASE_URL's>_topo.
-# TOPOLOGY=pgbouncer-transaction (or another) runs one; docs/testing.md.
+# TOPOLOGY=pgbouncer-transaction (or several, "pgbouncer-transaction pgbouncer-prepared") runs those;
+# docs/testing.md. pgbouncer-prepared builds PgBouncer 1.24 from Debian's source the first time (tests/pooler.py).
 TOPOLOGY ?=
 test-topologies: install
-	$(VENV)/bin/pytest -q -p no:randomly --no-cov -m topologies tests/test_topologies.py $(if $(TOPOLOGY),-k "[$(TOPOLOGY)]")
+	$(VENV)/bin/pytest -q -p no:randomly --no-cov -m topologies tests/test_topologies.py \
+		$(if $(TOPOLOGY),-k "$(subst $(space), or ,$(foreach topology,$(TOPOLOGY),[$(topology)]))")
 
 # Every supported Django series on PostgreSQL and SQLite; a Python that is not installed is skipped.
 # Pass tox arguments in TOXARGS, e.g. `make tox TOXARGS="-e py313-django61-postgres"`.

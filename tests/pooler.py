@@ -9,28 +9,64 @@ forwards every database name to the PostgreSQL at ``127.0.0.1:5432`` (``auth_typ
 started it. Its admin console (``RECONNECT``, ``PAUSE``, ``RESUME``, ``KILL``) is reached with ``psql``:
 it speaks only the simple query protocol.
 
+A PgBouncer that keeps prepared statements per client (1.22 and later, with ``max_prepared_statements``)
+is built from Debian's source tarball of it (:data:`PREPARED_PGBOUNCER`, checked against its SHA-256) into
+``~/.cache/safeupdates-tests/`` the first time a test needs it (:func:`ensure_built`: about 30 s; as root,
+``apt-get install -y libevent-dev`` first if its headers are missing).
+
 The topologies (``SAFEUPDATES_TEST_TOPOLOGY``, read by ``tests/settings.py``): ``direct`` (the default),
-``pgbouncer-transaction`` and ``pgbouncer-session`` (through a PgBouncer whose port is
-``SAFEUPDATES_TEST_POOLER_PORT``), ``django-pool`` (Django's psycopg_pool) and ``persistent``
+``pgbouncer-transaction``, ``pgbouncer-session`` and ``pgbouncer-prepared`` (transaction mode on the
+PgBouncer built here, ``max_prepared_statements = 200``), each through a PgBouncer whose port is
+``SAFEUPDATES_TEST_POOLER_PORT``; ``django-pool`` (Django's psycopg_pool) and ``persistent``
 (``CONN_MAX_AGE`` with ``CONN_HEALTH_CHECKS``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
-__all__ = ["POOLER_MODES", "TOPOLOGIES", "PgBouncer", "ensure_installed", "main", "pgbouncer_binary"]
+__all__ = [
+    "POOLERS",
+    "PREPARED_PGBOUNCER",
+    "TOPOLOGIES",
+    "PgBouncer",
+    "ensure_built",
+    "ensure_installed",
+    "main",
+    "pgbouncer_binary",
+]
 
-TOPOLOGIES = ("direct", "pgbouncer-transaction", "pgbouncer-session", "django-pool", "persistent")
-#: The topologies that go through a PgBouncer, and its pool_mode.
-POOLER_MODES = {"pgbouncer-transaction": "transaction", "pgbouncer-session": "session"}
+TOPOLOGIES = (
+    "direct",
+    "pgbouncer-transaction",
+    "pgbouncer-session",
+    "pgbouncer-prepared",
+    "django-pool",
+    "persistent",
+)
+#: The topologies that go through a PgBouncer: its pool_mode and its max_prepared_statements (0: Debian's
+#: packaged PgBouncer; more: the one :func:`ensure_built` builds).
+POOLERS = {
+    "pgbouncer-transaction": ("transaction", 0),
+    "pgbouncer-session": ("session", 0),
+    "pgbouncer-prepared": ("transaction", 200),
+}
+
+#: The PgBouncer built for ``max_prepared_statements`` (1.22 and later): its version and the SHA-256 of
+#: Debian's source tarball of it (Debian 13's; Debian 12 packages 1.18).
+PREPARED_PGBOUNCER = ("1.24.1", "da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0")
+_SOURCE = "https://deb.debian.org/debian/pool/main/p/pgbouncer/pgbouncer_{version}.orig.tar.gz"
 
 _CANDIDATES = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer", "/usr/local/bin/pgbouncer")
 
@@ -59,6 +95,59 @@ def ensure_installed() -> str:
     return binary
 
 
+def ensure_built() -> str:
+    """The path of a PgBouncer that keeps prepared statements per client (:data:`PREPARED_PGBOUNCER`),
+    built from Debian's source tarball into ``~/.cache/safeupdates-tests/`` the first time (one build at a
+    time: the processes that want it at once wait for the first one's)."""
+    version, sha256 = PREPARED_PGBOUNCER
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "safeupdates-tests"
+    prefix = cache / f"pgbouncer-{version}"
+    binary = prefix / "bin" / "pgbouncer"
+    if os.access(binary, os.X_OK):
+        return str(binary)
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"pgbouncer-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(binary, os.X_OK):  # built while this one waited
+            return str(binary)
+        _ensure_build_dependencies()
+        with tempfile.TemporaryDirectory(prefix="safeupdates-pgbouncer-build-") as work:
+            url = _SOURCE.format(version=version)
+            with urllib.request.urlopen(url, timeout=120) as response:
+                tarball = response.read()
+            if hashlib.sha256(tarball).hexdigest() != sha256:
+                raise RuntimeError(f"{url} does not have the SHA-256 {sha256}")
+            (Path(work) / "source.tar.gz").write_bytes(tarball)
+            with tarfile.open(Path(work) / "source.tar.gz") as tar:
+                tar.extractall(work, filter="data")
+            source = Path(work) / f"pgbouncer-{version}"
+            staging = cache / f"pgbouncer-{version}.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            features = ["--without-cares", "--without-pam", "--without-systemd"]
+            for step in (["./configure", f"--prefix={staging}", *features], ["make", "-j2"], ["make", "install"]):
+                built = subprocess.run(step, cwd=source, capture_output=True, text=True, check=False)
+                if built.returncode != 0:
+                    raise RuntimeError(
+                        f"building PgBouncer {version}: {' '.join(step)} failed:\n{built.stderr[-3000:]}"
+                    )
+            staging.rename(prefix)
+    return str(binary)
+
+
+def _ensure_build_dependencies() -> None:
+    """libevent's headers (the one library PgBouncer needs that a Python machine lacks), from Debian."""
+    found = ["pkg-config", "--exists", "libevent", "openssl"]
+    if shutil.which("pkg-config") and subprocess.run(found, check=False).returncode == 0:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise RuntimeError("building PgBouncer needs libevent's headers: apt-get install -y libevent-dev (as root)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-qq", "libevent-dev", "libssl-dev", "pkg-config"]
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=True)
+        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
+
+
 def _free_port() -> int:
     import socket
 
@@ -80,8 +169,9 @@ def _accepts(port: int) -> bool:
 class PgBouncer:
     """A ``pgbouncer`` process of our own in front of ``server_host:server_port``.
 
-    ``pool_size`` is each (database, user) pool's ``default_pool_size``. As root, PgBouncer (which refuses
-    to run as root) runs as ``postgres`` (``-u``).
+    ``pool_size`` is each (database, user) pool's ``default_pool_size``. ``max_prepared_statements`` above
+    0 runs the PgBouncer built by :func:`ensure_built`, which keeps each client's prepared statements to it;
+    0, Debian's. As root, PgBouncer (which refuses to run as root) runs as ``postgres`` (``-u``).
     """
 
     def __init__(
@@ -93,10 +183,12 @@ class PgBouncer:
         user: str = "postgres",
         pool_size: int = 20,
         port: int | None = None,
+        max_prepared_statements: int = 0,
     ) -> None:
         if pool_mode not in {"transaction", "session", "statement"}:
             raise ValueError(f"pool_mode {pool_mode!r}")
         self.pool_mode = pool_mode
+        self.max_prepared_statements = max_prepared_statements
         self.server_host = server_host
         self.server_port = server_port
         self.user = user
@@ -133,10 +225,11 @@ class PgBouncer:
             f"pidfile = {self.dir / 'pgbouncer.pid'}\n"
             # Shorter than the default 15 s: a test waiting on RESUME or a restart is not held up.
             "server_login_retry = 1\n"
+            + (f"max_prepared_statements = {self.max_prepared_statements}\n" if self.max_prepared_statements else "")
         )
 
     def start(self) -> PgBouncer:
-        binary = ensure_installed()
+        binary = ensure_built() if self.max_prepared_statements else ensure_installed()
         self._write_config()
         args = [binary, str(self.ini)]
         if os.geteuid() == 0:
@@ -209,10 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--no-cov", "-m", "not topologies"]
         command.append("tests/test_topologies.py")
     env = {**os.environ, "SAFEUPDATES_TEST_TOPOLOGY": topology}
-    mode = POOLER_MODES.get(topology)
-    if mode is None:
+    if topology not in POOLERS:
         return subprocess.run(command, env=env, check=False).returncode
-    with PgBouncer(mode) as pooler:
+    mode, prepared = POOLERS[topology]
+    with PgBouncer(mode, max_prepared_statements=prepared) as pooler:
         env["SAFEUPDATES_TEST_POOLER_PORT"] = str(pooler.port)
         return subprocess.run(command, env=env, check=False).returncode
 

@@ -9,6 +9,8 @@ import django
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from tests.pooler import TOPOLOGIES
+
 env = environ.Env()
 
 SECRET_KEY = "safeupdates-tests"
@@ -49,11 +51,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("TEST", {})["NAME"] = env("SQLITE_TEST_NAME", default="test_safeupdates.sqlite3")
 
 # How the suite reaches PostgreSQL (tests/pooler.py; docs/testing.md): ``direct`` (the default),
-# ``pgbouncer-transaction`` and ``pgbouncer-session`` (through the PgBouncer on port
+# ``pgbouncer-transaction``, ``pgbouncer-session`` and ``pgbouncer-prepared`` (through the PgBouncer on port
 # SAFEUPDATES_TEST_POOLER_PORT, which ``python -m tests.pooler TOPOLOGY -- COMMAND`` starts), ``django-pool``
 # (Django's psycopg_pool, max_size 2) and ``persistent`` (CONN_MAX_AGE with CONN_HEALTH_CHECKS).
 SAFEUPDATES_TEST_TOPOLOGY = env("SAFEUPDATES_TEST_TOPOLOGY", default="direct")
-_TOPOLOGIES = {"direct", "pgbouncer-transaction", "pgbouncer-session", "django-pool", "persistent"}
+_TOPOLOGIES = set(TOPOLOGIES)
 if SAFEUPDATES_TEST_TOPOLOGY not in _TOPOLOGIES:
     raise ImproperlyConfigured(f"SAFEUPDATES_TEST_TOPOLOGY={SAFEUPDATES_TEST_TOPOLOGY!r}")
 if SAFEUPDATES_TEST_TOPOLOGY != "direct" and DATABASES["default"]["ENGINE"] == "tests.backends.postgresql":
@@ -65,6 +67,10 @@ if SAFEUPDATES_TEST_TOPOLOGY != "direct" and DATABASES["default"]["ENGINE"] == "
         # PgBouncer < 1.22 (no max_prepared_statements): system checks W004 and E029.
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
         SAFEUPDATES_PREPARED_STATEMENTS = False
+    elif SAFEUPDATES_TEST_TOPOLOGY == "pgbouncer-prepared":
+        # PgBouncer 1.22+ in transaction mode with max_prepared_statements: what docs/deployment.md asks for.
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+        SAFEUPDATES_PREPARED_STATEMENTS = True
     elif SAFEUPDATES_TEST_TOPOLOGY == "django-pool":
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 0, "max_size": 2, "timeout": 30}
     elif SAFEUPDATES_TEST_TOPOLOGY == "persistent":

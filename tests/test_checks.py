@@ -560,16 +560,16 @@ def through_pgbouncer(postgres_only, monkeypatch):
     pool mode the test passes; the suite's own connection stays where it was."""
     from django.db import connections
 
-    from tests.pooler import PgBouncer, ensure_installed
+    from tests.pooler import PgBouncer, ensure_built, ensure_installed
 
-    try:
-        ensure_installed()
-    except (RuntimeError, OSError) as exc:
-        pytest.skip(str(exc))
     started: list[PgBouncer] = []
 
-    def through(pool_mode: str) -> PgBouncer:
-        pooler = PgBouncer(pool_mode).start()
+    def through(pool_mode: str, max_prepared_statements: int = 0) -> PgBouncer:
+        try:
+            ensure_built() if max_prepared_statements else ensure_installed()
+        except (RuntimeError, OSError) as exc:
+            pytest.skip(str(exc))
+        pooler = PgBouncer(pool_mode, max_prepared_statements=max_prepared_statements).start()
         started.append(pooler)
         config = connections["default"].settings_dict
         monkeypatch.setitem(config, "HOST", "127.0.0.1")
@@ -607,6 +607,20 @@ def test_e026_session_mode_keeps_prepared_statements_to_their_client(through_pgb
 
     through_pgbouncer("session")
     assert check_prepared_behind_pooler(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("max_prepared_statements", "refused"), [(200, []), (0, ["safeupdates.E029"])])
+def test_e029_pgbouncer_122_keeps_prepared_statements_to_their_client(
+    through_pgbouncer, max_prepared_statements, refused
+):
+    """PgBouncer 1.22+ in transaction mode with max_prepared_statements (1.24, tests/pooler.py builds it)
+    keeps each client's prepared statements to it: the configuration docs/deployment.md asks for there
+    passes the check. The same PgBouncer without max_prepared_statements shares them, as 1.18 does."""
+    from safeupdates.checks import check_prepared_behind_pooler
+
+    through_pgbouncer("transaction", max_prepared_statements)
+    assert [m.id for m in check_prepared_behind_pooler(databases=["default"])] == refused
 
 
 @pytest.mark.django_db

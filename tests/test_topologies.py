@@ -4,12 +4,14 @@ The cases run under the topology the suite runs under (``SAFEUPDATES_TEST_TOPOLO
 ``direct`` in a plain run). :func:`test_each_topology` (marker ``topologies``; ``make test-topologies``)
 runs them again under every other topology, each in a pytest of its own with the environment
 ``python -m tests.pooler TOPOLOGY`` gives it: through a PgBouncer of its own in transaction mode (with
-the settings docs/deployment.md asks for there) and in session mode, on Django's connection pool
-(max_size 2), and on persistent connections with health checks.
+the settings docs/deployment.md asks for there: prepared statements off on Debian's 1.18, on with 1.24's
+``max_prepared_statements``) and in session mode, on Django's connection pool (max_size 2), and on
+persistent connections with health checks.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -60,6 +62,19 @@ def others_in_transaction() -> list[tuple[Any, ...]]:
             "AND a.backend_type = 'client backend' "
             "AND (a.state LIKE 'idle in transaction%%' OR l.pid IS NOT NULL)"
         ).fetchall()
+
+
+def prepared_by_pgbouncer() -> int:
+    """How many prepared statements the PgBouncer of this run holds on its server connections to the test
+    database (its admin console's ``SHOW SERVERS``; PgBouncer 1.22+, where it prepares each client's
+    statements on the server connection that runs them)."""
+    console = ["psql", "-h", "127.0.0.1", "-p", os.environ["SAFEUPDATES_TEST_POOLER_PORT"], "-U", "postgres"]
+    shown = subprocess.run(
+        [*console, "-d", "pgbouncer", "--csv", "-c", "SHOW SERVERS"], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    servers = csv.DictReader(shown.stdout.splitlines())
+    return sum(int(s["prepared_statements"]) for s in servers if s["database"] == connection.settings_dict["NAME"])
 
 
 def pending() -> int:
@@ -117,6 +132,8 @@ def test_the_write_path():
     document.refresh_from_db()
     assert document.title == "first"
     assert others_in_transaction() == []
+    if topology() == "pgbouncer-prepared":  # the guarded statements ran prepared, through PgBouncer's own
+        assert prepared_by_pgbouncer() > 0
 
 
 @pytest.mark.workers
