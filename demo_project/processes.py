@@ -82,33 +82,44 @@ def manage_py(
     return spawn([sys.executable, str(MANAGE_PY), *args], stdout=stdout, stderr=stderr, env=env)
 
 
+#: The signals that stop a demo command as Ctrl-C does: SIGINT (Ctrl-C), SIGTERM (``docker stop``, systemd,
+#: ``Popen.terminate()``) and SIGHUP (its terminal closed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread is, as Ctrl-C raises :class:`KeyboardInterrupt` (see
-    :func:`sigterm_interrupts`)."""
+    """One of :data:`STOP_SIGNALS`, raised where the main thread is, as Ctrl-C raises :class:`KeyboardInterrupt`
+    (see :func:`stop_signals_interrupt`); :attr:`signal` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signal = signal.Signals(signum)
 
 
 @contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM (``docker stop``, systemd, ``Popen.terminate()``) raises :class:`Terminated`
-    in the main thread, so that the ``finally`` blocks that stop the workers run, as on Ctrl-C.
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, each of :data:`STOP_SIGNALS` raises :class:`Terminated` in the main thread, so that the
+    ``finally`` blocks that stop the workers run.
 
     The workers, server and relay that the demo commands start run in sessions of their own (so that
-    they can be stopped as a group): SIGTERM's default action, to die at once, would leave them all
-    running. A second SIGTERM while the first one's clean-up runs is ignored, so that it cannot cut that
-    clean-up short (it is bounded: a worker gets 10 s for its warm shutdown, then SIGKILL)."""
+    they can be stopped as a group): SIGTERM's and SIGHUP's default action, to die at once, would leave
+    them all running. Once one has arrived, the next ones (a second Ctrl-C) are ignored, so that they
+    cannot cut the clean-up short (it is bounded: a worker gets 10 s for its warm shutdown, then SIGKILL)."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread can set handlers
         yield
         return
 
     def interrupt(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, signal.SIG_IGN)
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {stop: signal.signal(stop, interrupt) for stop in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 def _parents() -> dict[int, list[int]]:

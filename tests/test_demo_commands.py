@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -322,11 +323,11 @@ def _delivery_env(delivery: str) -> dict[str, str]:
 
 
 def _sigterm_and_collect(
-    proc: subprocess.Popen[bytes], started: Any, what: str, timeout: float = 120
+    proc: subprocess.Popen[bytes], started: Any, what: str, timeout: float = 120, sig: int = signal.SIGTERM
 ) -> tuple[int, list[int]]:
     """Wait until ``started(children)`` says ``proc`` has started what the test needs (its direct children's
-    command lines), send it SIGTERM (as ``docker stop``, systemd and ``Popen.terminate()`` do), and return
-    its exit status with every process that was below it then."""
+    command lines), send it ``sig`` (SIGTERM by default, as ``docker stop``, systemd and ``Popen.terminate()``
+    do), and return its exit status with every process that was below it then."""
     from demo_project.processes import children, descendants, wait_until
 
     def ready() -> bool:
@@ -335,7 +336,7 @@ def _sigterm_and_collect(
     assert wait_until(ready, timeout, interval=0.2), f"{what} did not start within {timeout:.0f} s"
     assert proc.poll() is None, f"{what} exited early with status {proc.returncode}"
     below = descendants(proc.pid)
-    proc.terminate()
+    proc.send_signal(sig)
     try:
         return proc.wait(90), below
     except subprocess.TimeoutExpired:
@@ -345,8 +346,6 @@ def _sigterm_and_collect(
 
 def _kill_leftovers(pids: list[int]) -> None:
     """SIGKILL what a failing test left running, so that it does not outlive the test."""
-    import signal
-
     for pid in pids:
         if _alive([pid]):
             with contextlib.suppress(ProcessLookupError):
@@ -354,11 +353,17 @@ def _kill_leftovers(pids: list[int]) -> None:
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("delivery", ["rq", "tasks", "celery"])
-def test_demo_serve_stops_its_workers_and_relay_on_sigterm(delivery: str, tmp_path: Path, redis: Redis) -> None:
-    """``make serve`` stopped by SIGTERM (``docker stop``, systemd, a test's ``terminate()``) stops what it
-    started, as Ctrl-C does, and exits 0: its server, workers and relay run in sessions of their own, so
-    nothing else stops them."""
+@pytest.mark.parametrize(
+    ("delivery", "sig"),
+    [("rq", signal.SIGTERM), ("tasks", signal.SIGTERM), ("celery", signal.SIGTERM), ("rq", signal.SIGHUP)],
+    ids=lambda value: value.name if isinstance(value, signal.Signals) else value,
+)
+def test_demo_serve_stops_its_workers_and_relay_on_a_stop_signal(
+    delivery: str, sig: int, tmp_path: Path, redis: Redis
+) -> None:
+    """``make serve`` stopped by SIGTERM (``docker stop``, systemd, a test's ``terminate()``) or SIGHUP (its
+    terminal closed) stops what it started, as Ctrl-C does, and exits 0: its server, workers and relay run
+    in sessions of their own, so nothing else stops them."""
     from demo_project.processes import wait_until
 
     url = f"sqlite:///{tmp_path / 'demo.sqlite3'}"
@@ -381,7 +386,7 @@ def test_demo_serve_stops_its_workers_and_relay_on_sigterm(delivery: str, tmp_pa
         return all(any(part in command for command in commands) for part in wanted)
 
     try:
-        status, below = _sigterm_and_collect(proc, started, "demo_serve")
+        status, below = _sigterm_and_collect(proc, started, "demo_serve", sig=sig)
         output = log.read_text(errors="replace")
         assert status == 0, output
         assert "stopping…" in output, output
@@ -392,10 +397,21 @@ def test_demo_serve_stops_its_workers_and_relay_on_sigterm(delivery: str, tmp_pa
 
 
 @pytest.mark.workers
-@pytest.mark.parametrize("delivery", ["rq", "tasks", "celery"])
-def test_race_demo_stops_its_workers_on_sigterm(delivery: str, tmp_path: Path, redis: Redis) -> None:
-    """A race demo stopped by SIGTERM in the middle of its stress round stops the workers it started (and
-    lets another demo run on this Redis), then exits 143 (128 + SIGTERM) saying so."""
+@pytest.mark.parametrize(
+    ("delivery", "sig"),
+    [
+        ("rq", signal.SIGTERM),
+        ("tasks", signal.SIGTERM),
+        ("celery", signal.SIGTERM),
+        ("rq", signal.SIGINT),  # Ctrl-C
+        ("rq", signal.SIGHUP),  # its terminal closed
+    ],
+    ids=lambda value: value.name if isinstance(value, signal.Signals) else value,
+)
+def test_race_demo_stops_its_workers_on_a_stop_signal(delivery: str, sig: int, tmp_path: Path, redis: Redis) -> None:
+    """A race demo stopped by SIGTERM, Ctrl-C or SIGHUP in the middle of its stress round stops the workers
+    it started (and lets another demo run on this Redis), then exits 128 + the signal's number saying so,
+    without a traceback."""
     from demo_project.processes import wait_until
 
     url = f"sqlite:///{tmp_path / 'demo.sqlite3'}"
@@ -416,10 +432,12 @@ def test_race_demo_stops_its_workers_on_sigterm(delivery: str, tmp_path: Path, r
         return sum(WORKER_COMMAND[delivery] in command for command in commands) >= 2
 
     try:
-        status, below = _sigterm_and_collect(proc, stress_round, "the stress round of race_demo", timeout=240)
+        status, below = _sigterm_and_collect(proc, stress_round, "the stress round of race_demo", 240, sig)
         output = log.read_text(errors="replace")
-        assert status == 143, output
-        assert "race_demo was stopped by SIGTERM; the workers it started are stopped." in output, output
+        assert status == 128 + sig, output
+        name = signal.Signals(sig).name
+        assert f"race_demo was stopped by {name}; the workers it started are stopped." in output, output
+        assert "Traceback" not in output, output
         wait_until(lambda: not _alive(below), 10)
         assert not _alive(below), output
         assert redis.get("race_demo:running") is None

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from demo_project.processes import CeleryWorkers, TaskWorkers, Workers, manage_py, sigterm_interrupts
+from demo_project.processes import CeleryWorkers, TaskWorkers, Workers, manage_py, stop_signals_interrupt
 from safeupdates import conf
 
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
     help = (
         "Run the demo: `runserver`, worker(s) on the safeupdates queue (rqworker; db_worker with DELIVERY=tasks; "
         "Celery prefork workers with DELIVERY=celery), an RQ worker on the slow queue, and the relay that "
-        "re-delivers requests left pending (lost jobs), until Ctrl-C or SIGTERM."
+        "re-delivers requests left pending (lost jobs), until Ctrl-C, SIGTERM or SIGHUP."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,9 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--relay-interval", type=float, default=5.0, help="Seconds between two relay passes (5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # SIGTERM (docker stop, systemd) stops everything as Ctrl-C does: what it starts runs in sessions of
-        # its own, and would outlive a command killed by SIGTERM's default action.
-        with sigterm_interrupts():
+        # SIGTERM (docker stop, systemd) and SIGHUP (the terminal closed) stop everything as Ctrl-C does: what
+        # it starts runs in sessions of its own, and would outlive a command killed by their default action.
+        with stop_signals_interrupt():
             self._serve(options)
 
     def _serve(self, options: dict[str, Any]) -> None:
@@ -75,7 +75,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"the relay exited with status {relay_proc.returncode}; stopping.")
                     break
                 time.sleep(interval)
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (Terminated)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (Terminated)
             self.stdout.write("\nstopping…")
         finally:
             # The whole group: runserver's autoreloader runs the server in a child process.

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from signal import SIGTERM
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
-from demo_project.processes import Terminated, sigterm_interrupts
+from demo_project.processes import Terminated, stop_signals_interrupt
 from demo_project.toggles.plan import make_plan
 from demo_project.toggles.race import RaceBase
 from safeupdates import conf
@@ -48,11 +47,12 @@ class Command(BaseCommand):
             raise CommandError("--workers must be at least 2: the stress round kills one of them.")
         # The workers run in sessions of their own: SIGTERM's default action would leave them running.
         try:
-            with sigterm_interrupts():
+            with stop_signals_interrupt():
                 self._race(options)
-        except Terminated:
+        except Terminated as stopped:
             raise CommandError(
-                "race_demo was stopped by SIGTERM; the workers it started are stopped.", returncode=128 + SIGTERM
+                f"race_demo was stopped by {stopped.signal.name}; the workers it started are stopped.",
+                returncode=128 + stopped.signal,
             ) from None
 
     def _race(self, options: dict[str, Any]) -> None:
