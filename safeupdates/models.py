@@ -113,6 +113,9 @@ class ProcessedRequest(models.Model):
     class Meta:
         verbose_name = _("processed request")
         verbose_name_plural = _("processed requests")
+        # The values (changes, error) of a request of no record: a task's, a batch item's. The values of a
+        # record's request are shown to whoever may view its model (safeupdates.admin.permissions).
+        permissions = [("view_recordless_values", _("Can view the values of requests with no record"))]
         indexes = [
             models.Index(fields=["content_type", "object_id", "-version"], name="safeupdates_target_version"),
             # The requests still to apply, per record: a job finds its record's pending requests here

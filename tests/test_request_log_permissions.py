@@ -19,7 +19,7 @@ from django.urls import reverse
 from safeupdates import enqueue_update
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
-from tests.testapp.models import Gadget, Profile
+from tests.testapp.models import Gadget
 
 pytestmark = pytest.mark.django_db
 
@@ -94,10 +94,51 @@ def test_the_status_page_hides_a_failed_requests_error(django_user_model, admin_
     assert SECRET in admin_client.get(url).content.decode()
 
 
-def test_a_profile_request_is_hidden_but_a_task_row_is_not(django_user_model, redis):
-    """Rows of no record (an ``@idempotent`` task's) have no model to ask: the log's permission shows them."""
-    request_with_a_secret()
-    ProcessedRequest.objects.create(kind="task", key="refund:7", changes={"function": "shop.refund"})
-    page = staff(django_user_model).get(reverse(CHANGELIST)).content.decode()
-    assert "refund:7" in page and SECRET not in page
-    assert Profile.objects.count() == 1
+# -- rows of no record: a task's, a batch item's (values shown with safeupdates.view_recordless_values) --------
+
+NO_RECORD = "hidden: you may not view the values of requests with no record"
+RECORDLESS = "safeupdates.view_recordless_values"
+
+
+def rows_of_no_record() -> tuple[ProcessedRequest, ProcessedRequest]:
+    """A failed task and a failed batch item, each with a secret in its changes and in its error."""
+    task = ProcessedRequest.objects.create(
+        kind="task", key="refund:7", changes={"function": f"shop.refund.{SECRET}"}, status="failed", error=SECRET
+    )
+    item = ProcessedRequest.objects.create(
+        kind="batch_item",
+        key=f"{uuid.uuid4()}:0",
+        changes={"item": SECRET},
+        status="failed",
+        error=f"ValueError: bad item {SECRET!r}",
+    )
+    return task, item
+
+
+def test_a_task_row_and_a_batch_item_hide_their_values_from_the_logs_viewer(django_user_model, redis):
+    """Rows of no record have no model to ask: their values need a permission of the log's own."""
+    rows = rows_of_no_record()
+    viewer = staff(django_user_model, "testapp.view_profile")
+    listed = viewer.get(reverse(CHANGELIST)).content.decode()
+    assert all(row.key in listed for row in rows)  # the log's own data stays
+    assert SECRET not in listed and NO_RECORD in listed
+    for row in rows:
+        page = viewer.get(reverse("admin:safeupdates_processedrequest_change", args=[row.pk]))
+        html = page.content.decode()
+        assert page.status_code == 200 and row.key in html
+        assert SECRET not in html and NO_RECORD in html
+    status_page = viewer.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
+    assert rows[0].key in status_page and SECRET not in status_page and NO_RECORD in status_page
+
+
+def test_the_permission_of_rows_of_no_record_shows_their_values(django_user_model, admin_client, redis):
+    rows = rows_of_no_record()
+    request_with_a_secret()  # a profile's: the permission of rows of no record does not show it
+    viewer = staff(django_user_model, RECORDLESS)
+    listed = viewer.get(reverse(CHANGELIST)).content.decode()
+    assert SECRET in listed and NO_RECORD not in listed and HIDDEN in listed
+    for client in (viewer, admin_client):  # a superuser has every permission
+        for row in rows:
+            html = client.get(reverse("admin:safeupdates_processedrequest_change", args=[row.pk])).content.decode()
+            assert SECRET in html and NO_RECORD not in html
+        assert SECRET in client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()

@@ -1,7 +1,9 @@
 """Who may see a request's values in the admin: a viewer who may view its record's model there.
 
 The request log's own view permission shows every request's record, status and outcome; its values (the
-changes, and an error that may quote them) only where :func:`may_view` says so.
+changes, and an error that may quote them) only where :func:`may_view` says so. A request of no record
+(an ``@idempotent`` task's, a batch item's) has no model to ask: its values are shown to a viewer with the
+log's permission ``safeupdates.view_recordless_values`` (:func:`may_view_recordless`; a superuser has it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,19 @@ from django.http import HttpRequest
 
 from safeupdates.models import LockVersionMixin, ProcessedRequest
 
-__all__ = ["hidden_values", "may_view", "values_shown", "viewable_content_types"]
+__all__ = [
+    "RECORDLESS_VALUES",
+    "hidden_values",
+    "may_view",
+    "may_view_recordless",
+    "shown_rows",
+    "values_shown",
+    "viewable_content_types",
+]
+
+#: The permission (of the request log, ``safeupdates.<codename>``) that shows the values of the requests
+#: of no record: tasks and batch items.
+RECORDLESS_VALUES = "view_recordless_values"
 
 
 def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
@@ -26,6 +40,20 @@ def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminS
         return bool(site.get_model_admin(model).has_view_permission(request))
     user: Any = request.user
     return bool(user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}"))
+
+
+def may_view_recordless(request: HttpRequest) -> bool:
+    """Whether the viewer may see the values of the requests of no record (tasks, batch items): the
+    request log's permission :data:`RECORDLESS_VALUES` (a superuser has it)."""
+    user: Any = request.user
+    return bool(user.has_perm(f"{ProcessedRequest._meta.app_label}.{RECORDLESS_VALUES}"))
+
+
+def shown_rows(request: HttpRequest, site: admin.AdminSite) -> models.Q:
+    """The requests whose values the viewer may see: of a model the viewer may view, or of no record
+    with :func:`may_view_recordless`."""
+    shown = models.Q(content_type_id__in=viewable_content_types(request, site))
+    return shown | models.Q(content_type__isnull=True) if may_view_recordless(request) else shown
 
 
 def viewable_content_types(request: HttpRequest, site: admin.AdminSite) -> list[int]:
@@ -49,5 +77,7 @@ def values_shown(obj: ProcessedRequest) -> bool:
 
 def hidden_values(obj: ProcessedRequest) -> str:
     """What stands for the values of a request whose model the viewer may not view."""
+    if obj.content_type_id is None:
+        return "hidden: you may not view the values of requests with no record"
     content_type = obj.content_type
     return f"hidden: you may not view {content_type.app_label}.{content_type.model}" if content_type else "hidden"

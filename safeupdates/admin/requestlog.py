@@ -37,7 +37,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.admin.mixins import ReadOnlyAdmin
-from safeupdates.admin.permissions import hidden_values, values_shown, viewable_content_types
+from safeupdates.admin.permissions import hidden_values, shown_rows, values_shown
 from safeupdates.admin.status import StatusPageMixin
 from safeupdates.database.cursors import fetch_one
 from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
@@ -205,10 +205,9 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         """The log, each row marked with whether its values may be shown to this viewer
-        (:func:`values_shown`): its record's model is one the viewer may view, or it has no record."""
-        shown = models.Q(content_type__isnull=True) | models.Q(
-            content_type_id__in=viewable_content_types(request, self.admin_site)
-        )
+        (:func:`values_shown`): its record's model is one the viewer may view, or it has no record and
+        the viewer has ``safeupdates.view_recordless_values``."""
+        shown = shown_rows(request, self.admin_site)
         log: models.QuerySet[Any] = super().get_queryset(request)
         marked: models.QuerySet[Any] = log.annotate(
             safeupdates_shown=models.Case(

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from safeupdates import status
-from safeupdates.admin.permissions import may_view
+from safeupdates.admin.permissions import may_view, may_view_recordless
 
 __all__ = ["StatusPageMixin"]
 
@@ -45,10 +45,16 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _as_viewer_may_see(self, request: HttpRequest, entry: status.FailedRequest) -> status.FailedRequest:
         """A failed request's error quotes its values where the database refused them: shown only to a
-        viewer who may view its model (see :func:`safeupdates.admin.permissions.may_view`)."""
+        viewer who may view its model (see :func:`safeupdates.admin.permissions.may_view`), and for a
+        request of no record (a task, a batch item) to one who may see such values
+        (:func:`~safeupdates.admin.permissions.may_view_recordless`)."""
+        if entry.model == "-":
+            if may_view_recordless(request):
+                return entry
+            return dataclasses.replace(entry, error="hidden: you may not view the values of requests with no record")
         try:
             model = apps.get_model(entry.model)
-        except (LookupError, ValueError):  # "-" (no record) or a model that is gone
+        except (LookupError, ValueError):  # a model that is gone
             return entry
         if may_view(request, model, self.admin_site):
             return entry
