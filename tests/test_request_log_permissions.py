@@ -11,15 +11,18 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.test import Client
-from django.urls import reverse
+from django.urls import path, reverse
 
 from safeupdates import enqueue_update
+from safeupdates.admin import ProcessedRequestAdmin
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
-from tests.testapp.models import Gadget
+from tests.testapp.admin import ProfileAdmin
+from tests.testapp.models import Gadget, Profile
 
 pytestmark = pytest.mark.django_db
 
@@ -142,3 +145,52 @@ def test_the_permission_of_rows_of_no_record_shows_their_values(django_user_mode
             html = client.get(reverse("admin:safeupdates_processedrequest_change", args=[row.pk])).content.decode()
             assert SECRET in html and NO_RECORD not in html
         assert SECRET in client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
+
+
+def _listed(client: Client, **query: str) -> str:
+    response = client.get(reverse(CHANGELIST), query)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_filter_on_the_values_finds_no_row_whose_values_are_hidden(django_user_model, admin_client, redis):
+    """``?changes__name=...`` is a lookup the admin allows (a field of the model): over rows whose values
+    are hidden it would tell, by listing the row or not, whether a guess is right."""
+    profile_request = request_with_a_secret()
+    task, item = rows_of_no_record()
+    guesses = [
+        ({"changes__name": SECRET}, profile_request),
+        ({"changes__item": SECRET}, item),
+        ({"error__contains": SECRET}, task),
+        ({"changes__icontains": "s3cret"}, item),
+    ]
+    viewer = staff(django_user_model)
+    for query, row in guesses:
+        assert str(row.request_id) not in _listed(viewer, **query), query
+        assert str(row.request_id) in _listed(admin_client, **query), query  # who sees the values may filter
+    assert str(task.request_id) not in _listed(viewer, **{"changes__function__icontains": "refund"})
+    assert str(task.request_id) in _listed(viewer, key="refund:7")  # the log's own data is filtered as before
+
+
+class ValueSearchAdmin(ProcessedRequestAdmin):
+    """A request log that also searches the values (a project's subclass)."""
+
+    search_fields = [*ProcessedRequestAdmin.search_fields, "changes__name", "error"]
+
+
+value_search_site = admin.AdminSite(name="admin")
+value_search_site.register(ProcessedRequest, ValueSearchAdmin)
+value_search_site.register(Profile, ProfileAdmin)
+urlpatterns = [path("admin/", value_search_site.urls)]
+
+
+@pytest.mark.urls(__name__)
+def test_a_search_over_the_values_finds_no_row_whose_values_are_hidden(django_user_model, redis):
+    profile_request = request_with_a_secret()
+    task, _item = rows_of_no_record()
+    viewer = staff(django_user_model)
+    hidden = _listed(viewer, q=SECRET)
+    assert str(profile_request.request_id) not in hidden and str(task.request_id) not in hidden
+    assert str(task.request_id) in _listed(viewer, q="refund:7")  # a key is found, as before
+    shown = _listed(staff(django_user_model, "testapp.view_profile", RECORDLESS), q=SECRET)
+    assert str(profile_request.request_id) in shown and str(task.request_id) in shown

@@ -20,6 +20,7 @@ from safeupdates.models import LockVersionMixin, ProcessedRequest
 
 __all__ = [
     "RECORDLESS_VALUES",
+    "VALUE_FIELDS",
     "hidden_values",
     "may_view",
     "may_view_recordless",
@@ -31,6 +32,8 @@ __all__ = [
 #: The permission (of the request log, ``safeupdates.<codename>``) that shows the values of the requests
 #: of no record: tasks and batch items.
 RECORDLESS_VALUES = "view_recordless_values"
+#: The request log's fields that hold a request's values (an error may quote them).
+VALUE_FIELDS = frozenset({"changes", "error"})
 
 
 def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:

@@ -26,10 +26,11 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.admin.views.main import IGNORED_PARAMS, SEARCH_VAR
+from django.contrib.admin.views.main import IGNORED_PARAMS, SEARCH_VAR, ChangeList
 from django.contrib.contenttypes.models import ContentType
 from django.core.paginator import Paginator
 from django.db import connections, models
+from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import conditional_escape, format_html, format_html_join
@@ -37,7 +38,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.admin.mixins import ReadOnlyAdmin
-from safeupdates.admin.permissions import hidden_values, shown_rows, values_shown
+from safeupdates.admin.permissions import VALUE_FIELDS, hidden_values, shown_rows, values_shown
 from safeupdates.admin.status import StatusPageMixin
 from safeupdates.database.cursors import fetch_one
 from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
@@ -46,6 +47,7 @@ from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, 
 __all__ = [
     "ProcessedRequestAdmin",
     "QueueFilter",
+    "RequestLogChangeList",
     "RequestLogPaginator",
     "SafeUpdateModelsFilter",
     "unfiltered",
@@ -144,6 +146,23 @@ def _request_id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
+def _of_values(lookup: str) -> bool:
+    """Whether a lookup (``changes__name``, a search field's ``^error``) reads a request's values."""
+    return lookup.lstrip("^=@-").split(LOOKUP_SEP, 1)[0] in VALUE_FIELDS
+
+
+class RequestLogChangeList(ChangeList):
+    """A filter on a request's values (``?changes__name=...``, a lookup the admin allows on any field of
+    the model) looks only at the rows whose values the viewer may see: over the others, whether a row is
+    listed would tell whether a guess of its values is right."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> models.QuerySet[Any]:
+        if any(_of_values(key) for key in self.params) and not getattr(self, "_safeupdates_narrowed", False):
+            self.root_queryset = self.root_queryset.filter(safeupdates_shown=True)
+            self._safeupdates_narrowed = True
+        return super().get_queryset(request, exclude_parameters)
+
+
 def _short(changes: Any, limit: int = 60) -> str:
     text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
@@ -218,6 +237,14 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         )
         return marked
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RequestLogChangeList
+
+    def get_search_fields(self, request: HttpRequest) -> Any:
+        without = getattr(request, "_safeupdates_search_without_values", False)
+        fields = super().get_search_fields(request)
+        return [field for field in fields if not _of_values(field)] if without else fields
+
     def get_paginator(
         self,
         request: HttpRequest,
@@ -233,13 +260,28 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
     ) -> tuple[models.QuerySet[Any], bool]:
         """A request id, or its first 8 or more hex digits, finds those requests through the unique
         index on ``request_id`` (a range, never a text match over every row); a term that matches no
-        request id is looked for as an object id or a task's key."""
+        request id is looked for as an object id or a task's key.
+
+        A search field of a request's values (``changes``, ``error``: a subclass's) matches only the rows
+        whose values the viewer may see; the others are found by the other fields alone."""
         bounds = _request_id_range(search_term)
         if bounds is not None:
             by_id = queryset.filter(request_id__range=bounds)
             if by_id.exists():
                 return by_id, False
-        return super().get_search_results(request, queryset, search_term)
+        if not search_term or not any(_of_values(field) for field in self.get_search_fields(request)):
+            return super().get_search_results(request, queryset, search_term)
+        shown, shown_duplicates = super().get_search_results(
+            request, queryset.filter(safeupdates_shown=True), search_term
+        )
+        if all(_of_values(field) for field in self.get_search_fields(request)):
+            return shown, shown_duplicates
+        request._safeupdates_search_without_values = True  # type: ignore[attr-defined]
+        try:
+            others, others_duplicates = super().get_search_results(request, queryset, search_term)
+        finally:
+            del request._safeupdates_search_without_values  # type: ignore[attr-defined]
+        return shown | others, shown_duplicates or others_duplicates
 
     @admin.display(description=_("target"))
     def target_link(self, obj: ProcessedRequest) -> str:
