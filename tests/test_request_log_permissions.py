@@ -194,3 +194,17 @@ def test_a_search_over_the_values_finds_no_row_whose_values_are_hidden(django_us
     assert str(task.request_id) in _listed(viewer, q="refund:7")  # a key is found, as before
     shown = _listed(staff(django_user_model, "testapp.view_profile", RECORDLESS), q=SECRET)
     assert str(profile_request.request_id) in shown and str(task.request_id) in shown
+
+
+GONE = "hidden: the model of this request is gone"
+
+
+def test_the_status_page_hides_the_error_of_a_request_whose_model_is_gone(django_user_model, admin_client, redis):
+    """The list hides the values of a request whose content type was deleted (no model to ask): so does
+    the status page, which named it ``content type N`` and showed its error."""
+    gone = ProcessedRequest.objects.create(content_type_id=987654, object_id="1", status="failed", error=SECRET)
+    for client in (staff(django_user_model, RECORDLESS), admin_client):
+        listed = client.get(reverse(CHANGELIST)).content.decode()
+        assert str(gone.request_id) in listed and SECRET not in listed and GONE in listed
+        status_page = client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
+        assert "content type 987654" in status_page and SECRET not in status_page and GONE in status_page

@@ -82,5 +82,10 @@ def hidden_values(obj: ProcessedRequest) -> str:
     """What stands for the values of a request whose model the viewer may not view."""
     if obj.content_type_id is None:
         return "hidden: you may not view the values of requests with no record"
-    content_type = obj.content_type
-    return f"hidden: you may not view {content_type.app_label}.{content_type.model}" if content_type else "hidden"
+    try:
+        content_type = obj.content_type
+    except ContentType.DoesNotExist:
+        content_type = None
+    if content_type is None:  # the log has no foreign key: its content type was deleted
+        return "hidden: the model of this request is gone"
+    return f"hidden: you may not view {content_type.app_label}.{content_type.model}"

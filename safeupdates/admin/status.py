@@ -54,8 +54,8 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
             return dataclasses.replace(entry, error="hidden: you may not view the values of requests with no record")
         try:
             model = apps.get_model(entry.model)
-        except (LookupError, ValueError):  # a model that is gone
-            return entry
+        except (LookupError, ValueError):  # a model that is gone: no one may view it (as in the list)
+            return dataclasses.replace(entry, error="hidden: the model of this request is gone")
         if may_view(request, model, self.admin_site):
             return entry
         return dataclasses.replace(entry, error=f"hidden: you may not view {model._meta.label_lower}")
