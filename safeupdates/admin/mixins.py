@@ -19,7 +19,7 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import NON_FIELD_ERRORS
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import connections, models, router, transaction
 from django.forms.formsets import BaseFormSet
 from django.http import HttpRequest, HttpResponse
@@ -34,7 +34,7 @@ from safeupdates.conflicts import Conflict, edit_token, find_conflict, read_edit
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.forms import TOKEN_FIELD, SafeUpdateFormMixin
 from safeupdates.models import LockVersionMixin, ProcessedRequest
-from safeupdates.refusals import told_refusal
+from safeupdates.refusals import ToldRefusal, told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ _LOCATIONS: Any = getattr(admin, "ActionLocation", None)
 _CHANGE_LIST: Any = None if _LOCATIONS is None else _LOCATIONS.CHANGE_LIST
 #: What the delete page says of a refusal that it may not tell (a value a receiver of the delete wrote).
 _NOT_DELETED = "a write of its deletion was refused (the server's log says why); nothing was deleted."
+#: What a page is told of a value its save set that it may not tell (the value of a field it does not show).
+_NOT_SAVED = "A value set while saving could not be stored (the server's log says which); nothing was saved."
 # A save that raises StaleObjectError is shown again; this bounds how often a row may move meanwhile.
 _ATTEMPTS = 3
 
@@ -131,6 +133,36 @@ def _with_token_field(fieldsets: Any) -> list[Any]:
 def _selected_across(request: HttpRequest) -> bool:
     """True if the person chose "Select all N" (on the list, or on an intermediate page that passed it on)."""
     return request.POST.get("select_across") == "1" or request.POST.get(ACROSS_FIELD) == "1"
+
+
+class _RefusedSave(forms.BaseForm):
+    """A form of the admin shown again after its save refused a value (``InvalidUpdate``, raised by a
+    ``save_model()`` or ``save_related()`` that set it): the refusal, as the page may tell it, is its
+    error. ``safeupdates_refused``: ``{pk: ToldRefusal}``, the key None for the change form's record."""
+
+    safeupdates_refused: dict[Any, ToldRefusal] | None = None
+
+    def clean(self) -> Any:
+        cleaned = super().clean()
+        refused = self.safeupdates_refused or {}
+        pk = getattr(getattr(self, "instance", None), "pk", None)
+        told = refused.get(None if None in refused else pk)
+        if told is not None:
+            self.add_error(
+                told.field if told.field in self.fields else None, ValidationError(told.detail, code="invalid")
+            )
+        return cleaned
+
+
+def _refused_form(form: type[_Form], refused: dict[Any, ToldRefusal] | None) -> type[_Form]:
+    """``form`` that shows ``refused`` as its error (itself if nothing was refused)."""
+    if not refused:
+        return form
+    return cast("type[_Form]", type(form.__name__, (_RefusedSave, form), {"safeupdates_refused": refused}))
+
+
+def _refused_on(request: HttpRequest) -> dict[Any, ToldRefusal] | None:
+    return getattr(request, "_safeupdates_refused", None)
 
 
 class _CheckedFormSet(BaseFormSet):  # type: ignore[type-arg]
@@ -211,7 +243,10 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         form = super().get_form(request, obj, change=change, **kwargs)
         # The page shows its read-only fields too: the token records them, so a change to one is told.
         shown = reported_fields(self.model, self.get_readonly_fields(request, obj))
-        return type(form.__name__, (form,), {"safeupdates_fields": [*getattr(form, "safeupdates_fields", ()), *shown]})
+        checked = type(
+            form.__name__, (form,), {"safeupdates_fields": [*getattr(form, "safeupdates_fields", ()), *shown]}
+        )
+        return _refused_form(checked, _refused_on(request))
 
     def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         inlines = super().get_inline_instances(request, obj)
@@ -235,7 +270,27 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     # why (the same refusal: signalled once).
                     if attempt == _ATTEMPTS - 1:
                         raise
+                except InvalidUpdate as exc:
+                    # A value save_model() or save_related() set that no column can hold, refused before
+                    # any statement; the transaction rolled back. Shown again, the form says so.
+                    if _refused_on(request) is not None:
+                        raise
+                    obj = self._saving(request)
+                    shown = self._shown_on_form(request, obj if object_id is not None else None)
+                    told = told_refusal(exc, self.model, shown, surface="admin", instance=obj, generic=_NOT_SAVED)
+                    request._safeupdates_refused = {None: told}  # type: ignore[attr-defined]
         raise AssertionError("unreachable")
+
+    def save_form(self, request: HttpRequest, form: Any, change: bool) -> Any:
+        obj = super().save_form(request, form, change)
+        # The record being saved: a refusal of a value save_model() sets in it is told on its form.
+        request._safeupdates_saving = obj  # type: ignore[attr-defined]
+        return obj
+
+    def _saving(self, request: HttpRequest) -> Any:
+        """The record whose save was refused, as save_model() left it (None if save_form() was not
+        reached: a save_form() override that does not call this one)."""
+        return getattr(request, "_safeupdates_saving", None)
 
     def render_change_form(
         self,
@@ -287,7 +342,7 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
         base = kwargs.pop("form", forms.ModelForm)
         attrs = {"safeupdates_check_unchanged": False, "safeupdates_fields": self._shown_in_list(request)}
-        kwargs["form"] = type(base.__name__, (SafeUpdateFormMixin, base), attrs)
+        kwargs["form"] = _refused_form(type(base.__name__, (SafeUpdateFormMixin, base), attrs), _refused_on(request))
         return super().get_changelist_form(request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
@@ -300,6 +355,15 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                     # A list_editable row moved after its form's check: shown again, the check sees why.
                     if attempt == _ATTEMPTS - 1:
                         raise
+                except InvalidUpdate as exc:
+                    # save_model() or save_related() of a list_editable row set a value no column can
+                    # hold; the transaction rolled back (no row was saved). Shown again, the row says so.
+                    obj = self._saving(request)
+                    if _refused_on(request) is not None or obj is None:
+                        raise
+                    shown = self._shown_in_list(request)
+                    told = told_refusal(exc, self.model, shown, surface="admin", instance=obj, generic=_NOT_SAVED)
+                    request._safeupdates_refused = {obj.pk: told}  # type: ignore[attr-defined]
         if isinstance(response, TemplateResponse) and response.context_data and "cl" in response.context_data:
             cl = response.context_data["cl"]
             shown = self._shown_in_list(request)
