@@ -1,11 +1,12 @@
 """A value the save refuses (``InvalidUpdate``: a NUL character, an integer out of its column's range) set
-by a ``save_model()`` or ``save_formset()`` override: the admin re-shows the page with an error, writes nothing,
+by a ``save_model()`` override or an action: the admin re-shows the page with an error, writes nothing,
 and names a field, with its problem, only if the page shows it; the value itself goes to the server's log.
 A URLconf of its own (``pytest.mark.urls``): an admin site whose ``Profile`` admin spoils what it saves.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from html import unescape
@@ -50,10 +51,18 @@ class SpoilingProfileAdmin(SafeUpdateModelAdmin):
     fields = ["name", "active", "score"]
     list_display = ["name", "active", "score"]
     list_editable = ["active", "score"]
+    actions = ["activate"]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         _spoil(obj)
         super().save_model(request, obj, form, change)
+
+    @admin.action(description="Activate")
+    def activate(self, request: HttpRequest, queryset: Any) -> None:
+        for profile in queryset:
+            profile.active = True
+            _spoil(profile)
+            profile.save()
 
 
 class ChapterInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -160,6 +169,29 @@ def test_a_list_editable_save_shows_the_refusal_on_its_row(admin_client: Client,
     assert Profile.objects.get(pk=ranged.pk).score == 3
 
 
+def test_an_action_that_sets_a_refused_value_says_so_and_writes_nothing(admin_client: Client, caplog) -> None:
+    from safeupdates.conflicts import edit_token
+
+    profiles = [ProfileFactory(name="plain"), ProfileFactory(name="hide me")]
+    url = reverse("admin:testapp_profile_changelist")
+    listed = ["name", "active", "score"]
+    with caplog.at_level(logging.WARNING, logger="safeupdates"):
+        response = admin_client.post(
+            url,
+            {
+                "action": "activate",
+                "_selected_action": [p.pk for p in profiles],
+                "_safeupdates_rows": json.dumps({str(p.pk): edit_token(p, listed) for p in profiles}),
+            },
+            follow=True,
+        )
+    page = _page(response)
+    assert response.status_code == 200
+    assert GENERIC in page and SECRET not in page
+    assert SECRET in _logged(caplog)
+    assert not Profile.objects.filter(active=True).exists()
+
+
 def test_a_value_set_by_save_formset_in_an_inline_is_a_form_error(admin_client: Client, caplog) -> None:
     document = DocumentFactory(title="before")
     chapter = Chapter.objects.create(document=document, title="one")
@@ -173,3 +205,35 @@ def test_a_value_set_by_save_formset_in_an_inline_is_a_form_error(admin_client: 
     assert GENERIC in page and SECRET not in page
     assert Document.objects.get(pk=document.pk).title == "before"
     assert Chapter.objects.get(pk=chapter.pk).title == "one"
+
+
+def _notes_the_deletion(sender: Any, instance: Profile, **kwargs: Any) -> None:
+    """Records the deletion in a Document, with a value no column can hold."""
+    note = Document.objects.create(title="deleted")
+    note.title = f"{SECRET} {instance.pk}\x00"
+    note.save()
+
+
+def test_delete_selected_whose_receiver_sets_a_refused_value_deletes_nothing(admin_client: Client, caplog) -> None:
+    from django.db.models.signals import pre_delete
+
+    from safeupdates.conflicts import edit_token
+
+    profile = ProfileFactory(name="plain")
+    url = reverse("admin:testapp_profile_changelist")
+    data = {
+        "action": "delete_selected",
+        "_selected_action": [profile.pk],
+        "_safeupdates_rows": json.dumps({str(profile.pk): edit_token(profile, ["name", "active", "score"])}),
+        "post": "yes",
+    }
+    pre_delete.connect(_notes_the_deletion, sender=Profile, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="safeupdates"):
+            response = admin_client.post(url, data, follow=True)
+    finally:
+        pre_delete.disconnect(_notes_the_deletion, sender=Profile)
+    page = _page(response)
+    assert response.status_code == 200
+    assert GENERIC in page and SECRET not in page and "testapp.Document" not in page
+    assert Profile.objects.filter(pk=profile.pk).exists() and not Document.objects.exists()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -68,6 +68,8 @@ _CHANGE_LIST: Any = None if _LOCATIONS is None else _LOCATIONS.CHANGE_LIST
 _NOT_DELETED = "a write of its deletion was refused (the server's log says why); nothing was deleted."
 #: What a page is told of a value its save set that it may not tell (the value of a field it does not show).
 _NOT_SAVED = "A value set while saving could not be stored (the server's log says which); nothing was saved."
+#: The same, of an action.
+_NOT_DONE = "A value the action set could not be stored (the server's log says which)."
 # A save that raises StaleObjectError is shown again; this bounds how often a row may move meanwhile.
 _ATTEMPTS = 3
 
@@ -404,14 +406,22 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         @functools.wraps(func)
         def checked(modeladmin: Any, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
             using = router.db_for_write(self.model)
-            with transaction.atomic(using=using):
-                rows = self.model._base_manager.using(using).filter(pk__in=queryset.values("pk"))
-                if connections[using].features.has_select_for_update:
-                    rows = rows.select_for_update()
-                problems = self._row_conflicts(request, list(rows), on_form=on_form)
-                if problems:
-                    return self._refuse(request, problems, back=request.get_full_path())
-                response = func(modeladmin, request, queryset)
+            try:
+                with transaction.atomic(using=using):
+                    rows = self.model._base_manager.using(using).filter(pk__in=queryset.values("pk"))
+                    if connections[using].features.has_select_for_update:
+                        rows = rows.select_for_update()
+                    problems = self._row_conflicts(request, list(rows), on_form=on_form)
+                    if problems:
+                        return self._refuse(request, problems, back=request.get_full_path())
+                    response = func(modeladmin, request, queryset)
+            except InvalidUpdate as exc:
+                # The action set a value no column can hold: refused before any statement, and the
+                # transaction rolled back (nothing the action did is kept). Told as the page may see it.
+                shown = self._shown_on_form(request, queryset.first()) if on_form else self._shown_in_list(request)
+                told = told_refusal(exc, self.model, shown, surface="admin", generic=_NOT_DONE)
+                self.message_user(request, f"The action changed nothing: {told.detail}", messages.ERROR)
+                return None
             if isinstance(response, TemplateResponse) and response.context_data is not None:
                 # An intermediate page (delete_selected's confirmation) passes the tokens on, and says
                 # whether "Select all" chose the rows that were not on the page.
