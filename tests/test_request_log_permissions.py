@@ -208,3 +208,26 @@ def test_the_status_page_hides_the_error_of_a_request_whose_model_is_gone(django
         assert str(gone.request_id) in listed and SECRET not in listed and GONE in listed
         status_page = client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
         assert "content type 987654" in status_page and SECRET not in status_page and GONE in status_page
+
+
+def test_a_stale_timestamp_request_tells_its_records_time_only_to_who_may_view_it(
+    django_user_model, admin_client, redis
+):
+    """A stale timestamp-mode request says when the record was synced: a value of the record (its
+    ``last_synced_at``), hidden as the request's own values are."""
+    import datetime
+
+    from django.utils import timezone
+
+    profile = ProfileFactory()
+    synced = timezone.now().replace(microsecond=0) - datetime.timedelta(days=3, seconds=7)
+    older = synced - datetime.timedelta(days=1)
+    Profile.objects.update_if_newer(profile.pk, synced_at=synced, request_id=uuid.uuid4(), active=True)
+    Profile.objects.update_if_newer(profile.pk, synced_at=older, request_id=uuid.uuid4(), active=False)
+    stale = ProcessedRequest.objects.get(status="stale")
+    url = reverse("admin:safeupdates_processedrequest_change", args=[stale.pk])
+    told = f"{timezone.localtime(synced):%Y-%m-%d %H:%M:%S}"
+    assert f"the record was synced at {told}" in admin_client.get(url).content.decode()
+    page = staff(django_user_model).get(url).content.decode()
+    assert told not in page and f"{timezone.localtime(older):%Y-%m-%d %H:%M:%S}" in page  # the request's own
+    assert HIDDEN in page

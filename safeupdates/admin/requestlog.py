@@ -336,6 +336,8 @@ class ProcessedRequestAdmin(StatusPageMixin, ReadOnlyAdmin):
         if current is None:
             return "the record no longer exists"
         if obj.synced_at is not None:
+            if not values_shown(obj):  # the record's time is a value of the record
+                return f"the record was synced no earlier than this request's {obj.synced_at:%Y-%m-%d %H:%M:%S}"
             synced = getattr(current, "last_synced_at", None)
             return (
                 f"the record was synced at {synced:%Y-%m-%d %H:%M:%S}, "
