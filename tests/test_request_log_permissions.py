@@ -231,3 +231,41 @@ def test_a_stale_timestamp_request_tells_its_records_time_only_to_who_may_view_i
     page = staff(django_user_model).get(url).content.decode()
     assert told not in page and f"{timezone.localtime(older):%Y-%m-%d %H:%M:%S}" in page  # the request's own
     assert HIDDEN in page
+
+
+def test_the_batch_page_shows_its_failed_items_errors_and_its_reduce_error_by_the_same_permission(
+    django_user_model, admin_client, redis
+):
+    """A fan-out batch's page lists its failed items with their errors, and its reduce's last error: the
+    values of requests of no record, shown by the same permission as in the request log."""
+    from safeupdates.contrib.batches.models import Batch, BatchItem
+
+    batch = Batch.objects.create(
+        item_func="shop.refund", queue="default", total=1, failed=1, reduce_error=f"RuntimeError: {SECRET}"
+    )
+    item = ProcessedRequest.objects.create(
+        kind="batch_item", key=f"{batch.batch_id}:0", status="failed", error=f"ValueError: bad item {SECRET!r}"
+    )
+    BatchItem.objects.create(batch=batch, index=0, request_id=item.request_id)
+    page = reverse("admin:safeupdates_batches_batch_change", args=[batch.pk])
+    viewer = staff(django_user_model, "safeupdates_batches.view_batch")
+    html = viewer.get(page).content.decode()
+    assert "item 0" in html and "1 item failed" in html  # which items failed stays the batch's own data
+    assert SECRET not in html and NO_RECORD in html
+    for client in (staff(django_user_model, "safeupdates_batches.view_batch", RECORDLESS), admin_client):
+        html = client.get(page).content.decode()
+        assert html.count(SECRET) == 2 and NO_RECORD not in html
+
+
+def test_a_filter_on_a_batchs_reduce_error_needs_the_same_permission(django_user_model, admin_client, redis):
+    """``?reduce_error__contains=...`` is a lookup the admin allows on any field: listing the batch or not
+    would tell a viewer without the permission whether a guess of the error is right. It is refused."""
+    from safeupdates.contrib.batches.models import Batch
+
+    Batch.objects.create(item_func="shop.refund", queue="default", total=0, reduce_error=f"RuntimeError: {SECRET}")
+    changelist = reverse("admin:safeupdates_batches_batch_changelist")
+    guess = {"reduce_error__contains": SECRET[:6]}
+    assert staff(django_user_model, "safeupdates_batches.view_batch").get(changelist, guess).status_code == 400
+    for client in (staff(django_user_model, "safeupdates_batches.view_batch", RECORDLESS), admin_client):
+        response = client.get(changelist, guess)
+        assert response.status_code == 200 and "shop.refund" in response.content.decode()

@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from safeupdates.models import LockVersionMixin, ProcessedRequest
 
 __all__ = [
+    "RECORDLESS_HIDDEN",
     "RECORDLESS_VALUES",
     "VALUE_FIELDS",
     "hidden_values",
@@ -34,6 +35,8 @@ __all__ = [
 RECORDLESS_VALUES = "view_recordless_values"
 #: The request log's fields that hold a request's values (an error may quote them).
 VALUE_FIELDS = frozenset({"changes", "error"})
+#: What stands for the values of a request of no record, to a viewer without :data:`RECORDLESS_VALUES`.
+RECORDLESS_HIDDEN = "hidden: you may not view the values of requests with no record"
 
 
 def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
@@ -81,7 +84,7 @@ def values_shown(obj: ProcessedRequest) -> bool:
 def hidden_values(obj: ProcessedRequest) -> str:
     """What stands for the values of a request whose model the viewer may not view."""
     if obj.content_type_id is None:
-        return "hidden: you may not view the values of requests with no record"
+        return RECORDLESS_HIDDEN
     try:
         content_type = obj.content_type
     except ContentType.DoesNotExist:

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from safeupdates import status
-from safeupdates.admin.permissions import may_view, may_view_recordless
+from safeupdates.admin.permissions import RECORDLESS_HIDDEN, may_view, may_view_recordless
 
 __all__ = ["StatusPageMixin"]
 
@@ -51,7 +51,7 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
         if entry.model == "-":
             if may_view_recordless(request):
                 return entry
-            return dataclasses.replace(entry, error="hidden: you may not view the values of requests with no record")
+            return dataclasses.replace(entry, error=RECORDLESS_HIDDEN)
         try:
             model = apps.get_model(entry.model)
         except (LookupError, ValueError):  # a model that is gone: no one may view it (as in the list)
