@@ -48,11 +48,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["ENGINE"] = "tests.backends.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The quick start's options, and WAL (docs/quickstart.md): in SQLite's default rollback journal a
-    # writer's COMMIT waits until every reader is done, and its busy handler sleeps up to 100 ms at a
-    # time; with WAL readers never hold up the writer. The stress test's 2,000 enqueues beside three
-    # rqworkers took 31 to 35 s without it, 22 s with it. The workers the tests start read these settings.
+    # writer's COMMIT waits until every reader is done, and a waiting connection's busy handler sleeps up
+    # to 100 ms at a time; with WAL readers never hold up the writer, and synchronous=NORMAL (WAL's usual
+    # companion: no fsync per commit) shortens each hold of the write lock. The stress test alone, on a
+    # loaded machine: 60 to 73 s without either, 46 to 51 s with WAL, 27 to 30 s with both. The workers
+    # the tests start read these settings (synchronous is per connection; WAL stays with the file).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL"}
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        }
     )
     DATABASES["default"].setdefault("TEST", {})["NAME"] = env("SQLITE_TEST_NAME", default="test_safeupdates.sqlite3")
 
