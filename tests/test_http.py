@@ -413,7 +413,7 @@ def test_a_row_lock_held_across_the_views_read_then_committed_is_412(client, pos
     """PostgreSQL: another transaction has written the row, uncommitted, when the view reads it (the
     old version, matching If-Match); the view's UPDATE waits on the row lock; the other transaction
     commits; the UPDATE re-checks ``lock_version`` on the new row and matches nothing."""
-    from tests.workers import wait_until
+    from tests.workers import lock_waiters, wait_until
 
     profile = ProfileFactory(name="a")
     seen = etag_for(profile)
@@ -436,7 +436,7 @@ def test_a_row_lock_held_across_the_views_read_then_committed_is_412(client, pos
 
     def commit_once_the_view_waits():
         try:
-            wait_until(lambda: _waiting_on_locks() >= 1, timeout=30)
+            wait_until(lambda: lock_waiters(), timeout=30)
         finally:
             release.set()
             connections.close_all()
@@ -451,15 +451,6 @@ def test_a_row_lock_held_across_the_views_read_then_committed_is_412(client, pos
     assert [change["field"] for change in response.json()["changes"]] == ["active"]
     stored = Profile.objects.get()
     assert (stored.name, stored.active) == ("a", True)
-
-
-def _waiting_on_locks() -> int:
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-        )
-        return int(cursor.fetchone()[0])
 
 
 def test_the_core_never_imports_rest_framework():

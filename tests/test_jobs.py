@@ -45,7 +45,7 @@ from tests.conftest import _create_profile_trigger, _drop_profile_trigger
 from tests.factories import DocumentFactory, ProfileFactory
 from tests.redis_commands import RedisCommands
 from tests.testapp.models import ActiveOnlyProfile, Profile, Tag, Vehicle
-from tests.workers import ROOT, RowLock, subprocess_env, wait_until
+from tests.workers import ROOT, RowLock, lock_waiters, subprocess_env, wait_until
 
 FIELDS = ("active", "newsletter", "dark_mode")
 
@@ -994,15 +994,15 @@ class TestWithWorkers:
         workers.start(1)
         row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
-        assert wait_until(lambda: _waiting_on_lock(), 20)  # the job is blocked in its UPDATE
-        backends = _waiting_backends()
+        assert wait_until(lambda: bool(lock_waiters()), 20)  # the job is blocked in its UPDATE
+        backends = lock_waiters()
         workers.kill(0)
         row.release()
         # Its backend runs the UPDATE once the row is free, then finds its client gone and rolls back; a
         # surviving work horse would have committed before its backend went away.
         assert wait_until(lambda: not _alive(backends), 20)
         assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
-        assert not _waiting_on_lock()
+        assert not lock_waiters()
         workers.start(1)
         relay_pending(0)
         assert all_done()
@@ -1019,7 +1019,7 @@ class TestWithWorkers:
         row = RowLock(Profile, profile.pk).start()
         try:
             request = enqueue_update(profile, active=True)
-            assert wait_until(lambda: _waiting_on_lock(), 20)  # the job holds the request, waits for the row
+            assert wait_until(lambda: bool(lock_waiters()), 20)  # the job holds the request, waits for the row
             with connection.cursor() as cursor:
                 cursor.execute("SET lock_timeout = '3s'")
             try:
@@ -1039,7 +1039,7 @@ class TestWithWorkers:
         workers.start(2)
         row = RowLock(Profile, profile.pk).start()
         first = enqueue_update(profile, active=True)
-        assert wait_until(lambda: _waiting_on_lock(), 20)
+        assert wait_until(lambda: bool(lock_waiters()), 20)
         second = enqueue_update(profile, newsletter=True)
         row.release()
         assert all_done(30)  # no relay ran
@@ -1053,7 +1053,7 @@ class TestWithWorkers:
         workers.start(1)
         row = RowLock(Profile, profile.pk).start()
         enqueue_update(profile, active=True)
-        assert wait_until(lambda: _waiting_on_lock(), 20)
+        assert wait_until(lambda: bool(lock_waiters()), 20)
         for value in (False, True, False, True):
             enqueue_update(profile, active=value)
         assert queue().count == 1  # before: 4, one per toggle
@@ -1068,7 +1068,7 @@ class TestWithWorkers:
         workers.start(1)
         row = RowLock(Profile, profile.pk).start()
         request = enqueue_update(profile, active=True)
-        assert wait_until(lambda: _waiting_on_lock(), 20)
+        assert wait_until(lambda: bool(lock_waiters()), 20)
         _terminate_waiting_backends()
         row.release()
         assert all_done()
@@ -1085,7 +1085,7 @@ class TestWithWorkers:
         request = enqueue_update(profile, active=True)
         try:
             for _ in range(2):  # the first try and its one retry
-                assert wait_until(lambda: _waiting_on_lock(), 20)
+                assert wait_until(lambda: bool(lock_waiters()), 20)
                 terminated = _terminate_waiting_backends()
                 assert wait_until(lambda pids=terminated: not _alive(pids), 10)  # not seen waiting next time
             assert wait_until(lambda: ProcessedRequest.objects.get(pk=request.pk).status == "failed", 30)
@@ -1102,28 +1102,9 @@ class TestWithWorkers:
         assert wait_until(lambda: ProcessedRequest.objects.get(pk=second.pk).status == "applied", 30)
 
 
-def _waiting_on_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-        )
-        return cursor.fetchone()[0] > 0
-
-
-def _waiting_backends() -> list[int]:
-    """The process ids of the other backends of the test database that wait for a lock."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-        )
-        return [pid for (pid,) in cursor.fetchall()]
-
-
 def _terminate_waiting_backends() -> list[int]:
     """Terminate the backends waiting for a lock (the job's connection): a transient error for it."""
-    pids = _waiting_backends()
+    pids = lock_waiters()
     with connection.cursor() as cursor:
         for pid in pids:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])

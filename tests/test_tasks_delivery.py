@@ -37,7 +37,7 @@ from tests.factories import ProfileFactory
 from tests.faults.harness import AUDIT_SQL, Burst, verify
 from tests.testapp import tasks as test_tasks
 from tests.testapp.models import Profile
-from tests.workers import ROOT, RowLock, wait_until, worker_db_url
+from tests.workers import ROOT, RowLock, lock_waiters, wait_until, worker_db_url
 
 IMMEDIATE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="default")
 DATABASE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
@@ -431,8 +431,8 @@ def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicat
     hit: list[bool] = []
 
     def kill_mid_task() -> None:
-        # The tasks of the burst so far done first: then the one worker busy is the one whose task waits
-        # on the row lock below, not one finishing another task (which the kill would then miss).
+        # The tasks of the burst so far done first, so that the worker killed below is one whose task waits
+        # on the row lock, not one finishing another record's task (which the kill would then miss).
         so_far = ProcessedRequest.objects.filter(request_id__in=list(burst.committed), status="pending")
         assert wait_until(lambda: not so_far.exists(), 120), workers.logs()
         assert wait_until(lambda: not any(workers.busy(i) for i in workers.running()), 30), workers.logs()
@@ -442,15 +442,20 @@ def test_a_burst_converges_on_django_tasks_rq_workers_through_kills_and_duplicat
                 enqueue_update(Profile, pks[0], request_id=rid, newsletter=True)
             burst.committed[rid] = (pks[0], "newsletter", True)
 
+            key = taskqueue.record_key(ContentType.objects.get_for_model(Profile).pk, str(pks[0]))
+
             def running_it() -> int | None:
-                """The worker whose current job is this request's task (RQ's own record of it)."""
+                """The worker whose current job (RQ's own record of it) is a task of the locked record: this
+                request's own, or an earlier task of the record still queued (a task per request, and each
+                applies whatever of its record is pending when it starts), which takes this request and
+                waits on the row lock just the same."""
                 for worker in Worker.all(connection=django_rq.get_connection("default")):
                     job = worker.get_current_job()
-                    if job is not None and str(rid) in repr((job.args, job.kwargs)):
+                    if job is not None and (job.kwargs or {}).get("record") == key:
                         return next((i for i in workers.running() if workers.procs[i].pid == worker.pid), None)
                 return None
 
-            assert wait_until(lambda: running_it() is not None, 30), workers.logs()
+            assert wait_until(lambda: bool(lock_waiters()) and running_it() is not None, 30), workers.logs()
             index = running_it()
             assert index is not None
             hit.append(workers.kill(index))

@@ -133,6 +133,19 @@ class RowLock:
         self.release()
 
 
+def lock_waiters(using: str = "default") -> list[int]:
+    """The process ids of the other backends of the test database that wait for a lock (a job's UPDATE of
+    a row that a :class:`RowLock` holds, say); PostgreSQL."""
+    from django.db import connections
+
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
 def locked_elsewhere(model: Any, pk: Any, using: str = "default") -> bool:
     """Whether another connection finds row ``pk`` locked: ``SELECT ... FOR UPDATE NOWAIT`` in a thread of
     its own, which fails for a lock held and only then (PostgreSQL)."""
