@@ -1148,8 +1148,7 @@ def test_a_childs_fields_saved_while_the_parent_is_written_are_stale(postgres_on
     """The one-statement save of a child's fields waits for a concurrent save's lock on the parent's row,
     then sees on the committed row that it moved on (READ COMMITTED's recheck): refused, both rows left
     as the other save wrote them."""
-    from tests.test_http import _waiting_on_locks
-    from tests.workers import wait_until
+    from tests.workers import lock_waiters, wait_until
 
     restaurant = Restaurant.objects.create(name="a", seats=1)
     mine = Restaurant.objects.get(pk=restaurant.pk)
@@ -1169,7 +1168,7 @@ def test_a_childs_fields_saved_while_the_parent_is_written_are_stale(postgres_on
 
     def commit_once_mine_waits() -> None:
         try:
-            waited.append(wait_until(lambda: _waiting_on_locks() >= 1, timeout=30))
+            waited.append(wait_until(lambda: lock_waiters(), timeout=30))
         finally:
             release.set()
             connections.close_all()

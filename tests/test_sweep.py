@@ -27,9 +27,9 @@ from safeupdates.models import ProcessedRequest, RequestStatus
 from safeupdates.pipeline import apply
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
-from tests.test_jobs import _alive, _waiting_on_lock, all_done
+from tests.test_jobs import _alive, all_done
 from tests.testapp.models import Gadget, Profile, Restaurant, Ticket
-from tests.workers import RowLock, wait_until
+from tests.workers import RowLock, lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -251,7 +251,7 @@ def test_a_job_a_worker_already_runs_is_not_swept(workers, postgres_only, caplog
     row = RowLock(Profile, b.pk).start()
     try:
         on_b = enqueue_update(b, active=True)
-        assert wait_until(_waiting_on_lock, 20)  # the worker's job holds B's request, waits for the row
+        assert wait_until(lambda: bool(lock_waiters()), 20)  # the worker's job holds B's request, waits for the row
         on_a = enqueue_update(a, active=True)
         # Were B's running job taken for a sweep, this job would wait for B's row: let it fail fast.
         with connection.cursor() as cursor:
