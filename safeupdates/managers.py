@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -42,6 +43,7 @@ from safeupdates.write.validation import (
     clean_version,
     object_id_of,
     recorded_changes,
+    shown,
 )
 
 if TYPE_CHECKING:
@@ -210,8 +212,12 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
         :class:`~safeupdates.exceptions.LockUnavailable`. A missing row raises ``Model.DoesNotExist``.
         On SQLite there are no row locks: the database is locked as a whole by the first write.
         """
-        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
-            raise InvalidUpdate(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        if timeout is not None and not _lock_wait(timeout):
+            raise InvalidUpdate(
+                f"timeout must be a positive number of seconds of at most {MAX_LOCK_TIMEOUT:g} (PostgreSQL's "
+                f"longest lock_timeout), got {shown(timeout)}; for no limit, pass timeout=None."
+            )
+        pk = clean_pk(self.model, pk)
         self._for_write = True
         with transaction.atomic(using=self.db):
             # Only this lock waits that long; the caller's later statements keep their own timeout.
@@ -228,6 +234,19 @@ class SafeUpdateQuerySetMixin(Generic[_M]):
                         ) from exc
                     raise
             yield instance
+
+
+#: The longest ``with_lock(timeout=...)``, in seconds: PostgreSQL's ``lock_timeout`` is at most 2**31 - 1 ms.
+MAX_LOCK_TIMEOUT = 2_147_483.647
+
+
+def _lock_wait(timeout: Any) -> bool:
+    """Whether ``timeout`` is a number of seconds that ``lock_timeout`` can hold (not a bool, not text)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float | Decimal):
+        return False
+    if isinstance(timeout, Decimal) and not timeout.is_finite():
+        return False  # a Decimal NaN raises on comparison
+    return bool(0 < timeout <= MAX_LOCK_TIMEOUT)  # a float NaN fails both comparisons
 
 
 #: The request log's queryset on each database, for :meth:`RequestLogQuerySet.apply_recorded`, which
