@@ -373,6 +373,11 @@ def _whole(minimum: int) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+#: The longest span of seconds a setting may give: 1000 years. A longer one overflows the date arithmetic it
+#: takes part in (the relay's cutoff) at run time.
+_MAX_SECONDS = 365_000 * 86_400
+
+
 def _seconds(value: Any) -> bool:
     """A finite number of seconds ``>= 0``, or a ``timedelta`` of 0 or more."""
     if isinstance(value, timedelta):
@@ -415,7 +420,7 @@ _SETTINGS = {
     "SAFEUPDATES_RELAY_AFTER": _Setting(
         "how long a request may stay pending before safeupdates_relay delivers it again",
         f"a whole number of seconds, 0 or more; the default is {conf.DEFAULT_RELAY_AFTER}",
-        _whole(0),
+        lambda value: _whole(0)(value) and value <= _MAX_SECONDS,
     ),
     "SAFEUPDATES_STUCK_AFTER": _Setting(
         "how old a pending request may grow before safeupdates_status says nothing applies it, where the delivery "

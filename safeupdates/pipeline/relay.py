@@ -24,7 +24,7 @@ from safeupdates.database import clock
 from safeupdates.database.errors import unreachable_database
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 
-__all__ = ["RelayReport", "relay", "relay_pending", "relay_queue", "relay_steps"]
+__all__ = ["MAX_AGE", "RelayReport", "relay", "relay_pending", "relay_queue", "relay_steps"]
 
 logger = logging.getLogger("safeupdates")
 
@@ -73,6 +73,16 @@ class RelayReport:
         self.warnings.append(message)
 
 
+#: The longest ``older_than`` a pass takes, in seconds: 1000 years, far inside every supported database's
+#: date range (a longer one overflows the date arithmetic: an ``OverflowError`` or a ``DataError``).
+MAX_AGE = 365_000 * 86_400
+
+
+def valid_age(seconds: Any) -> bool:
+    """Whether ``seconds`` is an age a pass can measure: a number from 0 to :data:`MAX_AGE` (not NaN)."""
+    return not isinstance(seconds, bool) and isinstance(seconds, int | float) and 0 <= seconds <= MAX_AGE
+
+
 #: More work for every relay pass, ``step(older_than, *, dry_run, using, report)``: the optional job tools
 #: register theirs when their app is ready (the batches of ``fan_out()``: overdue items and reduces).
 relay_steps: list[Callable[..., Any]] = []
@@ -97,6 +107,9 @@ def relay(
     them, so delivering it again is safe; it is then due at once.
     """
     seconds = conf.relay_after() if older_than is None else older_than
+    if not valid_age(seconds):
+        name = "SAFEUPDATES_RELAY_AFTER" if older_than is None else "older_than"
+        raise ValueError(f"{name} must be a number of seconds from 0 to {MAX_AGE}, not {seconds!r}.")
     using = using or router.db_for_write(ProcessedRequest)  # the primary: a replica may lag behind
     report = RelayReport(older_than=seconds, dry_run=dry_run)
     cutoff = clock.older_than(seconds)

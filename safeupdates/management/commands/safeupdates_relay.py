@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections, connections
 
+from safeupdates import conf
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.jobs import relay
+from safeupdates.pipeline.relay import MAX_AGE, valid_age
+
+#: The longest ``--interval``, in seconds: a day (``time.sleep()`` overflows near 2**63 nanoseconds).
+MAX_INTERVAL = 86_400
+
+
+def _relay_after() -> Any:
+    try:
+        return conf.relay_after()
+    except (TypeError, ValueError, OverflowError):
+        return getattr(settings, "SAFEUPDATES_RELAY_AFTER", None)
 
 
 class Command(BaseCommand):
@@ -55,10 +67,19 @@ class Command(BaseCommand):
         if database is not None and database not in connections:
             raise CommandError(f"--database {database!r} is not in DATABASES.")
         # float() accepts "nan" and "inf": a NaN compares false with everything, so test for what is valid.
-        if older_than is not None and not (math.isfinite(older_than) and older_than >= 0):
-            raise CommandError(f"--older-than must be a finite number of seconds, zero or more; got {older_than}.")
-        if interval is not None and not (math.isfinite(interval) and interval > 0):
-            raise CommandError(f"--interval must be a finite, positive number of seconds; got {interval}.")
+        # Beyond the bounds, the date arithmetic and time.sleep() overflow.
+        if older_than is not None and not valid_age(older_than):
+            raise CommandError(f"--older-than must be a number of seconds from 0 to {MAX_AGE}, not {older_than:g}.")
+        if older_than is None and not valid_age(setting := _relay_after()):
+            raise CommandError(
+                f"SAFEUPDATES_RELAY_AFTER must be a whole number of seconds from 0 to {MAX_AGE}, not {setting!r}; "
+                "run manage.py check, which says what it takes."
+            )
+        if interval is not None and not 0 < interval <= MAX_INTERVAL:
+            raise CommandError(
+                f"--interval must be a number of seconds from more than 0 to {MAX_INTERVAL}, not {interval:g}; "
+                "for a longer wait, run single passes from cron."
+            )
         verbosity = int(options.get("verbosity", 1))
         while True:
             if interval is not None:
