@@ -18,6 +18,9 @@ from safeupdates.models import ProcessedRequest
 #: The oldest cutoff a purge takes: 1000 years, far inside every supported database's date range.
 MAX_DAYS = 365_000
 
+#: The largest ``--batch-size``.
+MAX_BATCH_SIZE = 1_000_000
+
 #: Seconds between two progress lines.
 PROGRESS_EVERY = 1.0
 
@@ -105,6 +108,11 @@ class Command(BaseCommand):
             days = older_than
         if batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
+        if batch_size > MAX_BATCH_SIZE:  # a bigint's LIMIT at most, and memory long before that
+            raise CommandError(
+                f"--batch-size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {batch_size}; a larger "
+                "batch gains nothing over a few of that size."
+            )
         if not 0 <= pause <= MAX_PAUSE:  # NaN fails both comparisons
             raise CommandError(f"--pause must be a number of seconds from 0 to {MAX_PAUSE:g}, not {pause:g}.")
         using = database or router.db_for_write(ProcessedRequest)
