@@ -374,15 +374,20 @@ def _whole(minimum: int) -> Callable[[Any], bool]:
 
 
 #: The longest span of seconds a setting may give: 1000 years. A longer one overflows the date arithmetic it
-#: takes part in (the relay's cutoff) at run time.
+#: takes part in (``now + SAFEUPDATES_MAX_CLOCK_SKEW``, the relay's cutoff) at run time.
 _MAX_SECONDS = 365_000 * 86_400
 
 
 def _seconds(value: Any) -> bool:
-    """A finite number of seconds ``>= 0``, or a ``timedelta`` of 0 or more."""
+    """A finite number of seconds from 0 to 1000 years, or a ``timedelta`` of that."""
     if isinstance(value, timedelta):
-        return value >= timedelta(0)
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        return timedelta(0) <= value <= timedelta(seconds=_MAX_SECONDS)
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= _MAX_SECONDS
+    )
 
 
 def _retry(value: Any) -> bool:
