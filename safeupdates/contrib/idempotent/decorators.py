@@ -29,8 +29,9 @@ from safeupdates.contrib import require_app
 from safeupdates.database.errors import is_lock_unavailable
 from safeupdates.database.transactions import in_transaction, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
-from safeupdates.managers import Outcome
+from safeupdates.managers import MAX_LOCK_TIMEOUT, Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.write.validation import shown
 
 __all__ = ["SKIPPED", "TASK_NAMESPACE", "idempotent", "task_log_key"]
 
@@ -46,6 +47,9 @@ SKIPPED = Outcome.DUPLICATE
 TASK_NAMESPACE = uuid.UUID("8c5e2a52-3f7e-5d1b-9a64-6f1d3c0b7e21")
 
 _KEY_LENGTH = 255
+#: The longest wait for a key's lock, in whole seconds: PostgreSQL's lock_timeout and
+#: idle_in_transaction_session_timeout hold at most 2**31 - 1 milliseconds.
+_LONGEST_WAIT = int(MAX_LOCK_TIMEOUT)
 _DIGEST_MARK = "...uuid5:"
 _ERROR_LENGTH = 2000
 
@@ -99,6 +103,11 @@ def idempotent(
         raise InvalidControl("key must not be empty; use a template such as 'refund:{order_id}'.")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
         raise InvalidControl(f"timeout must be a positive number of seconds (int), not {timeout!r}.")
+    if timeout is not None and timeout > _LONGEST_WAIT:
+        raise InvalidControl(
+            f"timeout must be at most {_LONGEST_WAIT} seconds (PostgreSQL's longest lock_timeout), not "
+            f"{shown(timeout)}."
+        )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R | Outcome]:
         if _is_django_task(func):
@@ -122,7 +131,8 @@ def idempotent(
                 except (KeyError, IndexError, AttributeError, ValueError) as exc:
                     raise InvalidControl(f"key template {key!r} does not fit {qualname}{signature}: {exc!r}") from None
             if not isinstance(value, str) or not value:
-                raise InvalidControl(f"the key of {qualname} must be a non-empty string, got {value!r}.")
+                raise InvalidControl(f"the key of {qualname} must be a non-empty string, got {shown(value)}.")
+            _check_key(qualname, value)
             return value
 
         @functools.wraps(func)
@@ -135,6 +145,26 @@ def idempotent(
         return wrapper
 
     return decorate
+
+
+def _check_key(qualname: str, key: str) -> None:
+    """Refuse a key the request log cannot store (PostgreSQL's text takes no NUL, no encoding a lone
+    surrogate), nor digest (a long key's uuid5 encodes it): often made of a client's data, it is refused
+    before anything runs, not a ``DataError`` or a ``UnicodeEncodeError`` at the INSERT."""
+    if "\x00" in key:
+        raise InvalidControl(
+            f"the key of {qualname} contains a NUL character (\\x00), which PostgreSQL cannot store: {shown(key)}. "
+            "Leave it out of the key (or refuse it where the value comes from)."
+        )
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidControl(
+                f"the key of {qualname} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding "
+                f"can store: {shown(key)}. A client's JSON made it of an unpaired \\u escape: refuse or repair "
+                "it there."
+            ) from None
 
 
 def _is_django_task(obj: Any) -> bool:
@@ -170,7 +200,8 @@ def _run_once(
     connection = connections[alias]
     job = get_current_job()
     seconds = timeout or (int(job.timeout) if job is not None and job.timeout and int(job.timeout) > 0 else None)
-    seconds = seconds or conf.job_timeout()
+    # A job's (or the setting's) timeout beyond what lock_timeout can hold waits as long as it can.
+    seconds = min(seconds or conf.job_timeout(), _LONGEST_WAIT)
     log_key = task_log_key(task_key)
     log = ProcessedRequest.objects.using(alias)
     failure: Exception | None = None
