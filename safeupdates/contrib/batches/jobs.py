@@ -33,13 +33,17 @@ from safeupdates.delivery.rq import dotted_path, get_queue, job_kwargs, resolve,
 from safeupdates.exceptions import InvalidControl, InvalidUpdate
 from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.write.validation import check_json
+from safeupdates.write.validation import check_json, shown
 
 __all__ = ["deliver_item", "deliver_reduce", "fan_out", "relay_batches", "run_batch_item", "run_batch_reduce"]
 
 logger = logging.getLogger("safeupdates")
 
 _ITEM_NAMESPACE = uuid.UUID("8d0f4c52-4b8e-4a7e-9f0c-5b1d9e2f6a11")
+
+
+#: The most retries an item may have: what the batch's ``retries`` column holds.
+MAX_RETRIES = 2**31 - 1
 
 
 def fan_out(
@@ -68,7 +72,13 @@ def fan_out(
         raise InvalidControl(f"queue {queue_name!r} is not in RQ_QUEUES.")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise InvalidControl(f"retries must be a whole number >= 0, got {retries!r}.")
-    values = list(items)
+    if retries > MAX_RETRIES:  # the batch's column: a DataError at its INSERT
+        raise InvalidControl(f"retries must be at most {MAX_RETRIES}, got {retries}.")
+    try:
+        iterator = iter(items)
+    except TypeError:
+        raise InvalidControl(f"items must be an iterable of JSON-serialisable items, got {shown(items)}.") from None
+    values = list(iterator)
     try:
         # What the request log's jsonb can hold and JSON reads back (no NaN, no lone surrogate, no NUL, no
         # huge integer or deep nesting), decided before anything is written.
