@@ -402,10 +402,12 @@ def clean_version(version: Any) -> int:
 
 
 def clean_synced_at(synced_at: Any, *, now: datetime) -> datetime:
-    """Return ``synced_at`` if it is a datetime, aware under ``USE_TZ``, and not more than
-    ``SAFEUPDATES_MAX_CLOCK_SKEW`` after ``now`` (the database's time, aware)."""
+    """Return ``synced_at`` (an aware one in UTC) if it is a datetime, aware under ``USE_TZ``, within the
+    years 1 to 9999 in UTC, and not more than ``SAFEUPDATES_MAX_CLOCK_SKEW`` after ``now`` (the database's
+    time, aware)."""
     if not isinstance(synced_at, datetime):
         raise InvalidUpdate(f"synced_at must be a datetime, got {synced_at!r}.")
+    given: datetime = synced_at
     if settings.USE_TZ and timezone.is_naive(synced_at):
         raise InvalidUpdate(
             f"synced_at={synced_at.isoformat()} is naive while USE_TZ=True; attach a timezone "
@@ -415,13 +417,22 @@ def clean_synced_at(synced_at: Any, *, now: datetime) -> datetime:
         raise InvalidUpdate(f"synced_at={synced_at.isoformat()} is aware while USE_TZ=False; pass a naive datetime.")
     if timezone.is_naive(synced_at):
         now = timezone.make_naive(now, timezone.get_default_timezone())
+    else:
+        # As UTC: an instant before the year 1 there would be written (PostgreSQL keeps years BC) and fail
+        # every later read of the row, and an offset beyond PostgreSQL's +-15:59 is a DataError.
+        try:
+            given = synced_at.astimezone(UTC)
+        except OverflowError:
+            raise InvalidUpdate(
+                f"synced_at={synced_at.isoformat()} lies outside the years 1 to 9999 once in UTC."
+            ) from None
     skew = conf.max_clock_skew()
-    if synced_at > now + skew:
+    if given > now + skew:
         raise InvalidUpdate(
             f"synced_at={synced_at.isoformat()} lies more than {skew} in the future; it would freeze the "
             "record. Check the client's clock or raise SAFEUPDATES_MAX_CLOCK_SKEW."
         )
-    return synced_at
+    return given
 
 
 def clean_request_id(request_id: Any) -> uuid.UUID:
