@@ -786,9 +786,11 @@ def _check_file(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
 
 
 def _check_datetime(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is not None:
+    """An aware datetime is written as its instant in UTC: PostgreSQL takes no offset beyond +-15:59
+    where a statement carries it as text (a ``DataError``), and none outside the years 1 to 9999."""
+    if isinstance(value, datetime) and value.utcoffset() is not None:
         try:
-            value.astimezone(UTC)
+            return value.astimezone(UTC)
         except OverflowError:
             raise InvalidUpdate(f"{what} lies outside the years 1 to 9999 once in UTC.") from None
     return value
