@@ -23,7 +23,14 @@ from safeupdates.database.transactions import after_commit
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.lifecycle import RequestLogQuerySet
 from safeupdates.models import ProcessedRequest
-from safeupdates.write.validation import clean_changes, clean_pk, clean_request_id, object_id_of, recorded_changes
+from safeupdates.write.validation import (
+    clean_changes,
+    clean_pk,
+    clean_request_id,
+    object_id_of,
+    recorded_changes,
+    shown,
+)
 
 __all__ = ["aenqueue_update", "enqueue_update"]
 
@@ -78,6 +85,8 @@ def enqueue_update(
         _refuse_another_row(model, instance, pk)
     object_id = object_id_of(model, pk)
     rid = uuid.uuid4() if request_id is None else clean_request_id(request_id)
+    if queue is not None:
+        _check_queue(queue)
     queue_name = delivery.queue_name(queue)
     content_type = content_type_of(model, using)
     record = ProcessedRequest(
@@ -105,6 +114,25 @@ def enqueue_update(
 
     after_commit(deliver_on_commit, using, robust=True)
     return record
+
+
+def _check_queue(queue: Any) -> None:
+    """Refuse a queue name the request log cannot record, whatever the backend serves (Celery's default
+    and a Tasks backend without ``QUEUES`` take any name): it was a ``DataError`` (too long, a NUL) or a
+    ``UnicodeEncodeError`` at the INSERT, which broke the caller's transaction."""
+    what = f"queue {shown(queue)}"
+    if not isinstance(queue, str):
+        raise InvalidUpdate(f"{what} is not text; pass the name of a queue.")
+    limit = ProcessedRequest._meta.get_field("queue").max_length or 0
+    if len(queue) > limit:
+        raise InvalidUpdate(f"{what} has {len(queue)} characters, and the request log's column holds at most {limit}.")
+    if "\x00" in queue:
+        raise InvalidUpdate(f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store.")
+    if not queue.isascii():
+        try:
+            queue.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidUpdate(f"{what} contains a lone surrogate, which no text encoding can store.") from None
 
 
 def _refuse_another_row(model: type[models.Model], instance: models.Model, pk: Any) -> None:
