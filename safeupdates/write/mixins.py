@@ -86,6 +86,10 @@ class _Save:
         self.committed = True
 
 
+#: The range of the ``lock_version`` column (a bigint).
+_BIGINT = (-(2**63), 2**63 - 1)
+
+
 class LockVersionMixin(models.Model):
     """Adds ``lock_version`` (optimistic locking) and ``field_versions`` (per-field versions).
 
@@ -130,6 +134,7 @@ class LockVersionMixin(models.Model):
                 f"{self._meta.label} pk={self.pk!r} was loaded without lock_version (.only()/.defer()), so "
                 "its save cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
             )
+        self._check_lock_version("save")
         update_fields: Iterable[str] | None = given.get("update_fields")
         names: tuple[str, ...] | None
         if update_fields is not None:
@@ -330,6 +335,21 @@ class LockVersionMixin(models.Model):
             refusal.located(self._meta.label, name, what)
         save.refusal = refusal
         return refusal
+
+    def _check_lock_version(self, action: str) -> None:
+        """Refuse, before any statement, a ``lock_version`` the check cannot compare: set by hand to text, a
+        bool, a float or an integer beyond a bigint, it was a ``DataError`` (or ``ProgrammingError``) in the
+        checked statement, which broke the caller's transaction. None is the save's own case."""
+        value = self.lock_version
+        if value is None or (
+            not isinstance(value, bool) and isinstance(value, int) and _BIGINT[0] <= value <= _BIGINT[1]
+        ):
+            return
+        raise InvalidUpdate(
+            f"{self._meta.label} pk={self.pk!r} has lock_version={shown(value)}, which is no version: its "
+            f"{action} cannot be checked. Keep the lock_version it was loaded with, or set the integer an "
+            "ETag or an edit token carried."
+        )
 
     def _never_loaded(self, pk: Any) -> NeverLoadedError:
         return NeverLoadedError(
@@ -578,6 +598,7 @@ class LockVersionMixin(models.Model):
                 f"{self._meta.label} pk={self.pk!r} was loaded without lock_version (.only()/.defer()), so "
                 "its delete cannot be checked; load lock_version too, e.g. .only(..., 'lock_version')."
             )
+        self._check_lock_version("delete")
         using = using or router.db_for_write(type(self), instance=self)
         connection = connections[using]
         expected = [v for v in (self.lock_version, *self._safeupdates_uncommitted) if v is not None]

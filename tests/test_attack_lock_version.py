@@ -1,0 +1,67 @@
+"""save() and delete() refuse a lock_version set by hand to something that is no version (text, a bool, a
+float, an integer beyond a bigint) with InvalidUpdate before any statement: it was a DataError,
+ProgrammingError or NotSupportedError in the checked statement, which broke the caller's transaction
+(found by attacking what a careless view does: ``obj.lock_version = request.POST["lock_version"]``)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from tests.testapp.models import Profile
+
+pytestmark = pytest.mark.django_db
+
+NO_VERSIONS = ["abc", "0", True, False, 1.5, 0.0, float("nan"), Decimal("NaN"), Decimal(0), [0], 2**63, -(2**63) - 1]
+
+
+def still_usable() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+
+
+def save(profile: Profile) -> None:
+    profile.save()
+
+
+def save_some(profile: Profile) -> None:
+    profile.save(update_fields=["name"])
+
+
+def delete(profile: Profile) -> None:
+    profile.delete()
+
+
+@pytest.mark.parametrize("write", [save, save_some, delete])
+@pytest.mark.parametrize("value", NO_VERSIONS)
+def test_a_lock_version_that_is_no_version_is_refused_and_nothing_is_written(write: Any, value: Any) -> None:
+    profile = Profile.objects.create(name="before")
+    loaded = Profile.objects.get(pk=profile.pk)
+    loaded.lock_version, loaded.name = value, "after"
+    with transaction.atomic():
+        with pytest.raises(
+            InvalidUpdate, match=r"^testapp\.Profile pk=\d+ has lock_version=.* which is no version: its "
+        ):
+            write(loaded)
+        still_usable()
+    assert Profile.objects.filter(pk=profile.pk).values_list("name", "lock_version").get() == (
+        "before",
+        profile.lock_version,
+    )
+
+
+@pytest.mark.parametrize("write", [save, save_some, delete])
+@pytest.mark.parametrize("value", [-1, 2**63 - 1, -(2**63)])
+def test_an_integer_in_the_columns_range_is_checked_as_a_version(write: Any, value: int) -> None:
+    profile = Profile.objects.create(name="before")
+    loaded = Profile.objects.get(pk=profile.pk)
+    loaded.lock_version, loaded.name = value, "after"
+    with transaction.atomic():
+        with pytest.raises(StaleObjectError):
+            write(loaded)
+        still_usable()
