@@ -11,7 +11,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, models, router
 
 from safeupdates.audit import BATCH_SIZE, find_drift
+from safeupdates.exceptions import InvalidUpdate
 from safeupdates.models import LockVersionMixin
+from safeupdates.write.validation import clean_pk
 
 #: The largest ``--batch-size``.
 MAX_BATCH_SIZE = 1_000_000
@@ -123,8 +125,14 @@ def _pk_value(model: type[models.Model], text: str) -> Any:
     pk = model._meta.pk
     assert pk is not None
     try:
-        return pk.to_python(text)
+        value = pk.to_python(text)
     except ValidationError as exc:
         raise CommandError(
             f"--after-pk {text!r} is not a primary key of {model._meta.label}: {exc.messages[0]}"
         ) from exc
+    try:
+        # What no column can hold (a NUL, a lone surrogate of a byte the terminal's encoding did not
+        # decode, an integer beyond the column) is refused here, not as the DataError of the first query.
+        return clean_pk(model, value)
+    except InvalidUpdate as exc:
+        raise CommandError(f"--after-pk {text!r} is not a primary key of {model._meta.label}: {exc}") from exc
