@@ -408,7 +408,7 @@ class _Setting(NamedTuple):
 _SETTINGS = {
     "SAFEUPDATES_MAX_CLOCK_SKEW": _Setting(
         "how far in the future the client timestamp of update_if_newer(synced_at=...) may lie",
-        f"a number of seconds (0 or more) or a timedelta; the default is {conf.DEFAULT_MAX_CLOCK_SKEW}",
+        f"a number of seconds (0 up to 1000 years) or a timedelta; the default is {conf.DEFAULT_MAX_CLOCK_SKEW}",
         _seconds,
     ),
     "SAFEUPDATES_JOB_TIMEOUT": _Setting(
@@ -424,14 +424,14 @@ _SETTINGS = {
     ),
     "SAFEUPDATES_RELAY_AFTER": _Setting(
         "how long a request may stay pending before safeupdates_relay delivers it again",
-        f"a whole number of seconds, 0 or more; the default is {conf.DEFAULT_RELAY_AFTER}",
+        f"a whole number of seconds, 0 up to 1000 years; the default is {conf.DEFAULT_RELAY_AFTER}",
         lambda value: _whole(0)(value) and value <= _MAX_SECONDS,
     ),
     "SAFEUPDATES_STUCK_AFTER": _Setting(
         "how old a pending request may grow before safeupdates_status says nothing applies it, where the delivery "
         "backend cannot show its workers",
-        "a number of seconds, 0 or more; by default twice SAFEUPDATES_RELAY_AFTER, plus SAFEUPDATES_JOB_TIMEOUT "
-        "and the retries' back-off",
+        "a number of seconds, 0 up to 1000 years; by default twice SAFEUPDATES_RELAY_AFTER, plus "
+        "SAFEUPDATES_JOB_TIMEOUT and the retries' back-off",
         _seconds,
     ),
     "SAFEUPDATES_RETENTION": _Setting(

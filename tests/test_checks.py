@@ -150,7 +150,7 @@ E005 = {
         "5 minutes",
         "SAFEUPDATES_MAX_CLOCK_SKEW = '5 minutes' is not valid. It sets how far in the future the client "
         "timestamp of update_if_newer(synced_at=...) may lie.",
-        "Set it to a number of seconds (0 or more) or a timedelta; the default is 300.",
+        "Set it to a number of seconds (0 up to 1000 years) or a timedelta; the default is 300.",
     ),
     "SAFEUPDATES_JOB_TIMEOUT": (
         "soon",
@@ -162,7 +162,7 @@ E005 = {
         -5,
         "SAFEUPDATES_RELAY_AFTER = -5 is not valid. It sets how long a request may stay pending before "
         "safeupdates_relay delivers it again.",
-        "Set it to a whole number of seconds, 0 or more; the default is 30.",
+        "Set it to a whole number of seconds, 0 up to 1000 years; the default is 30.",
     ),
     "SAFEUPDATES_RETENTION": (
         float("nan"),
