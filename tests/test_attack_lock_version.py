@@ -16,7 +16,23 @@ from tests.testapp.models import Profile
 
 pytestmark = pytest.mark.django_db
 
-NO_VERSIONS = ["abc", "0", True, False, 1.5, 0.0, float("nan"), Decimal("NaN"), Decimal(0), [0], 2**63, -(2**63) - 1]
+NO_VERSIONS = [
+    "abc",
+    "1.5",
+    "0x10",
+    "",
+    str(2**63),
+    True,
+    False,
+    1.5,
+    0.0,
+    float("nan"),
+    Decimal("NaN"),
+    Decimal(0),
+    [0],
+    2**63,
+    -(2**63) - 1,
+]
 
 
 def still_usable() -> None:
@@ -65,3 +81,24 @@ def test_an_integer_in_the_columns_range_is_checked_as_a_version(write: Any, val
         with pytest.raises(StaleObjectError):
             write(loaded)
         still_usable()
+
+
+@pytest.mark.parametrize("write", [save, save_some, delete])
+def test_a_version_posted_as_text_is_the_integer_it_spells(write: Any) -> None:
+    """``obj.lock_version = request.POST["lock_version"]``: an integer as text is that version, as the
+    column's own ``to_python()`` reads it. The current one writes; an older one is refused as stale."""
+    profile = Profile.objects.create(name="before")
+    stale = Profile.objects.get(pk=profile.pk)
+    stale.lock_version = f" {profile.lock_version - 1}"
+    with transaction.atomic():
+        with pytest.raises(StaleObjectError):
+            write(stale)
+        still_usable()
+    current = Profile.objects.get(pk=profile.pk)
+    current.lock_version, current.name = str(profile.lock_version), "after"
+    write(current)
+    if write is delete:
+        assert not Profile.objects.filter(pk=profile.pk).exists()
+    else:
+        current.refresh_from_db()
+        assert current.name == "after" and current.lock_version > profile.lock_version

@@ -9,6 +9,7 @@ is both, with :class:`~safeupdates.managers.SafeUpdateManager`; the app's concre
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -88,6 +89,8 @@ class _Save:
 
 #: The range of the ``lock_version`` column (a bigint).
 _BIGINT = (-(2**63), 2**63 - 1)
+#: A version given as text: an integer in decimal digits, with a sign and spaces around it as ``int()`` takes.
+_INTEGER_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
 class LockVersionMixin(models.Model):
@@ -337,13 +340,18 @@ class LockVersionMixin(models.Model):
         return refusal
 
     def _check_lock_version(self, action: str) -> None:
-        """Refuse, before any statement, a ``lock_version`` the check cannot compare: set by hand to text, a
-        bool, a float or an integer beyond a bigint, it was a ``DataError`` (or ``ProgrammingError``) in the
-        checked statement, which broke the caller's transaction. None is the save's own case."""
+        """Refuse, before any statement, a ``lock_version`` the check cannot compare: set by hand to a bool,
+        a float, text that is no integer or an integer beyond a bigint, it was a ``DataError`` (or
+        ``ProgrammingError``) in the checked statement, which broke the caller's transaction. None is the
+        save's own case. An integer as text (``request.POST["lock_version"]``) is the integer it spells,
+        as the column's ``to_python()`` reads it."""
         value = self.lock_version
+        if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
+            value = int(value)
         if value is None or (
             not isinstance(value, bool) and isinstance(value, int) and _BIGINT[0] <= value <= _BIGINT[1]
         ):
+            self.lock_version = value
             return
         raise InvalidUpdate(
             f"{self._meta.label} pk={self.pk!r} has lock_version={shown(value)}, which is no version: its "
