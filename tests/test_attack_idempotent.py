@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 
 from safeupdates.contrib.idempotent.decorators import idempotent
 from safeupdates.exceptions import InvalidControl
 from safeupdates.models import ProcessedRequest, RequestKind
+from tests.workers import still_usable
 
 pytestmark = pytest.mark.django_db
 
@@ -22,12 +23,6 @@ runs: list[str] = []
 def body(name: str) -> str:
     runs.append(name)
     return f"ran {name}"
-
-
-def still_usable() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        assert cursor.fetchone() == (1,)
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from tests.testapp.models import Profile
+from tests.workers import still_usable
 
 pytestmark = pytest.mark.django_db
 
@@ -33,12 +34,6 @@ NO_VERSIONS = [
     2**63,
     -(2**63) - 1,
 ]
-
-
-def still_usable() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        assert cursor.fetchone() == (1,)
 
 
 def save(profile: Profile) -> None:

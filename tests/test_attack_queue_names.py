@@ -8,24 +8,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 
 from safeupdates import enqueue_update
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.models import ProcessedRequest
 from tests.testapp.models import Profile
+from tests.workers import still_usable
 
 pytestmark = pytest.mark.django_db
 
 #: The Tasks framework's immediate backend of the test settings: no QUEUES, so any name is served.
 ANY_QUEUE = override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="default")
-
-
-def still_usable() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        assert cursor.fetchone() == (1,)
 
 
 @pytest.mark.parametrize(

@@ -9,18 +9,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from safeupdates.exceptions import InvalidUpdate
 from tests.testapp.models import Profile
+from tests.workers import still_usable
 
 pytestmark = pytest.mark.django_db
-
-
-def still_usable() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        assert cursor.fetchone() == (1,)
 
 
 @pytest.mark.parametrize(

@@ -133,6 +133,16 @@ class RowLock:
         self.release()
 
 
+def still_usable(using: str = "default") -> None:
+    """Assert that the connection's transaction still runs statements: a refusal raised in it left it usable
+    (not "current transaction is aborted")."""
+    from django.db import connections
+
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+
+
 def lock_waiters(using: str = "default") -> list[int]:
     """The process ids of the other backends of the test database that wait for a lock (a job's UPDATE of
     a row that a :class:`RowLock` holds, say); PostgreSQL."""
