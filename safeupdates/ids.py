@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.write.validation import has_lone_surrogate, shown
 
 __all__ = ["request_id_for"]
 
@@ -26,31 +27,23 @@ def request_id_for(namespace_or_source: str | uuid.UUID, external_id: str) -> uu
     An empty name or id is refused: it would make every event one request, and drop all but the first.
     """
     if not isinstance(external_id, str) or not external_id.strip():
-        raise InvalidUpdate(f"external_id must be a non-empty string (the event's id), got {_shown(external_id)}.")
+        raise InvalidUpdate(f"external_id must be a non-empty string (the event's id), got {shown(external_id)}.")
     if isinstance(namespace_or_source, uuid.UUID):
         namespace = namespace_or_source
     elif isinstance(namespace_or_source, str) and namespace_or_source.strip():
         namespace = uuid.uuid5(EXTERNAL_NAMESPACE, _encodable("namespace_or_source", namespace_or_source))
     else:
         raise InvalidUpdate(
-            f"namespace_or_source must be a source's name or a uuid.UUID, got {_shown(namespace_or_source)}."
+            f"namespace_or_source must be a source's name or a uuid.UUID, got {shown(namespace_or_source)}."
         )
     return uuid.uuid5(namespace, _encodable("external_id", external_id))
 
 
 def _encodable(name: str, text: str) -> str:
     """``text``, refused if uuid5 cannot encode it (UTF-8 takes no lone surrogate)."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidUpdate(
-                f"{name} {_shown(text)} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding "
-                "can carry; a client's JSON made it of an unpaired \\u escape: refuse or repair it there."
-            ) from None
+    if has_lone_surrogate(text):
+        raise InvalidUpdate(
+            f"{name} {shown(text)} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding "
+            "can carry; a client's JSON made it of an unpaired \\u escape: refuse or repair it there."
+        )
     return text
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"

@@ -27,6 +27,7 @@ from safeupdates.write.validation import (
     clean_changes,
     clean_pk,
     clean_request_id,
+    has_lone_surrogate,
     object_id_of,
     recorded_changes,
     shown,
@@ -128,11 +129,8 @@ def _check_queue(queue: Any) -> None:
         raise InvalidUpdate(f"{what} has {len(queue)} characters, and the request log's column holds at most {limit}.")
     if "\x00" in queue:
         raise InvalidUpdate(f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store.")
-    if not queue.isascii():
-        try:
-            queue.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidUpdate(f"{what} contains a lone surrogate, which no text encoding can store.") from None
+    if has_lone_surrogate(queue):
+        raise InvalidUpdate(f"{what} contains a lone surrogate, which no text encoding can store.")
 
 
 def _refuse_another_row(model: type[models.Model], instance: models.Model, pk: Any) -> None:

@@ -702,14 +702,24 @@ def _refuse_length(value: str, limit: int, what: Any) -> None:
     raise InvalidUpdate(f"{what} has {len(value)} characters, and the column holds at most {limit}.")
 
 
-def _refuse_surrogates(text: str, what: Any) -> None:
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (``\\ud800`` to ``\\udfff``), which UTF-8, so no database and
+    no Redis, can carry: a client's JSON makes one of an unpaired ``\\u`` escape."""
+    if text.isascii():
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_surrogates(text: str, what: Any) -> None:
+    if has_lone_surrogate(text):
         raise InvalidUpdate(
             f"{what} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding can store; "
             "a client's JSON made it of an unpaired \\u escape: refuse or repair it there."
-        ) from None
+        )
 
 
 def _check_json(field: models.Field[Any, Any], value: Any, what: Any) -> Any:

@@ -45,7 +45,7 @@ from safeupdates import conf
 from safeupdates.contrib import require_app
 from safeupdates.delivery.rq import dotted_path, get_queue
 from safeupdates.exceptions import InvalidControl
-from safeupdates.write.validation import shown
+from safeupdates.write.validation import has_lone_surrogate, shown
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
@@ -267,14 +267,11 @@ def _clean_key(name: str, value: Any) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise InvalidControl(f"{name} must be a non-empty string, e.g. f'user:{{user.pk}}', not {value!r}.")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")  # as Redis gets it: a key's digest, a rate limit's key
-        except UnicodeEncodeError:
-            raise InvalidControl(
-                f"{name} {shown(value)} contains a lone surrogate (\\ud800 to \\udfff), which no encoding "
-                "can carry to Redis; a client's JSON made it of an unpaired \\u escape: refuse or repair it there."
-            ) from None
+    if has_lone_surrogate(value):  # as Redis gets it: a key's digest, a rate limit's key
+        raise InvalidControl(
+            f"{name} {shown(value)} contains a lone surrogate (\\ud800 to \\udfff), which no encoding "
+            "can carry to Redis; a client's JSON made it of an unpaired \\u escape: refuse or repair it there."
+        )
     return value
 
 

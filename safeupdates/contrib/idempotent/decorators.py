@@ -31,7 +31,7 @@ from safeupdates.database.transactions import in_transaction, local_lock_timeout
 from safeupdates.exceptions import InvalidControl, LockUnavailable
 from safeupdates.managers import MAX_LOCK_TIMEOUT, Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.write.validation import shown
+from safeupdates.write.validation import has_lone_surrogate, shown
 
 __all__ = ["SKIPPED", "TASK_NAMESPACE", "idempotent", "task_log_key"]
 
@@ -156,15 +156,12 @@ def _check_key(qualname: str, key: str) -> None:
             f"the key of {qualname} contains a NUL character (\\x00), which PostgreSQL cannot store: {shown(key)}. "
             "Leave it out of the key (or refuse it where the value comes from)."
         )
-    if not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidControl(
-                f"the key of {qualname} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding "
-                f"can store: {shown(key)}. A client's JSON made it of an unpaired \\u escape: refuse or repair "
-                "it there."
-            ) from None
+    if has_lone_surrogate(key):
+        raise InvalidControl(
+            f"the key of {qualname} contains a lone surrogate (\\ud800 to \\udfff), which no text encoding "
+            f"can store: {shown(key)}. A client's JSON made it of an unpaired \\u escape: refuse or repair "
+            "it there."
+        )
 
 
 def _is_django_task(obj: Any) -> bool:
