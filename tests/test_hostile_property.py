@@ -21,7 +21,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, IntegrityError, transaction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from safeupdates import aenqueue_update, enqueue_update
@@ -214,6 +214,7 @@ def reads_back(name: str, given: Any, got: Any) -> bool:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(values=changes())
+@example(values={"address": " "})  # SQLite's save() keeps it as given (a failure found by this test in CI)
 def test_a_value_is_written_as_given_or_refused_with_nothing_written(entry, values):
     pk = Everything.objects.create().pk
     before, logged = stored(pk), ProcessedRequest.objects.count()
@@ -250,5 +251,7 @@ def test_a_value_is_written_as_given_or_refused_with_nothing_written(entry, valu
             value = value.name
         if isinstance(value, memoryview):
             value = bytes(value)
-        assert reads_back(name, written, value), (name, written, value)
+        # save() runs no to_python(), as Django's own does not: a value Django's save() stores unconverted
+        # (on SQLite, an address " 10.0.0.1 " with its spaces) reads back as given.
+        assert (entry == "save" and value == written) or reads_back(name, written, value), (name, written, value)
     json.dumps(ProcessedRequest.objects.values_list("changes", flat=True).last() or {})
