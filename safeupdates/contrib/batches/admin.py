@@ -79,7 +79,8 @@ class BatchAdmin(ReadOnlyAdmin):
             return names
         return [self._WITHOUT_VALUES.get(name, name) for name in names]
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    # request: Any, as Django 5.2 (optional) and 6.x (required) declare it.
+    def lookup_allowed(self, lookup: str, value: str, request: Any = None) -> bool:
         if lookup.split("__", 1)[0] == "reduce_error" and (request is None or not may_view_recordless(request)):
             return False  # listing a batch or not would tell whether a guess of its error is right
         return super().lookup_allowed(lookup, value, request)
