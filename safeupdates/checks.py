@@ -373,20 +373,15 @@ def _whole(minimum: int) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-#: The longest span of seconds a setting may give: 1000 years. A longer one overflows the date arithmetic it
-#: takes part in (``now + SAFEUPDATES_MAX_CLOCK_SKEW``, the relay's cutoff) at run time.
-_MAX_SECONDS = 365_000 * 86_400
-
-
 def _seconds(value: Any) -> bool:
     """A finite number of seconds from 0 to 1000 years, or a ``timedelta`` of that."""
     if isinstance(value, timedelta):
-        return timedelta(0) <= value <= timedelta(seconds=_MAX_SECONDS)
+        return timedelta(0) <= value <= timedelta(seconds=conf.MAX_SECONDS)
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
         and math.isfinite(value)
-        and 0 <= value <= _MAX_SECONDS
+        and 0 <= value <= conf.MAX_SECONDS
     )
 
 
@@ -425,7 +420,7 @@ _SETTINGS = {
     "SAFEUPDATES_RELAY_AFTER": _Setting(
         "how long a request may stay pending before safeupdates_relay delivers it again",
         f"a whole number of seconds, 0 up to 1000 years; the default is {conf.DEFAULT_RELAY_AFTER}",
-        lambda value: _whole(0)(value) and value <= _MAX_SECONDS,
+        lambda value: _whole(0)(value) and value <= conf.MAX_SECONDS,
     ),
     "SAFEUPDATES_STUCK_AFTER": _Setting(
         "how old a pending request may grow before safeupdates_status says nothing applies it, where the delivery "

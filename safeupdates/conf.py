@@ -12,6 +12,12 @@ from typing import Any
 from django.conf import settings
 from django.utils.functional import empty
 
+#: The longest span a time setting or a command's age may give: 1000 years, far inside every supported
+#: database's date range. A longer one overflows the date arithmetic it takes part in (``now +
+#: SAFEUPDATES_MAX_CLOCK_SKEW``, the relay's and the purge's cutoffs) at run time.
+MAX_DAYS = 365_000
+MAX_SECONDS = MAX_DAYS * 86_400
+
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_CLOCK_SKEW = 300
 DEFAULT_JOB_TIMEOUT = 60

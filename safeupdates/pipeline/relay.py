@@ -73,9 +73,9 @@ class RelayReport:
         self.warnings.append(message)
 
 
-#: The longest ``older_than`` a pass takes, in seconds: 1000 years, far inside every supported database's
-#: date range (a longer one overflows the date arithmetic: an ``OverflowError`` or a ``DataError``).
-MAX_AGE = 365_000 * 86_400
+#: The longest ``older_than`` a pass takes, in seconds (:data:`safeupdates.conf.MAX_SECONDS`: 1000 years; a
+#: longer one overflows the date arithmetic: an ``OverflowError`` or a ``DataError``).
+MAX_AGE = conf.MAX_SECONDS
 
 
 def valid_age(seconds: Any) -> bool:

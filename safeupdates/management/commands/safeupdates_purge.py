@@ -15,8 +15,8 @@ from safeupdates.database import statements
 from safeupdates.database.clock import database_now
 from safeupdates.models import ProcessedRequest
 
-#: The oldest cutoff a purge takes: 1000 years, far inside every supported database's date range.
-MAX_DAYS = 365_000
+#: The oldest cutoff a purge takes (:data:`safeupdates.conf.MAX_DAYS`: 1000 years).
+MAX_DAYS = conf.MAX_DAYS
 
 #: The largest ``--batch-size``.
 MAX_BATCH_SIZE = 1_000_000
