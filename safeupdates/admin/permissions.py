@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from safeupdates.models import LockVersionMixin, ProcessedRequest
 
 __all__ = [
+    "MODEL_GONE_HIDDEN",
     "RECORDLESS_HIDDEN",
     "RECORDLESS_VALUES",
     "VALUE_FIELDS",
@@ -37,6 +38,8 @@ RECORDLESS_VALUES = "view_recordless_values"
 VALUE_FIELDS = frozenset({"changes", "error"})
 #: What stands for the values of a request of no record, to a viewer without :data:`RECORDLESS_VALUES`.
 RECORDLESS_HIDDEN = "hidden: you may not view the values of requests with no record"
+#: What stands for the values of a request whose model is gone: no one may view it.
+MODEL_GONE_HIDDEN = "hidden: the model of this request is gone"
 
 
 def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
@@ -90,5 +93,5 @@ def hidden_values(obj: ProcessedRequest) -> str:
     except ContentType.DoesNotExist:
         content_type = None
     if content_type is None:  # the log has no foreign key: its content type was deleted
-        return "hidden: the model of this request is gone"
+        return MODEL_GONE_HIDDEN
     return f"hidden: you may not view {content_type.app_label}.{content_type.model}"

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from safeupdates import status
-from safeupdates.admin.permissions import RECORDLESS_HIDDEN, may_view, may_view_recordless
+from safeupdates.admin.permissions import MODEL_GONE_HIDDEN, RECORDLESS_HIDDEN, may_view, may_view_recordless
 
 __all__ = ["StatusPageMixin"]
 
@@ -55,7 +55,7 @@ class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             model = apps.get_model(entry.model)
         except (LookupError, ValueError):  # a model that is gone: no one may view it (as in the list)
-            return dataclasses.replace(entry, error="hidden: the model of this request is gone")
+            return dataclasses.replace(entry, error=MODEL_GONE_HIDDEN)
         if may_view(request, model, self.admin_site):
             return entry
         return dataclasses.replace(entry, error=f"hidden: you may not view {model._meta.label_lower}")
