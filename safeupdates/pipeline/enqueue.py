@@ -24,10 +24,10 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.lifecycle import RequestLogQuerySet
 from safeupdates.models import ProcessedRequest
 from safeupdates.write.validation import (
+    check_text,
     clean_changes,
     clean_pk,
     clean_request_id,
-    has_lone_surrogate,
     object_id_of,
     recorded_changes,
     shown,
@@ -124,13 +124,11 @@ def _check_queue(queue: Any) -> None:
     what = f"queue {shown(queue)}"
     if not isinstance(queue, str):
         raise InvalidUpdate(f"{what} is not text; pass the name of a queue.")
-    limit = ProcessedRequest._meta.get_field("queue").max_length or 0
+    field = ProcessedRequest._meta.get_field("queue")
+    limit = field.max_length or 0
     if len(queue) > limit:
         raise InvalidUpdate(f"{what} has {len(queue)} characters, and the request log's column holds at most {limit}.")
-    if "\x00" in queue:
-        raise InvalidUpdate(f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store.")
-    if has_lone_surrogate(queue):
-        raise InvalidUpdate(f"{what} contains a lone surrogate, which no text encoding can store.")
+    check_text(field, queue, what)  # a NUL, a lone surrogate: as any text value of a write
 
 
 def _refuse_another_row(model: type[models.Model], instance: models.Model, pk: Any) -> None:

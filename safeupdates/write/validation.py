@@ -658,7 +658,7 @@ def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checke
     elif isinstance(target, _NUMBER_FIELDS):
         check = _check_number
     else:
-        check = _check_text
+        check = check_text
     if recorded and _custom(target):
         plain = check
 
@@ -668,7 +668,7 @@ def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checke
     return check
 
 
-def _check_text(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
+def check_text(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A string: no lone surrogate, no NUL, no longer than the column. Values of other types pass."""
     if isinstance(value, str):
         if not value.isascii():
@@ -792,7 +792,7 @@ def _check_file(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
             f"{what} is a {type(value).__name__}; an update writes a file field's name: save the file to its "
             "storage first and pass the name it was saved under."
         )
-    return _check_text(field, value, what)
+    return check_text(field, value, what)
 
 
 def _check_datetime(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
@@ -854,12 +854,12 @@ def _is_hstore(field: models.Field[Any, Any]) -> bool:
 
 def _check_hstore(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A dict whose keys and values are text (a value may be None), each checked as text
-    (:func:`_check_text`: no lone surrogate, no NUL). A value that is no text, its ``validate()`` refuses."""
+    (:func:`check_text`: no lone surrogate, no NUL). A value that is no text, its ``validate()`` refuses."""
     if not isinstance(value, dict):
         raise InvalidUpdate(f"{what} is a {type(value).__name__}; an hstore field takes a dict of strings.")
     for pair in value.items():
         for text in pair:
-            _check_text(field, text, what)
+            check_text(field, text, what)
     return value
 
 
@@ -888,7 +888,7 @@ def _check_custom(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     the text the request log records of it reads back as the same value."""
     try:
         prepared = field.get_prep_value(value)
-        _check_text(field, prepared, what) if isinstance(prepared, str) else None
+        check_text(field, prepared, what) if isinstance(prepared, str) else None
         if needs_text_form(field):
             back = field.to_python(_written_out(field, value))
             if field.get_prep_value(back) != prepared:
