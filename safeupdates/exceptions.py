@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db import DataError
+
 __all__ = [
     "BackendUnavailable",
     "InvalidControl",
@@ -11,6 +13,7 @@ __all__ = [
     "RequestNotFound",
     "SafeUpdatesError",
     "StaleObjectError",
+    "UnstorableValue",
 ]
 
 
@@ -53,6 +56,21 @@ class InvalidUpdate(SafeUpdatesError, ValueError):
             self.model, self.field = model, field
             self.reason = message[len(prefix) :].strip() or None
         return self
+
+
+class UnstorableValue(InvalidUpdate, DataError):
+    """``save()`` refused a value no column can hold, before any statement: nothing was written.
+
+    Also Django's :class:`~django.db.DataError`, which a plain ``save()`` raises for such a value, so that
+    both ``except InvalidUpdate`` and ``except DatabaseError`` around a ``save()`` catch it.
+    """
+
+    @classmethod
+    def of(cls, refusal: InvalidUpdate) -> UnstorableValue:
+        """``refusal`` (an :class:`InvalidUpdate` of a value) as an UnstorableValue, with its location."""
+        if isinstance(refusal, cls):
+            return refusal
+        return cls(*refusal.args, model=refusal.model, field=refusal.field, reason=refusal.reason)
 
 
 class LockUnavailable(SafeUpdatesError):

@@ -46,7 +46,7 @@ from safeupdates.database.statements import (
     versioned_insert,
 )
 from safeupdates.database.transactions import after_commit, in_transaction
-from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError
+from safeupdates.exceptions import InvalidUpdate, NeverLoadedError, StaleObjectError, UnstorableValue
 from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 from safeupdates.write.validation import check_saved, short_message, shown
@@ -153,7 +153,10 @@ class LockVersionMixin(models.Model):
         else:
             names = _written_by_name(type(self))
         # A value no column can hold is refused before any statement: the caller's transaction goes on.
-        unsure = check_saved(self, names)
+        try:
+            unsure = check_saved(self, names)
+        except InvalidUpdate as exc:
+            raise UnstorableValue.of(exc) from exc
         connection = connections[using]
         expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
         # Loaded from its row, or refreshed from it (Django's refresh_from_db() leaves _state.adding set). A
@@ -324,8 +327,10 @@ class LockVersionMixin(models.Model):
     ) -> Exception:
         """The InvalidUpdate of a value that ``get_db_prep_save()`` refused, naming its field; a refusal of
         the save (its transaction goes on) if nothing was written before it."""
-        if isinstance(error, InvalidUpdate) or save.written:
+        if save.written:
             return error
+        if isinstance(error, InvalidUpdate):
+            return UnstorableValue.of(error)
         what, name = "a value", None
         for field, _model, value in values:
             try:
@@ -333,7 +338,7 @@ class LockVersionMixin(models.Model):
             except _CONVERSION_ERRORS:
                 what, name = f"{self._meta.label}.{field.name}={shown(value)}", field.name
                 break
-        refusal = InvalidUpdate(f"{what} cannot be written: {short_message(error)}")
+        refusal = UnstorableValue(f"{what} cannot be written: {short_message(error)}")
         if name is not None:
             refusal.located(self._meta.label, name, what)
         save.refusal = refusal
