@@ -38,13 +38,16 @@ def test_a_child_saves_and_is_checked(restaurant):
     restaurant.serves_pizza = True
     restaurant.save(update_fields=["serves_pizza"])
     assert row(restaurant.pk).lock_version == restaurant.lock_version
-    stale.seats = 99
+    stale.seats, stale.serves_pizza = 99, False
     with pytest.raises(StaleObjectError):
         stale.save()
-    with pytest.raises(StaleObjectError):
-        stale.save(update_fields=["seats"])
+    with pytest.raises(StaleObjectError):  # serves_pizza was written after it was read
+        stale.save(update_fields=["serves_pizza"])
     current = row(restaurant.pk)
     assert (current.name, current.seats, current.serves_pizza) == ("Luigi", 12, True)
+    stale.save(update_fields=["seats"])  # seats was not: checked per field, it lands (issue 53)
+    current = row(restaurant.pk)
+    assert (current.name, current.seats, current.serves_pizza) == ("Luigi", 99, True)
 
 
 def test_a_parent_instance_of_a_child_row_is_checked_too(restaurant):

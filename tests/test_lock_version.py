@@ -89,9 +89,14 @@ def test_update_fields_save_after_an_older_request_won_a_field_keeps_its_entry()
     older_request_wins_a_field(profile, write)
     instance = loaded["instance"]
     instance.name = "renamed"
-    with pytest.raises(StaleObjectError):
-        instance.save(update_fields=["name"])
-    assert Profile.objects.get(pk=profile.pk).field_version("active") == loaded["version"]
+    instance.save(update_fields=["name"])  # checked per field: name was not written since (issue 53)
+    row = Profile.objects.get(pk=profile.pk)
+    assert (row.name, row.active) == ("renamed", True)
+    assert row.field_version("active") == loaded["version"]
+    instance.active = False
+    # The request is older than the version the instance read: in version order this save is the newer.
+    instance.save(update_fields=["active"])
+    assert Profile.objects.get(pk=profile.pk).field_version("active") == instance.lock_version
 
 
 class TestDeferred:

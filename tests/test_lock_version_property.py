@@ -1,7 +1,9 @@
 """Property: no sequence of saves, guarded writes, rolled-back saves and deletes loses a write.
 
-A reference model runs beside the database. A save succeeds iff the row is as the instance last saw it
-(loaded it, or wrote it itself before its later saves were rolled back), and never brings a deleted
+A reference model runs beside the database. A full save succeeds iff the row is as the instance last saw
+it (loaded it, or wrote it itself before its later saves were rolled back) and it holds no value it
+read before another writer changed it; a save with ``update_fields`` iff none of its fields was written
+after the version at which the instance read it (issue 53); neither ever brings a deleted
 row back; a guarded write wins a field
 iff its version is newer than the field's; a stale save or delete raises and changes nothing. After
 every step the row must equal the model, so any write that was silently undone shows up.
@@ -43,9 +45,20 @@ class Row:
 
 @dataclass
 class Seen:
-    """What an instance may save over: the states it loaded or wrote itself."""
+    """What an instance may save over: the states it loaded or wrote itself (a full save), and the fields
+    it read at a version older than its lock_version, with that version (a save of some fields)."""
 
     states: set[int] = field(default_factory=set)
+    older: dict[str, int] = field(default_factory=dict)
+
+    def read(self, name: str, lock_version: int) -> int:
+        """The version at which the instance read field ``name``."""
+        return self.older.get(name, lock_version)
+
+    def wrote(self, written: list[str], read: int, row: Row, names: tuple[str, ...]) -> None:
+        """A save of ``written`` succeeded (or would have, before a rollback) over ``row``, by an instance
+        that held ``read`` as its lock_version: the other fields written since it read them stay older."""
+        self.older = {n: self.read(n, read) for n in names if n not in written and row.versions[n] > self.read(n, read)}
 
 
 def step():
@@ -82,6 +95,13 @@ def test_no_sequence_of_writes_loses_one(steps):
         else:
             instance.save()
 
+    def may_write(i, name, partial):
+        if not row.exists:
+            return False
+        if partial:
+            return row.versions[name] <= seen[i].read(name, instances[i].lock_version)
+        return row.state in seen[i].states and not seen[i].older
+
     for op, *args in steps:
         if op == "load":
             (i,) = args
@@ -98,17 +118,20 @@ def test_no_sequence_of_writes_loses_one(steps):
                 # later save may take it again, so the rolled-back instance's version is not unique
                 # there (README, Limits). PostgreSQL's sequence never gives a version back.
                 continue
-            may_write = row.exists and row.state in seen[i].states
+            allowed, read = may_write(i, name, partial), instances[i].lock_version
+            written = [name] if partial else list(FIELDS)
             if op == "rolled_back_save":
                 with pytest.raises(Rollback), transaction.atomic():
                     with contextlib.suppress(StaleObjectError, DatabaseError):
                         write(i, name, value, partial)
                     raise Rollback
-                continue  # the row is unchanged; the instance keeps what it saw
-            if may_write:
+                if allowed:  # the instance took the save's versions; the row is unchanged
+                    seen[i].wrote(written, read, row, FIELDS)
+                continue
+            if allowed:
                 write(i, name, value, partial)
+                seen[i].wrote(written, read, row, FIELDS)
                 new = next(states)
-                written = [name] if partial else list(FIELDS)
                 for n in written:
                     row.values[n] = getattr(instances[i], n)
                     row.versions[n] = instances[i].field_version(n)
@@ -196,12 +219,19 @@ def test_no_sequence_of_writes_through_a_parent_or_its_child_loses_one(steps):
             if not hasattr(instance, name):
                 continue  # a parent instance has no child field
             setattr(instance, name, value)
-            if row.state not in seen[i].states:
+            own = tuple(n for n in names if hasattr(instance, n))
+            if partial:
+                allowed = row.versions[name] <= seen[i].read(name, instance.lock_version)
+            else:
+                allowed = row.state in seen[i].states and not seen[i].older
+            if not allowed:
                 with pytest.raises(StaleObjectError):
                     instance.save(update_fields=[name] if partial else None)
                 continue
+            read = instance.lock_version
             instance.save(update_fields=[name] if partial else None)
-            written = [name] if partial else [n for n in names if hasattr(instance, n)]
+            written = [name] if partial else list(own)
+            seen[i].wrote(written, read, row, own)
             for n in written:
                 row.values[n], row.versions[n] = getattr(instance, n), instance.lock_version
             row.state = next(states)

@@ -67,10 +67,13 @@ def test_update_fields_save_is_checked_and_bumps_only_those_fields():
     assert profile.field_versions == {BASE_VERSION_KEY: base, "active": profile.lock_version}
     # The instance holds what the row holds: the statement returned it.
     assert Profile.objects.get(pk=profile.pk).field_versions == profile.field_versions
+    other.active = False
+    with pytest.raises(StaleObjectError):  # active was written after `other` read it
+        other.save(update_fields=["active"])
+    assert Profile.objects.get(pk=profile.pk).active is True
     other.newsletter = True
-    with pytest.raises(StaleObjectError):
-        other.save(update_fields=["newsletter"])
-    assert Profile.objects.get(pk=profile.pk).newsletter is False
+    other.save(update_fields=["newsletter"])  # newsletter was not: checked per field (issue 53)
+    assert Profile.objects.get(pk=profile.pk).newsletter is True
 
 
 def test_save_supersedes_requests_allocated_before_it():

@@ -88,10 +88,10 @@ class TestSaveAndDelete:
         with pytest.raises(StaleObjectError):
             stale.save()
         assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "save")]
-        stale.name = "c"
+        stale.active = False
         with pytest.raises(StaleObjectError):
-            stale.save(update_fields=["name"])
-        assert refused[1:] == [sent(Profile, profile.pk, profile.lock_version, ("name",), "save")]
+            stale.save(update_fields=["active"])  # the field the request wrote (checked per field)
+        assert refused[1:] == [sent(Profile, profile.pk, profile.lock_version, ("active",), "save")]
 
     def test_a_save_of_a_row_deleted_since(self, refused: list[dict[str, Any]]) -> None:
         profile = ProfileFactory()

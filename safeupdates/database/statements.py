@@ -55,6 +55,7 @@ __all__ = [
     "insert_pending",
     "lock_timeout",
     "next_version_expression",
+    "per_field_check",
     "purge_batch",
     "raise_sequence",
     "saved_versions",
@@ -265,6 +266,7 @@ class CheckedSave:
     sql: str
     vendor: str
     names: tuple[str, ...] | None  # the fields written, by name; None: every field of the row
+    per_field: bool = False  # checked per field (``update_fields``), not per row
 
     @property
     def returns_versions(self) -> bool:
@@ -272,12 +274,21 @@ class CheckedSave:
         return self.names is not None
 
     def params(
-        self, values: Sequence[Any], pk: Any, expected: Sequence[int | None], version: int | None
+        self,
+        values: Sequence[Any],
+        pk: Any,
+        expected: Sequence[int | None],
+        version: int | None,
+        seen: Sequence[int | None] = (),
     ) -> dict[str, Any]:
         """The statement's parameters: ``values`` as the database takes them, in the order of the
-        shape's columns; ``expected`` the versions the row may carry."""
+        shape's columns; ``expected`` the versions the row may carry (per row), or ``seen`` the version
+        at which the instance read each of ``names`` (per field)."""
         params: dict[str, Any] = {f"value{index}": value for index, value in enumerate(values)}
         params["expected"] = expected_versions(self.vendor, expected)
+        if self.per_field:
+            params["read"] = expected[0] if expected else None
+            params.update({f"seen{index}": value for index, value in enumerate(seen)})
         keys = (BASE_VERSION_KEY,) if self.names is None else self.names
         params.update({f"key{index}": name for index, name in enumerate(keys)})
         params["pk"] = pk
@@ -288,7 +299,12 @@ class CheckedSave:
 
 @lru_cache(maxsize=1024)
 def checked_save(
-    table: SaveTable, columns: tuple[str, ...], names: tuple[str, ...] | None, child: ChildTable | None = None
+    table: SaveTable,
+    columns: tuple[str, ...],
+    names: tuple[str, ...] | None,
+    child: ChildTable | None = None,
+    *,
+    per_field: bool = False,
 ) -> CheckedSave:
     """Return the (cached) :class:`CheckedSave` that writes ``columns`` of ``table`` and the versions of
     the fields ``names`` (None: every field of the row).
@@ -299,6 +315,9 @@ def checked_save(
     ``WITH ..., checked AS (UPDATE parent ... RETURNING versions), written AS (UPDATE child ... WHERE
     EXISTS (SELECT 1 FROM checked)) SELECT versions, (SELECT count(*) FROM written) FROM checked``. No
     row: the check failed and nothing was written; a count of 0: the child's row is gone.
+
+    ``per_field`` (a save with ``update_fields``): the row matches if none of ``names`` was written after
+    the version the instance read it at (:func:`per_field_check`), whatever else moved on.
     """
     vendor = table.vendor
     takes_version = vendor == "postgresql"  # the statement takes its version (SAVE_VERSION_CTE)
@@ -312,11 +331,17 @@ def checked_save(
     ]
     written = [f"{qn(name)} = %(value{index})s" for index, name in enumerate(columns)]
     matches = _carries_one_of(vendor, lock)
+    if per_field:
+        if names is None:
+            raise SafeUpdatesError("a save checked per field names its fields.")
+        # A version the row carried (it never moves down), or one this instance wrote before a rollback:
+        # no lock_version set by hand above the row's gets a save through.
+        matches = f"({lock} >= %(read)s OR {matches}) AND {per_field_check(vendor, versions, names)}"
     returning = f"{lock}, {versions}" if names is not None else lock
     where = f"WHERE {qn(table.pk)} = %(pk)s AND {matches}"
     if child is None:
         sql = f"UPDATE {qn(table.table)} SET {', '.join([*sets, *written])} {where} RETURNING {returning}"
-        return CheckedSave(f"{SAVE_VERSION_CTE} {sql}" if takes_version else sql, vendor, names)
+        return CheckedSave(f"{SAVE_VERSION_CTE} {sql}" if takes_version else sql, vendor, names, per_field)
     if not takes_version or names is None:
         raise SafeUpdatesError("a child's fields are saved with their parent's versions on PostgreSQL only.")
     sql = (
@@ -326,7 +351,7 @@ def checked_save(
         f"WHERE {qn(child.pk)} = %(pk)s AND EXISTS (SELECT 1 FROM safeupdates_checked) RETURNING 1) "
         f"SELECT {returning}, (SELECT count(*) FROM safeupdates_written) FROM safeupdates_checked"
     )
-    return CheckedSave(sql, vendor, names)
+    return CheckedSave(sql, vendor, names, per_field)
 
 
 @dataclass(frozen=True)
@@ -399,6 +424,17 @@ def _carries_one_of(vendor: str, lock: str) -> str:
     if vendor == "postgresql":
         return f"{lock} = ANY(%(expected)s::bigint[])"
     return f"{lock} IN (SELECT value FROM json_each(%(expected)s))"
+
+
+def per_field_check(vendor: str, versions: str, names: Sequence[str], *, positional: bool = False) -> str:
+    """The condition that none of the fields ``names`` was written after the version at which the
+    instance read it, the parameter ``%(seen<i>)s`` of the i-th name (``%s`` each, in order, if
+    ``positional``): each field's stored version (:func:`stored_version_sql`, a write of every field
+    counting for each) against it. ``versions`` is the quoted ``field_versions`` column."""
+    return " AND ".join(
+        f"{stored_version_sql(vendor, versions, name)} <= {'%s' if positional else f'%(seen{index})s'}"
+        for index, name in enumerate(names)
+    )
 
 
 def expected_versions(vendor: str, versions: Sequence[int | None]) -> Any:

@@ -10,13 +10,14 @@ is both, with :class:`~safeupdates.managers.SafeUpdateManager`; the app's concre
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.database.cursors import execute, fetch_one
@@ -41,6 +42,7 @@ from safeupdates.database.statements import (
     checked_delete,
     checked_save,
     expected_versions,
+    per_field_check,
     saved_versions,
     stored_version,
     versioned_insert,
@@ -79,6 +81,9 @@ class _Save:
     # The check of the versions row (its queryset and key), put off to the UPDATE of a later table:
     # update_fields names no field of the versions table.
     pending: tuple[models.QuerySet[Any], Any] | None = None
+    # A save with update_fields, checked per field: the version at which the instance read each of names
+    # (None: checked per row, against expected).
+    seen: tuple[int | None, ...] | None = None
     written: bool = False  # the versions table was written
     committed: bool = False  # ... and committed
     refusal: BaseException | None = None  # the error the check raised (nothing written before it)
@@ -123,6 +128,10 @@ class LockVersionMixin(models.Model):
     # names another row, which this instance never loaded (as Django does, its save inserts that row).
     _safeupdates_key: Any = None
     _safeupdates_has_key: bool = False
+    # The fields whose value this instance read at a version older than its lock_version, with that
+    # version: a save of other fields (update_fields) succeeded over another writer's change to them, so
+    # their values here may be stale. Replaced, never changed in place (the class's is shared).
+    _safeupdates_seen: Mapping[str, int | None] = {}
 
     class Meta:
         abstract = True
@@ -159,6 +168,12 @@ class LockVersionMixin(models.Model):
             raise UnstorableValue.of(exc) from exc
         connection = connections[using]
         expected = (self.lock_version, *(v for v in self._safeupdates_uncommitted if v != self.lock_version))
+        behind = self._safeupdates_seen
+        older = [name for name, read in behind.items() if read is None or read < (self.lock_version or 0)]
+        if older and update_fields is None and (names is None or not set(older).isdisjoint(names)):
+            # A save that writes a field another writer changed after this instance read it (seen by a
+            # save of other fields that merged over that write): its value here is stale.
+            expected = ()
         # Loaded from its row, or refreshed from it (Django's refresh_from_db() leaves _state.adding set). A
         # copy of a loaded instance with its key cleared (Django's way to copy a row) is a new instance.
         from_row = not self._state.adding or (self._safeupdates_has_key and self.pk is not None)
@@ -175,6 +190,9 @@ class LockVersionMixin(models.Model):
             else:
                 # No version seen, none given (an explicit lock_version is checked as given).
                 blind = not self.lock_version
+        # update_fields on an instance that read the row itself (loaded or refreshed): checked per field.
+        per_field = bool(names) and update_fields is not None and from_row and not blind
+        per_field = per_field and (not self._state.adding or self._safeupdates_has_key)
         save = _Save(
             expected=expected,
             # On PostgreSQL the UPDATE or INSERT takes its version from the sequence inside the
@@ -185,6 +203,7 @@ class LockVersionMixin(models.Model):
             from_row=from_row,
             in_transaction=in_transaction(connection),
             connection=connection,
+            seen=tuple(behind.get(name, self.lock_version) for name in names or ()) if per_field else None,
         )
         # No savepoint: the check writes nothing when it fails, so a StaleObjectError leaves the caller's
         # transaction as it was, and an error that is not ours leaves it broken, as Django's save does.
@@ -194,6 +213,7 @@ class LockVersionMixin(models.Model):
         # receiver may fill in): the caller's transaction goes on if the database refuses it.
         savepoint = save.in_transaction and (unsure or _written_before_versions(type(self)))
         loaded_version, loaded_versions = self.lock_version, self.__dict__.get("field_versions", _DEFERRED)
+        loaded_seen = self._safeupdates_seen
         self._safeupdates_save = save
         try:
             if savepoint:
@@ -207,7 +227,7 @@ class LockVersionMixin(models.Model):
                 # the caller's transaction, which decides.
                 self._track_commit(connection, save)
             else:
-                self.lock_version = loaded_version
+                self.lock_version, self._safeupdates_seen = loaded_version, loaded_seen
                 if loaded_versions is _DEFERRED:
                     self.__dict__.pop("field_versions", None)
                 else:
@@ -220,7 +240,7 @@ class LockVersionMixin(models.Model):
                 stale_save_refused_robust(
                     type(self),
                     pk=self.pk,
-                    version=None if isinstance(error, NeverLoadedError) else save.expected[0],
+                    version=None if isinstance(error, NeverLoadedError) else (save.expected or (loaded_version,))[0],
                     fields=names if names is not None else _fields_saved(type(self)),
                     surface="save",
                     using=using,
@@ -300,6 +320,7 @@ class LockVersionMixin(models.Model):
 
     def _wrote(self, connection: BaseDatabaseWrapper, save: _Save, lock_version: int, versions: dict[str, Any]) -> None:
         """The save's statement wrote the versions table: take its versions, and note when it commits."""
+        self._safeupdates_seen = self._seen_after(save, versions)
         self.lock_version, self.field_versions = lock_version, versions
         save.written = True
         if save.in_transaction:
@@ -309,6 +330,23 @@ class LockVersionMixin(models.Model):
             transaction.on_commit(save.commit, using=connection.alias)
         else:
             save.committed = True  # autocommit: the statement committed
+
+    def _seen_after(self, save: _Save, versions: dict[str, Any] | None) -> Mapping[str, int | None]:
+        """The fields this instance holds an older read of after a save that wrote ``names`` and left the
+        row's map at ``versions``: those it did not write that another writer wrote after it read them
+        (a save checked per field succeeds over such writes, and is no refresh)."""
+        if save.names is None:
+            return {}  # every field written
+        read = self.lock_version  # the version this instance read its other fields at, before the save
+        written = set(save.names)
+        behind = {}
+        for name in _fields_saved(type(self)):
+            if name in written:
+                continue
+            seen = self._safeupdates_seen.get(name, read)
+            if seen is None or stored_version(versions, name) > seen:
+                behind[name] = seen
+        return behind
 
     def _refuse(self, save: _Save, error: StaleObjectError) -> StaleObjectError:
         save.refusal = error
@@ -469,11 +507,11 @@ class LockVersionMixin(models.Model):
             tuple(field.column for field, _model, _value in values),
             save.names,
             ChildTable.of(base_qs.model),
+            per_field=save.seen is not None,
         )
         pk = model._meta.pk.get_db_prep_value(versions_pk, connection)  # type: ignore[union-attr]
-        row = fetch_one(
-            connection, statement.sql, statement.params(bound, pk, save.expected, save.version), prepared=True
-        )
+        params = statement.params(bound, pk, save.expected, save.version, save.seen or ())
+        row = fetch_one(connection, statement.sql, params, prepared=True)
         if row is None:
             return self._not_matched(versions_qs, versions_pk, save)
         lock_version, versions, child_rows = row
@@ -483,13 +521,23 @@ class LockVersionMixin(models.Model):
     def _not_matched(self, base_qs: models.QuerySet[Any], pk_val: Any, save: _Save) -> Any:
         """What a checked UPDATE that matched no row means: raise StaleObjectError if the row moved on or
         was deleted since it was loaded; Django's "not updated" for a new instance (then it inserts)."""
-        if base_qs.filter(pk=pk_val).exists():
+        stored = base_qs.filter(pk=pk_val).values_list("field_versions", flat=True).first()
+        if stored is not None or base_qs.filter(pk=pk_val).exists():
+            if save.seen is not None and save.names is not None:
+                moved = [
+                    name
+                    for name, seen in zip(save.names, save.seen, strict=True)
+                    if seen is None or stored_version(stored, name) > seen
+                ]
+                what = f"was changed after this instance read {', '.join(moved) or 'the fields it saves'}"
+            else:
+                version = save.expected[0] if save.expected else self.lock_version
+                what = f"was changed after it was loaded (lock_version {version})"
             raise self._refuse(
                 save,
                 StaleObjectError(
-                    f"{self._meta.label} pk={pk_val!r} was changed after it was loaded "
-                    f"(lock_version {save.expected[0]}); reload it with refresh_from_db() and apply your change "
-                    "again."
+                    f"{self._meta.label} pk={pk_val!r} {what}; reload it with refresh_from_db() and apply your "
+                    "change again."
                 ),
             )
         if save.from_row:
@@ -562,11 +610,11 @@ class LockVersionMixin(models.Model):
             SaveTable.of(model, connection.vendor),
             tuple(field.column for field, _model, _value in written),
             save.names,
+            per_field=save.seen is not None,
         )
         pk = model._meta.pk.get_db_prep_value(pk_val, connection)  # type: ignore[union-attr]
-        row = fetch_one(
-            connection, statement.sql, statement.params(bound, pk, save.expected, save.version), prepared=True
-        )
+        params = statement.params(bound, pk, save.expected, save.version, save.seen or ())
+        row = fetch_one(connection, statement.sql, params, prepared=True)
         if row is None:
             return None
         if statement.returns_versions:
@@ -583,17 +631,27 @@ class LockVersionMixin(models.Model):
     ) -> tuple[Any, ...] | None:
         """The save's UPDATE compiled by the ORM, for values that need its compiler (expressions) and
         the fields Django 6 asks back: those fields, then the new versions; None if no row matched."""
+        model = rows.model
+        lock_field, versions_field = _version_fields(model)
+        if save.seen is not None:
+            assert save.names is not None
+            column = connection.ops.quote_name(str(versions_field.column))
+            check = per_field_check(connection.vendor, column, save.names, positional=True)
+            rows = rows.filter(RawSQL(check, list(save.seen), output_field=models.BooleanField()))
         expected = [version for version in save.expected if version is not None]
         if not expected:
             return None  # lock_version None: no row carries it
-        model = rows.model
-        lock_field, versions_field = _version_fields(model)
+        if save.seen is not None:
+            # A version the row carried, or one this instance wrote before a rollback (CheckedSave).
+            rows = rows.filter(models.Q(lock_version__gte=expected[0]) | models.Q(lock_version__in=expected))
+        else:
+            rows = rows.filter(lock_version__in=expected)
         lock_value, versions_value = saved_versions(connection, versions_field, save.names, save.version)
         values = [(lock_field, None, lock_value), (versions_field, None, versions_value), *written]
         # PostgreSQL: the statement takes its version itself (SAVE_VERSION_CTE), one round trip in all.
         with_clause = SAVE_VERSION_CTE if save.version is None else ""
         fields = [*asked, lock_field, versions_field]
-        updated = update_returning(rows.filter(lock_version__in=expected), values, fields, with_clause=with_clause)
+        updated = update_returning(rows, values, fields, with_clause=with_clause)
         return updated[0] if updated else None
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
@@ -708,12 +766,31 @@ class LockVersionMixin(models.Model):
         )
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        fields: Any = kwargs["fields"] if "fields" in kwargs else args[1] if len(args) > 1 else None
+        # Some fields reloaded, lock_version not: the row's lock_version comes along in the same query,
+        # as the version at which those fields are read now (the instance keeps its own).
+        along = bool(fields) and "lock_version" not in fields and "lock_version" in self.__dict__
+        read = self.lock_version
+        if along:
+            with_version = [*fields, "lock_version"]
+            if "fields" in kwargs:
+                kwargs["fields"] = with_version
+            else:
+                args = (args[0], with_version, *args[2:])
         super().refresh_from_db(*args, **kwargs)
-        fields = kwargs["fields"] if "fields" in kwargs else args[1] if len(args) > 1 else None
         if "lock_version" in self.__dict__ and (fields is None or "lock_version" in fields):
             # Its lock_version reloaded from the row of its key: that is the row it saw.
             self._safeupdates_uncommitted = ()
             self._safeupdates_key, self._safeupdates_has_key = self.pk, True
+        if fields is None:
+            self._safeupdates_seen = {}
+        elif along:
+            now, self.lock_version = self.lock_version, read
+            refreshed = {self._meta.get_field(name).name for name in fields}
+            self._safeupdates_seen = {**self._safeupdates_seen, **dict.fromkeys(refreshed, now)}
+        elif self._safeupdates_seen:
+            refreshed = {self._meta.get_field(name).name for name in fields}
+            self._safeupdates_seen = {k: v for k, v in self._safeupdates_seen.items() if k not in refreshed}
 
     def field_version(self, name: str) -> int:
         """Return the version of the last write of field ``name`` as loaded on this instance."""
