@@ -14,12 +14,12 @@ import threading
 import time
 
 import pytest
-from django.db import DatabaseError, DataError, transaction
+from django.db import transaction
 from django.db.models.signals import post_save, pre_save
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safeupdates.exceptions import InvalidUpdate, StaleObjectError, UnstorableValue
+from safeupdates.exceptions import StaleObjectError
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
 from tests.testapp.models import Profile, Restaurant
