@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safeupdates.exceptions import StaleObjectError
+from safeupdates.models import only_changes
 from safeupdates.versions import next_version
 from tests.factories import ProfileFactory
-from tests.testapp.models import Profile, Restaurant
+from tests.testapp.models import Profile, Restaurant, Specimen
 from tests.workers import lock_waiters, start_threads
 
 pytestmark = pytest.mark.django_db
@@ -230,6 +231,77 @@ def test_an_expression_is_checked_per_field_too():
     with pytest.raises(StaleObjectError):
         first.save(update_fields=["score"])
     assert stored(first).score == 2
+
+
+class TestOnlyChanges:
+    """``only_changes()``: a surface's plain ``save()`` writes what the person changed and what was set since."""
+
+    def test_writes_the_changed_fields_per_field(self):
+        first, second = two_copies(name="a", active=False)
+        first.name = "theirs"
+        first.save(update_fields=["name"])
+        second.active = True
+        only_changes(second, ["active"])
+        second.save()  # a plain save, as ModelForm.save() and ModelSerializer.update() call it
+        row = stored(first)
+        assert (row.name, row.active) == ("theirs", True)
+
+    def test_writes_a_field_set_after_too(self):
+        first, second = two_copies(name="a", score=0)
+        first.name = "theirs"
+        first.save(update_fields=["name"])
+        second.active = True
+        only_changes(second, ["active"])
+        second.score = 5  # set by a save_model() override, say
+        got = []
+
+        def receiver(update_fields, **kwargs):
+            got.append(sorted(update_fields))
+
+        post_save.connect(receiver, sender=Profile)
+        try:
+            second.save()
+        finally:
+            post_save.disconnect(receiver, sender=Profile)
+        assert got == [["active", "score"]]
+        row = stored(first)
+        assert (row.name, row.active, row.score) == ("theirs", True, 5)
+
+    def test_a_json_value_changed_in_place_is_written(self):
+        specimen = Specimen.objects.create(data={"a": 1})
+        loaded = Specimen.objects.get(pk=specimen.pk)
+        only_changes(loaded, [])
+        loaded.data["b"] = 2  # changed in place, after
+        loaded.save()
+        assert Specimen.objects.get(pk=specimen.pk).data == {"a": 1, "b": 2}
+
+    def test_the_same_field_changed_by_another_is_a_conflict(self):
+        first, second = two_copies(name="a")
+        first.name = "theirs"
+        first.save(update_fields=["name"])
+        second.name = "mine"
+        only_changes(second, ["name"])
+        with pytest.raises(StaleObjectError):
+            second.save()
+        assert stored(first).name == "theirs"
+
+    def test_nothing_changed_writes_nothing(self):
+        first, second = two_copies(name="a")
+        first.name = "theirs"
+        first.save(update_fields=["name"])
+        version = stored(first).lock_version
+        only_changes(second, [])
+        second.save()
+        assert stored(first).lock_version == version
+
+    def test_only_the_next_save(self):
+        profile = ProfileFactory(name="a")
+        only_changes(profile, [])
+        profile.save()
+        profile.name = "b"
+        profile.note = "c"
+        profile.save()  # a full save again
+        assert (stored(profile).name, stored(profile).note) == ("b", "c")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,6 +9,7 @@ is both, with :class:`~safeupdates.managers.SafeUpdateManager`; the app's concre
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 from safeupdates.write.validation import check_saved, short_message, shown
 
-__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin"]
+__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin", "only_changes"]
 
 
 #: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
@@ -90,6 +91,59 @@ class _Save:
 
     def commit(self) -> None:
         self.committed = True
+
+
+class _Changes:
+    """What :func:`only_changes` leaves on an instance for its next ``save()``: the fields a person
+    changed, and the instance's values then, to tell the fields set after (by a ``save_model()`` or
+    ``perform_update()`` override, say)."""
+
+    def __init__(self, instance: models.Model, changed: Iterable[str]) -> None:
+        self.changed = {instance._meta.get_field(name).name for name in changed}
+        self.values = {field.attname: _copied(field.value_from_object(instance)) for field in _editable(instance)}
+
+    def fields(self, instance: models.Model) -> list[str]:
+        """The fields to write: those changed, and those whose value differs from the one noted."""
+        names = set(self.changed)
+        for field in _editable(instance):
+            before = self.values.get(field.attname, _DEFERRED)
+            try:
+                differs = bool(before != field.value_from_object(instance))
+            except Exception:  # a value that cannot be compared counts as changed
+                differs = True
+            if differs:
+                names.add(field.name)
+        return sorted(names)
+
+
+def _editable(instance: models.Model) -> list[models.Field[Any, Any]]:
+    """The concrete fields of ``instance`` that a save may write, loaded (not deferred), but the versions."""
+    deferred = instance.get_deferred_fields()
+    return [
+        field
+        for field in instance._meta.concrete_fields
+        if not field.primary_key
+        and not field.generated
+        and field.attname not in deferred
+        and field.name not in ("lock_version", "field_versions")
+    ]
+
+
+def _copied(value: Any) -> Any:
+    """A copy of ``value`` that a later change in place (a JSON field's dict) does not reach."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # an object that cannot be copied is compared as it is
+        return value
+
+
+def only_changes(instance: LockVersionMixin, changed: Iterable[str]) -> None:
+    """Make the next ``save()`` of ``instance`` write only the fields ``changed`` (those a person changed,
+    against what that person was shown) and the fields set on it after this call, checked per field as
+    ``save(update_fields=...)`` is; nothing at all if there are none. A save that names its
+    ``update_fields`` itself, or inserts, is not affected. For the surfaces: a form's, the admin's, a
+    serializer's save that calls a plain ``save()``."""
+    instance.__dict__["_safeupdates_changes"] = _Changes(instance, changed)
 
 
 #: The range of the ``lock_version`` column (a bigint).
@@ -139,6 +193,17 @@ class LockVersionMixin(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         # Read as Django reads them; Django's save() gets them as given (its warning, or its TypeError).
         given = {**dict(zip(_SAVE_PARAMETERS, args, strict=False)), **kwargs} if args else kwargs
+        changes: _Changes | None = self.__dict__.pop("_safeupdates_changes", None)
+        if changes is not None and given.get("update_fields") is None and not given.get("force_insert"):
+            # A surface's save (only_changes()): the fields the person changed, and those set since.
+            only = changes.fields(self)
+            if not only:
+                return  # nothing changed: nothing written, no conflict
+            if len(args) > _SAVE_PARAMETERS.index("update_fields"):
+                args = (*args[:3], only, *args[4:])
+            else:
+                kwargs = {**kwargs, "update_fields": only}
+            given = {**given, "update_fields": only}
         using = given.get("using") or router.db_for_write(type(self), instance=self)
         deferred = self.get_deferred_fields()
         if "lock_version" in deferred:
