@@ -39,16 +39,19 @@ __all__ = [
     "NOT_SHOWN",
     "Conflict",
     "FieldChange",
+    "changed_from_seen",
     "changes_since",
     "digest_matches",
     "digests",
     "edit_token",
     "field_digest",
     "find_conflict",
+    "find_field_conflict",
     "json_value",
     "read_edit_token",
     "reported_fields",
     "shown_text",
+    "written_since",
 ]
 
 _SALT = "safeupdates.edit-token"
@@ -298,6 +301,34 @@ def find_conflict(current: LockVersionMixin, seen_version: int, seen: Mapping[st
     return changes_since(current, seen_version, list(seen), seen=seen, values=True)
 
 
+def find_field_conflict(
+    current: LockVersionMixin, seen_version: int, seen: Mapping[str, str], changed: Iterable[str]
+) -> Conflict | None:
+    """The conflict of an edit of the fields ``changed`` (what the person changed, against what that
+    person was shown: :func:`changed_from_seen`) with the row as it is now: None unless one of them was
+    written after ``seen_version`` (issue 53: edits of different fields never conflict). It lists only
+    those fields, with the value now; a surface writes nothing then. ``seen`` as in :func:`find_conflict`.
+    """
+    overlapping = written_since(current, seen_version, changed)
+    if not overlapping:
+        return None
+    return changes_since(current, seen_version, overlapping, seen=seen, values=True, every=True)
+
+
+def changed_from_seen(instance: models.Model, seen: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """The fields among ``names`` whose value on ``instance`` (the person's edit, set on it) differs from
+    the digest the person was shown (``seen``, from an edit token); a field the token has no digest of
+    counts as changed."""
+    return [
+        name for name in reported_fields(type(instance), names) if not digest_matches(instance, name, seen.get(name))
+    ]
+
+
+def written_since(current: LockVersionMixin, seen_version: int, names: Iterable[str]) -> list[str]:
+    """The fields among ``names`` written after ``seen_version`` (a full save counts for every field)."""
+    return [name for name in reported_fields(type(current), names) if current.field_version(name) > seen_version]
+
+
 def changes_since(
     current: LockVersionMixin,
     seen_version: int,
@@ -305,6 +336,7 @@ def changes_since(
     *,
     seen: Mapping[str, str] | None = None,
     values: bool = True,
+    every: bool = False,
 ) -> Conflict:
     """The fields among ``fields`` (default: every field but the primary key and the versions) whose
     value differs from what was seen at ``seen_version``.
@@ -312,13 +344,16 @@ def changes_since(
     With ``seen`` (digests, as in an edit token or an ETag) a field is listed if its value differs from
     its digest; without, or for a field ``seen`` does not name, if it was written after ``seen_version``
     (its version is newer: after a full ``save()`` that is every field). ``values=False`` names the
-    fields without their values, for a surface that does not show them.
+    fields without their values, for a surface that does not show them. ``every``: all of ``fields``,
+    whatever their value now (a surface that found them written since).
     """
     model = type(current)
     names = reported_fields(model, fields)
     changed = []
     for name in names:
-        if seen is not None and name in seen:
+        if every:
+            pass
+        elif seen is not None and name in seen:
             if digest_matches(current, name, seen[name]):
                 continue
         elif current.field_version(name) <= seen_version:

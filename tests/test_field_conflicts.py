@@ -19,6 +19,7 @@ from django.db.models.signals import post_save, pre_save
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from safeupdates.conflicts import changed_from_seen, digests, find_field_conflict
 from safeupdates.exceptions import StaleObjectError
 from safeupdates.models import only_changes
 from safeupdates.versions import next_version
@@ -418,3 +419,30 @@ def test_a_save_fails_exactly_when_one_of_its_fields_was_written_since_it_was_re
                 written_at[n], writer[n], read_at[i][n] = now, i, now
         row = Profile.objects.get(pk=profile.pk)
         assert {n: getattr(row, n) for n in FIELDS} == values, (op, i, changes)
+
+
+class TestWhatAPersonChanged:
+    """The surfaces' rule (conflicts.py): a person's edit, measured against what that person was shown."""
+
+    def test_an_edit_of_other_fields_is_no_conflict_and_the_same_field_is(self):
+        profile = ProfileFactory(name="a", active=False)
+        shown = Profile.objects.get(pk=profile.pk)
+        seen_version, seen = shown.lock_version, digests(shown, ["name", "active"])
+        other = Profile.objects.get(pk=profile.pk)
+        other.name = "theirs"
+        other.save(update_fields=["name"])
+        edit = Profile.objects.get(pk=profile.pk)  # as a form loads it when the edit comes back
+        edit.active = True
+        changed = changed_from_seen(edit, seen, ["name", "active"])
+        assert changed == ["active"]  # name differs from the row shown, but the person did not change it
+        assert find_field_conflict(edit, seen_version, seen, changed) is None
+        edit.name = "mine"
+        changed = changed_from_seen(edit, seen, ["name", "active"])
+        conflict = find_field_conflict(stored(profile), seen_version, seen, changed)
+        assert conflict is not None
+        assert conflict.fields == ["name"]  # only the overlapping field
+        assert conflict.changes[0].now == "theirs"
+
+    def test_a_field_the_token_has_no_digest_of_counts_as_changed(self):
+        profile = ProfileFactory(name="a")
+        assert changed_from_seen(profile, {}, ["name"]) == ["name"]
