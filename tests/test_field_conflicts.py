@@ -431,10 +431,10 @@ class TestWhatAPersonChanged:
         other = Profile.objects.get(pk=profile.pk)
         other.name = "theirs"
         other.save(update_fields=["name"])
-        edit = Profile.objects.get(pk=profile.pk)  # as a form loads it when the edit comes back
-        edit.active = True
+        edit = Profile.objects.get(pk=profile.pk)  # as a form loads it when the edit comes back,
+        edit.name, edit.active = "a", True  # and sets what was posted: the name as shown, active changed
         changed = changed_from_seen(edit, seen, ["name", "active"])
-        assert changed == ["active"]  # name differs from the row shown, but the person did not change it
+        assert changed == ["active"]  # name differs from the row now, but the person did not change it
         assert find_field_conflict(edit, seen_version, seen, changed) is None
         edit.name = "mine"
         changed = changed_from_seen(edit, seen, ["name", "active"])
