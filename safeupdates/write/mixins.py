@@ -156,7 +156,9 @@ class LockVersionMixin(models.Model):
     """Adds ``lock_version`` (optimistic locking) and ``field_versions`` (per-field versions).
 
     ``save()`` writes only if the row still carries the ``lock_version`` this instance was loaded with,
-    else raises :class:`~safeupdates.exceptions.StaleObjectError` and leaves the instance as it was. A
+    else raises :class:`~safeupdates.exceptions.StaleObjectError` and leaves the instance as it was;
+    ``save(update_fields=[...])`` only if none of those fields was written after the version at which
+    the instance read it (checked per field: edits of different fields never conflict). A
     successful save takes a fresh version from :func:`safeupdates.versions.next_version`, so a direct
     edit supersedes every request allocated before it. ``lock_version`` is a change token: every write
     through safeupdates moves it. ``field_versions`` maps field names to the version of their last
