@@ -446,3 +446,13 @@ class TestWhatAPersonChanged:
     def test_a_field_the_token_has_no_digest_of_counts_as_changed(self):
         profile = ProfileFactory(name="a")
         assert changed_from_seen(profile, {}, ["name"]) == ["name"]
+
+
+def test_only_changes_leaves_an_insert_alone():
+    """A copy saved as a new row (its key cleared, as the admin's "save as new" does) inserts every field."""
+    profile = ProfileFactory(name="a", score=3)
+    only_changes(profile, ["name"])
+    profile.pk = None
+    profile._state.adding = True
+    profile.save()
+    assert Profile.objects.filter(name="a", score=3).count() == 2

@@ -196,7 +196,13 @@ class LockVersionMixin(models.Model):
         # Read as Django reads them; Django's save() gets them as given (its warning, or its TypeError).
         given = {**dict(zip(_SAVE_PARAMETERS, args, strict=False)), **kwargs} if args else kwargs
         changes: _Changes | None = self.__dict__.pop("_safeupdates_changes", None)
-        if changes is not None and given.get("update_fields") is None and not given.get("force_insert"):
+        if (
+            changes is not None
+            and given.get("update_fields") is None
+            and not given.get("force_insert")
+            and self.pk is not None
+            and not self._key_changed()
+        ):
             # A surface's save (only_changes()): the fields the person changed, and those set since.
             only = changes.fields(self)
             if not only:
