@@ -96,11 +96,12 @@ class TestPatchPerField:
         assert second.json() == {"id": profile.pk, "name": "b", "active": True, "lock_version": stored.lock_version}
         assert second["ETag"] == etag(stored)
 
-    def test_a_patch_of_the_same_field_is_409_naming_only_the_fields_both_wrote(self, api):
+    def test_a_patch_of_the_same_field_is_409_naming_only_the_fields_both_wrote(self, api, saves):
         profile = ProfileFactory(name="a")
         seen = profile.lock_version
         assert patch(api, profile, {"name": "b", "lock_version": seen}).status_code == 200
         written = Profile.objects.get()
+        saves.clear()
         response = patch(api, profile, {"name": "c", "active": True, "lock_version": seen})
         assert response.status_code == 409, response.content
         body = response.json()
@@ -109,6 +110,7 @@ class TestPatchPerField:
         assert "Name is now 'b'" in body["detail"] and "Active" not in body["detail"]
         stored = Profile.objects.get()  # nothing written: not the disjoint field either
         assert (stored.name, stored.active, stored.lock_version) == ("b", False, written.lock_version)
+        assert saves == []  # refused before the save: no pre_save for a write that never happens
 
     def test_a_request_that_wrote_the_field_is_named(self, api):
         profile = ProfileFactory(name="a")
