@@ -179,7 +179,17 @@ class NotingProfileViewSet(ProfileViewSet):
         serializer.save(**VIEW_SETS)
 
 
+class SettingProfileViewSet(ProfileViewSet):
+    """Sets values of its own (``VIEW_SETS``) on the record itself, then saves it through the serializer."""
+
+    def perform_update(self, serializer):
+        for name, value in VIEW_SETS.items():
+            setattr(serializer.instance, name, value)
+        super().perform_update(serializer)
+
+
 router = SimpleRouter()
+router.register("setting", SettingProfileViewSet, basename="setting-profile")
 router.register("noting", NotingProfileViewSet, basename="noting-profile")
 router.register("everything", EverythingViewSet, basename="everything")
 router.register("profiles", ProfileViewSet, basename="profile")

@@ -56,6 +56,20 @@ def strict_profile_view(request: HttpRequest, profile: Profile, pk: int) -> Http
     return _write(request, profile)
 
 
+@conditional(Profile, conflict_fields=["name", "active"])
+def fields_view(request: HttpRequest, profile: Profile, pk: int) -> HttpResponse:
+    """Saves only the fields the body names (``save(update_fields=...)``): a PATCH."""
+    if request.method in ("GET", "HEAD"):
+        return JsonResponse(_as_json(profile))
+    for hook in BETWEEN_READ_AND_WRITE:
+        hook()
+    changes = json.loads(request.body or b"{}")
+    for name, value in changes.items():
+        setattr(profile, name, value)
+    profile.save(update_fields=list(changes))
+    return JsonResponse(_as_json(profile))
+
+
 class ProfileView(ConditionalMixin, View):
     model = Profile
     require_if_match = True
@@ -215,6 +229,7 @@ urlpatterns = [
     path("everything/<int:pk>/", everything_view),
     path("cbv-everything/<int:pk>/", EverythingView.as_view()),
     path("profiles/<int:pk>/", profile_view, name="profile"),
+    path("fields/<int:pk>/", fields_view),
     path("strict/<int:pk>/", strict_profile_view, name="strict-profile"),
     path("cbv/<int:pk>/", ProfileView.as_view(), name="cbv-profile"),
     path("naive/<int:pk>/", naive_profile_view, name="naive-profile"),

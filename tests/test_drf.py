@@ -61,9 +61,11 @@ class TestSerializer:
         assert response["ETag"] == etag(stored)
 
     def test_a_stale_lock_version_is_409_naming_the_fields_written_since(self, api):
+        """A PATCH is checked per field (tests/test_drf_fields.py): of a field written since, 409."""
         profile = ProfileFactory(name="a")
         rid = another_client_sets_active(profile)
-        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": profile.lock_version}, "json")
+        data = {"name": "b", "active": False, "lock_version": profile.lock_version}
+        response = api.patch(f"/profiles/{profile.pk}/", data, "json")
         assert response.status_code == 409
         body = response.json()
         assert [(c["field"], c["now"], c["request_id"]) for c in body["changes"]] == [("active", True, str(rid))]
@@ -84,7 +86,8 @@ class TestSerializer:
     def test_a_write_between_the_read_and_the_save_is_409(self, api):
         profile = ProfileFactory(name="a")
         drf_urls.BETWEEN_READ_AND_WRITE.append(lambda: another_client_sets_active(profile))
-        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": profile.lock_version}, "json")
+        data = {"name": "b", "active": True, "lock_version": profile.lock_version}
+        response = api.patch(f"/profiles/{profile.pk}/", data, "json")
         assert response.status_code == 409
         assert [c["field"] for c in response.json()["changes"]] == ["active"]
         assert Profile.objects.get().name == "a"
@@ -190,7 +193,7 @@ class TestWhatAConflictDiscloses:
     def test_a_409_names_only_the_serializers_fields(self, api):
         profile = ProfileFactory(name="a")
         Profile.objects.update_if_newer(profile.pk, version=next_version(), note="a secret", score=3, active=True)
-        response = api.patch(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": profile.lock_version}, "json")
+        response = api.put(f"/profiles/{profile.pk}/", {"name": "b", "lock_version": profile.lock_version}, "json")
         assert response.status_code == 409
         assert [c["field"] for c in response.json()["changes"]] == ["active"]
         assert "secret" not in response.content.decode() and "Score" not in response.content.decode()
@@ -245,16 +248,17 @@ class TestWhatAConflictDiscloses:
             moved.save()
 
         drf_urls.BETWEEN_READ_AND_WRITE.append(move)
-        response = api.patch(url, {"title": "u", "lock_version": attachment.lock_version}, "json")
+        # A PATCH is checked per field: it names the fields it writes that were written since.
+        response = api.patch(url, {"title": "u", "spot": "5,6", "lock_version": attachment.lock_version}, "json")
         assert response.status_code == 409, response.content
+        assert [(c["field"], c["now"]) for c in response.json()["changes"]] == [("title", "t"), ("spot", "3,4")]
+        drf_urls.BETWEEN_READ_AND_WRITE.clear()
+        response = api.patch(url, {"title": "u"}, "json", headers={"if_match": seen["ETag"]})
+        assert response.status_code == 412
         assert [(c["field"], c["now"]) for c in response.json()["changes"]] == [
             ("file", "attachments/a.txt"),
             ("spot", "3,4"),
         ]
-        drf_urls.BETWEEN_READ_AND_WRITE.clear()
-        response = api.patch(url, {"title": "u"}, "json", headers={"if_match": seen["ETag"]})
-        assert response.status_code == 412
-        assert [c["field"] for c in response.json()["changes"]] == ["file", "spot"]
 
 
 class TestPermissionsFirst:
@@ -311,7 +315,7 @@ class TestPermissionsFirst:
         profile = ProfileFactory(name="ann")
         seen = etag(profile)
         Profile.objects.update_if_newer(profile.pk, version=next_version(), note="changed", active=True)
-        stale_body = {"name": "b", "lock_version": profile.lock_version}
+        stale_body = {"active": False, "lock_version": profile.lock_version}
         for data, headers, status in (
             ({"name": "b"}, {"if_match": seen}, 412),
             ({"name": "b"}, {"if_match": "*"}, 412),

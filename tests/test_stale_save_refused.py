@@ -417,13 +417,21 @@ class TestDRF:
         profile = ProfileFactory(name="a")
         moved_on(profile)
         body = {"name": "b", "lock_version": profile.lock_version}
-        assert api.patch(f"/profiles/{profile.pk}/", body, "json").status_code == 409
+        assert api.put(f"/profiles/{profile.pk}/", body, "json").status_code == 409
         assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "drf")]
+
+    def test_a_patch_of_a_field_written_since(self, api: Any, refused: list[dict[str, Any]]) -> None:
+        """Checked per field, refused before any save: the fields the PATCH would write."""
+        profile = ProfileFactory(name="a")
+        moved_on(profile)
+        body = {"name": "b", "active": False, "lock_version": profile.lock_version}
+        assert api.patch(f"/profiles/{profile.pk}/", body, "json").status_code == 409
+        assert refused == [sent(Profile, profile.pk, profile.lock_version, ("active", "name"), "drf")]
 
     def test_a_receiver_that_raises_changes_nothing(self, api: Any, raising_receiver: None) -> None:
         profile = ProfileFactory(name="a")
         moved_on(profile)
-        body = {"name": "b", "lock_version": profile.lock_version}
+        body = {"name": "b", "active": False, "lock_version": profile.lock_version}
         assert api.patch(f"/profiles/{profile.pk}/", body, "json").status_code == 409
         assert Profile.objects.get(pk=profile.pk).name == "a"
 

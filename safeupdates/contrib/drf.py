@@ -2,8 +2,10 @@
 on viewsets. Needs the extra: ``pip install "django-safeupdates[drf]"``.
 
 - :class:`LockVersionSerializerMixin` puts ``lock_version`` in the output and accepts it on input as the
-  version the client saw: the update writes through the checked ``save()``, against that version, and a
-  stale one is answered 409 Conflict with the serializer's fields whose values differ.
+  version the client saw: the update writes through the checked ``save()``, against that version. A
+  PATCH is checked per field: it is refused (409 Conflict, naming only the fields both wrote) only if a
+  field it writes was written after that version; a PUT, or any write with If-Match, per row (409/412
+  with the serializer's fields whose values differ).
 - :class:`ConditionalViewSetMixin` gives a detail route an ETag, 304 on ``If-None-Match``, and checks
   ``If-Match`` in the write (412 on a mismatch, 428 with ``require_if_match``), as the view decorator;
   a create answers the new record's ETag.
@@ -16,21 +18,23 @@ error, and quotes no value the view set in another field (:mod:`safeupdates.refu
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
+from django.db import models, router
 from django.http import Http404, HttpRequest
 from django.http.response import HttpResponseBase
 from rest_framework import serializers
 from rest_framework.exceptions import APIException, ErrorDetail, NotFound
 from rest_framework.response import Response
 
-from safeupdates.conflicts import digests, reported_fields
+from safeupdates.conflicts import changes_since, digests, find_field_conflict, reported_fields, written_since
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
-from safeupdates.http import MISSING, LostWrite, etag_for, evaluate, lost_write
-from safeupdates.models import LockVersionMixin
+from safeupdates.http import MISSING, LostWrite, conflict_body, etag_for, evaluate, lost_write
+from safeupdates.models import LockVersionMixin, only_changes
 from safeupdates.refusals import probe, told_refusal
-from safeupdates.signals import refusals_on
+from safeupdates.signals import refusals_on, stale_save_refused_robust
 
 __all__ = [
     "ConditionalViewSetMixin",
@@ -81,8 +85,13 @@ def _write(
     precondition: bool,
     fields: list[str],
     seen: dict[str, str] | None,
+    written: Callable[[], list[str]] | None = None,
 ) -> Any:
-    """Run ``write()`` (the checked save or delete of ``instance``) and turn its lost race into a 409/412/404."""
+    """Run ``write()`` (the checked save or delete of ``instance``) and turn its lost race into a 409/412/404.
+
+    ``written``: the save is checked per field, and writes (wrote) these fields: a 409 names only those
+    of them written since, that the serializer shows.
+    """
     loaded_version = instance.lock_version
     try:
         with refusals_on("drf"):  # the save signals its refusal, as this surface's
@@ -91,9 +100,30 @@ def _write(
         answer = lost_write(instance, loaded_version, precondition=precondition, fields=fields, seen=seen, values=True)
         if answer is None:
             raise  # another record's conflict: the view's own
+        if written is not None and answer.status == 409:
+            current = type(instance)._base_manager.using(instance._state.db).filter(pk=instance.pk).first()
+            if current is not None:
+                conflict = _field_conflict(current, loaded_version, written(), fields, seen)
+                if conflict is not None:
+                    answer = LostWrite(409, conflict)
         raise _api_error(answer) from None
     except InvalidUpdate as exc:
         raise _refused(exc, type(instance), fields, instance) from None
+
+
+def _field_conflict(
+    current: LockVersionMixin, seen_version: int, written: list[str], fields: list[str], seen: dict[str, str] | None
+) -> dict[str, Any] | None:
+    """The 409 body of a write of the fields ``written`` checked per field against ``current`` (the row
+    now), or None if none of them was written after ``seen_version``. It names only the fields among
+    them written since that the serializer shows (``fields``): none, if only fields it does not show were."""
+    if not written_since(current, seen_version, written):
+        return None
+    shown = [name for name in reported_fields(type(current), written) if name in fields]
+    conflict = find_field_conflict(current, seen_version, seen or {}, shown) or changes_since(
+        current, seen_version, [], values=True
+    )
+    return conflict_body(conflict)
 
 
 class InvalidValueError(APIException):  # type: ignore[misc]
@@ -123,13 +153,29 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
     """``lock_version`` for a ``ModelSerializer`` of a ``LockVersionMixin`` model.
 
     In the output, the record's ``lock_version``. In the input of an update, the version the client
-    saw: the update is written only if the row still carries it (the checked ``save()``), else 409
-    with the serializer's fields whose values changed. It never sets ``lock_version``; a create ignores it.
-    A version that is not a whole number from 0 to 2**63 - 1 is a 400. Put the mixin first:
+    saw. A PATCH (``partial=True``) that sends it, without If-Match, is checked per field: it writes the
+    fields it changes (those the client sent, by their ``source``, and those ``perform_update()`` passes
+    to ``serializer.save()`` or sets on the record), and is refused, 409 naming only the fields among
+    them written after that version that the serializer shows, and writing nothing, if one of them was;
+    two clients that change different fields both land. A PATCH that changes nothing writes nothing. A
+    PUT, or a write with If-Match, is checked per row: any write since is a 409 (412 with If-Match)
+    naming the serializer's fields whose values changed. It never sets ``lock_version``; a create
+    ignores it. A version that is not a whole number from 0 to 2**63 - 1 is a 400. Put the mixin first:
     ``class ProfileSerializer(LockVersionSerializerMixin, serializers.ModelSerializer)``.
     """
 
     lock_version = serializers.IntegerField(min_value=0, max_value=MAX_VERSION, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The record as loaded, to tell the fields a view sets on it before the update (perform_update()):
+        # only for a serializer given data for it (an update), not one that shows it.
+        instance = self.instance
+        self._safeupdates_loaded: tuple[Any, dict[str, Any]] | None = (
+            (instance, _values(instance))
+            if isinstance(instance, LockVersionMixin) and hasattr(self, "initial_data")
+            else None
+        )
 
     def get_field_names(self, declared_fields: Any, info: Any) -> Any:
         names = super().get_field_names(declared_fields, info)
@@ -151,17 +197,110 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
                 {"lock_version": [f"{seen_version} is not the version If-Match names ({header}); send one of them."]}
             )
         fields = serializer_fields(self, type(instance))
+        loaded_version = instance.lock_version
         # What the client saw, where it is known: the record as loaded, if it sent the version loaded.
-        seen = digests(instance, fields) if seen_version in (None, instance.lock_version) else None
+        seen = digests(instance, fields) if seen_version in (None, loaded_version) else None
+        per_field = seen_version is not None and self.partial and header is None and not self._if_match_sent()
+        written: Callable[[], list[str]] | None = None
+        if per_field:
+            set_before = self._set_since_loaded(instance)
+            wanted = reported_fields(type(instance), [*validated_data, *set_before])
+            self._refuse_written_since(instance, seen_version, wanted, fields)
+
+            def written() -> list[str]:
+                return reported_fields(type(instance), [*wanted, *self._set_since_loaded(instance)])
+
+            # ModelSerializer.update()'s plain save() writes those fields whose value it changes, and
+            # those set before it: checked per field, against the version the client saw.
+            only_changes(instance, set_before)
         if seen_version is not None:
             instance.lock_version = seen_version
-        return _write(
+        saved = _write(
             lambda: super(LockVersionSerializerMixin, self).update(instance, validated_data),
             instance,
             precondition=header is not None,
             fields=fields,
             seen=seen,
+            written=written,
         )
+        if per_field:
+            _show_as_stored(instance, loaded_version, seen_version)
+        return saved
+
+    def _if_match_sent(self) -> bool:
+        request = self.context.get("request")
+        return request is not None and request.headers.get("If-Match") is not None
+
+    def _set_since_loaded(self, instance: Any) -> list[str]:
+        """The fields set on ``instance`` since this serializer was given it (by a ``perform_update()``)."""
+        if self._safeupdates_loaded is None or self._safeupdates_loaded[0] is not instance:
+            return []
+        before = self._safeupdates_loaded[1]
+        return [name for name, value in _values(instance).items() if _differs(before.get(name, _UNSET), value)]
+
+    def _refuse_written_since(self, instance: Any, seen_version: int, wanted: list[str], fields: list[str]) -> None:
+        """409, before anything is written, if one of the fields ``wanted`` was written after ``seen_version``
+        (the record as loaded knows: a write since it was loaded is refused by the save itself)."""
+        body = _field_conflict(instance, seen_version, wanted, fields, None)
+        if body is None:
+            return
+        stale_save_refused_robust(
+            type(instance),
+            pk=instance.pk,
+            version=seen_version,
+            fields=wanted,
+            surface="drf",
+            using=instance._state.db or router.db_for_write(type(instance), instance=instance),
+        )
+        raise ConflictError(body)
+
+
+#: A field that had no value when the record was given to the serializer (deferred, then loaded).
+_UNSET = object()
+
+
+def _values(instance: models.Model) -> dict[str, Any]:
+    """A copy of the value of each field of ``instance`` a save may write (loaded, not the versions)."""
+    deferred = instance.get_deferred_fields()
+    values = {}
+    for field in instance._meta.concrete_fields:
+        if (
+            field.primary_key
+            or field.generated
+            or field.attname in deferred
+            or field.name in ("lock_version", "field_versions")
+        ):
+            continue
+        value = field.value_from_object(instance)
+        try:
+            values[field.name] = copy.deepcopy(value)
+        except Exception:  # an object that cannot be copied is compared as it is
+            values[field.name] = value
+    return values
+
+
+def _differs(before: Any, now: Any) -> bool:
+    try:
+        return bool(before != now)
+    except Exception:  # a value that cannot be compared counts as changed
+        return True
+
+
+def _show_as_stored(instance: Any, loaded_version: int, seen_version: int) -> None:
+    """After a PATCH checked per field: the record as the row holds it, for the response and its ETag.
+
+    A PATCH that wrote nothing keeps the version loaded (not the older one the client sent). One that
+    wrote over another client's write of other fields (since the record was loaded) holds an older
+    read of those: read the row again.
+    """
+    if instance.lock_version == seen_version:  # nothing written: a write takes a fresh version
+        instance.lock_version = loaded_version
+        return
+    if any(
+        loaded_version < instance.field_version(name) < instance.lock_version
+        for name in reported_fields(type(instance))
+    ):
+        instance.refresh_from_db()
 
 
 class _Answer(Exception):
