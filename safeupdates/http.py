@@ -54,6 +54,7 @@ from safeupdates.conflicts import (
     shown_text,
 )
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
+from safeupdates.models import checked_per_row
 from safeupdates.refusals import told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
@@ -376,6 +377,8 @@ def _checked(
     if decision.response is not None:
         raise _Answer(decision.response)
     fields = reported_fields(type(instance), conflict_fields)
+    if decision.version is not None:
+        checked_per_row(instance)  # an ETag names the whole row: strict, whatever fields the view saves
     # What the client saw: the version its If-Match names is the one loaded (or, without, the view loaded it).
     return _Loaded(
         instance,

@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestKind, RequestLogQuerySet, RequestStatus
 from safeupdates.managers import SafeUpdateManager
-from safeupdates.write.mixins import BASE_VERSION_KEY, LockVersionMixin, SyncedAtMixin, only_changes
+from safeupdates.write.mixins import BASE_VERSION_KEY, LockVersionMixin, SyncedAtMixin, checked_per_row, only_changes
 
 __all__ = [
     "BASE_VERSION_KEY",
@@ -34,6 +34,7 @@ __all__ = [
     "SafeUpdateModel",
     "SyncedAtMixin",
     "VersionCounter",
+    "checked_per_row",
     "only_changes",
 ]
 

@@ -246,15 +246,7 @@ class TestIfMatchIsStrictWhateverTheFields:
         "route",
         [
             "profiles",
-            pytest.param(
-                "fields",
-                marks=pytest.mark.xfail(
-                    strict=True,
-                    reason="save(update_fields=...) is checked per field (93addf0) and the record the view "
-                    "gets has no way to ask for the row-level check: a write of another field between the "
-                    "precondition and the save lands, and the view answers 200. Needs a core change.",
-                ),
-            ),
+            "fields",
         ],
         ids=["full-save", "update-fields"],
     )

@@ -32,7 +32,7 @@ from rest_framework.response import Response
 from safeupdates.conflicts import changes_since, digests, find_field_conflict, reported_fields, written_since
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.http import MISSING, LostWrite, conflict_body, etag_for, evaluate, lost_write
-from safeupdates.models import LockVersionMixin, only_changes
+from safeupdates.models import LockVersionMixin, checked_per_row, only_changes
 from safeupdates.refusals import probe, told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
@@ -349,6 +349,7 @@ class ConditionalViewSetMixin:
             raise _Answer(decision.response)
         if decision.version is not None:
             instance.lock_version = self._if_match_version = decision.version
+            checked_per_row(instance)  # an ETag names the whole row: strict, whatever fields the write names
         self._conditional_object = instance
         return instance
 

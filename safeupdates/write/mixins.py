@@ -54,7 +54,7 @@ from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 from safeupdates.write.validation import check_saved, short_message, shown
 
-__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin", "only_changes"]
+__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin", "checked_per_row", "only_changes"]
 
 
 #: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
@@ -135,6 +135,13 @@ def _copied(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:  # an object that cannot be copied is compared as it is
         return value
+
+
+def checked_per_row(instance: LockVersionMixin) -> None:
+    """Check every later ``save()`` of ``instance`` per row, ``save(update_fields=...)`` too: any write of
+    the row since its ``lock_version`` refuses it. For a write conditioned on an ``If-Match`` ETag, which
+    names the whole row (RFC 9110): an old one is 412 whatever fields differ."""
+    instance.__dict__["_safeupdates_per_row"] = True
 
 
 def only_changes(instance: LockVersionMixin, changed: Iterable[str]) -> None:
@@ -266,6 +273,7 @@ class LockVersionMixin(models.Model):
         # update_fields on an instance that read the row itself (loaded or refreshed): checked per field.
         per_field = bool(names) and update_fields is not None and from_row and not blind
         per_field = per_field and (not self._state.adding or self._safeupdates_has_key)
+        per_field = per_field and not self.__dict__.get("_safeupdates_per_row")
         save = _Save(
             expected=expected,
             # On PostgreSQL the UPDATE or INSERT takes its version from the sequence inside the
