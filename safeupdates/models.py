@@ -20,13 +20,21 @@ from django.utils.translation import gettext_lazy as _
 
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestKind, RequestLogQuerySet, RequestStatus
 from safeupdates.managers import SafeUpdateManager
-from safeupdates.write.mixins import BASE_VERSION_KEY, LockVersionMixin, SyncedAtMixin, checked_per_row, only_changes
+from safeupdates.write.mixins import (
+    BASE_VERSION_KEY,
+    LockVersionMixin,
+    NotedValues,
+    SyncedAtMixin,
+    checked_per_row,
+    only_changes,
+)
 
 __all__ = [
     "BASE_VERSION_KEY",
     "TERMINAL_STATUSES",
     "ChangesEncoder",
     "LockVersionMixin",
+    "NotedValues",
     "ProcessedRequest",
     "RequestKind",
     "RequestLogManager",

@@ -18,11 +18,10 @@ error, and quotes no value the view set in another field (:mod:`safeupdates.refu
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
-from django.db import models, router
+from django.db import router
 from django.http import Http404, HttpRequest
 from django.http.response import HttpResponseBase
 from rest_framework import serializers
@@ -32,7 +31,7 @@ from rest_framework.response import Response
 from safeupdates.conflicts import changes_since, digests, find_field_conflict, reported_fields, written_since
 from safeupdates.exceptions import InvalidUpdate, StaleObjectError
 from safeupdates.http import MISSING, LostWrite, conflict_body, etag_for, evaluate, lost_write
-from safeupdates.models import LockVersionMixin, checked_per_row, only_changes
+from safeupdates.models import LockVersionMixin, NotedValues, checked_per_row, only_changes
 from safeupdates.refusals import probe, told_refusal
 from safeupdates.signals import refusals_on, stale_save_refused_robust
 
@@ -171,8 +170,8 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
         # The record as loaded, to tell the fields a view sets on it before the update (perform_update()):
         # only for a serializer given data for it (an update), not one that shows it.
         instance = self.instance
-        self._safeupdates_loaded: tuple[Any, dict[str, Any]] | None = (
-            (instance, _values(instance))
+        self._safeupdates_loaded: tuple[Any, NotedValues] | None = (
+            (instance, NotedValues(instance))
             if isinstance(instance, LockVersionMixin) and hasattr(self, "initial_data")
             else None
         )
@@ -235,8 +234,7 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
         """The fields set on ``instance`` since this serializer was given it (by a ``perform_update()``)."""
         if self._safeupdates_loaded is None or self._safeupdates_loaded[0] is not instance:
             return []
-        before = self._safeupdates_loaded[1]
-        return [name for name, value in _values(instance).items() if _differs(before.get(name, _UNSET), value)]
+        return self._safeupdates_loaded[1].set_since(instance)
 
     def _refuse_written_since(self, instance: Any, seen_version: int, wanted: list[str], fields: list[str]) -> None:
         """409, before anything is written, if one of the fields ``wanted`` was written after ``seen_version``
@@ -253,37 +251,6 @@ class LockVersionSerializerMixin(serializers.Serializer):  # type: ignore[misc]
             using=instance._state.db or router.db_for_write(type(instance), instance=instance),
         )
         raise ConflictError(body)
-
-
-#: A field that had no value when the record was given to the serializer (deferred, then loaded).
-_UNSET = object()
-
-
-def _values(instance: models.Model) -> dict[str, Any]:
-    """A copy of the value of each field of ``instance`` a save may write (loaded, not the versions)."""
-    deferred = instance.get_deferred_fields()
-    values = {}
-    for field in instance._meta.concrete_fields:
-        if (
-            field.primary_key
-            or field.generated
-            or field.attname in deferred
-            or field.name in ("lock_version", "field_versions")
-        ):
-            continue
-        value = field.value_from_object(instance)
-        try:
-            values[field.name] = copy.deepcopy(value)
-        except Exception:  # an object that cannot be copied is compared as it is
-            values[field.name] = value
-    return values
-
-
-def _differs(before: Any, now: Any) -> bool:
-    try:
-        return bool(before != now)
-    except Exception:  # a value that cannot be compared counts as changed
-        return True
 
 
 def _show_as_stored(instance: Any, loaded_version: int, seen_version: int) -> None:

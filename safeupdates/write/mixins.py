@@ -54,7 +54,7 @@ from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 from safeupdates.write.validation import check_saved, short_message, shown
 
-__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "SyncedAtMixin", "checked_per_row", "only_changes"]
+__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "NotedValues", "SyncedAtMixin", "checked_per_row", "only_changes"]
 
 
 #: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
@@ -93,18 +93,16 @@ class _Save:
         self.committed = True
 
 
-class _Changes:
-    """What :func:`only_changes` leaves on an instance for its next ``save()``: the fields a person
-    changed, and the instance's values then, to tell the fields set after (by a ``save_model()`` or
-    ``perform_update()`` override, say)."""
+class NotedValues:
+    """The values of the fields a save of ``instance`` may write, as they are now: to tell later which
+    fields were set since (a ``save_model()`` or ``perform_update()`` override's)."""
 
-    def __init__(self, instance: models.Model, changed: Iterable[str]) -> None:
-        self.changed = {instance._meta.get_field(name).name for name in changed}
+    def __init__(self, instance: models.Model) -> None:
         self.values = {field.attname: _copied(field.value_from_object(instance)) for field in _editable(instance)}
 
-    def fields(self, instance: models.Model) -> list[str]:
-        """The fields to write: those changed, and those whose value differs from the one noted."""
-        names = set(self.changed)
+    def set_since(self, instance: models.Model) -> list[str]:
+        """The fields of ``instance`` whose value differs from the one noted, by name."""
+        names = []
         for field in _editable(instance):
             before = self.values.get(field.attname, _DEFERRED)
             try:
@@ -112,8 +110,21 @@ class _Changes:
             except Exception:  # a value that cannot be compared counts as changed
                 differs = True
             if differs:
-                names.add(field.name)
-        return sorted(names)
+                names.append(field.name)
+        return names
+
+
+class _Changes(NotedValues):
+    """What :func:`only_changes` leaves on an instance for its next ``save()``: the fields a person
+    changed, and the instance's values then."""
+
+    def __init__(self, instance: models.Model, changed: Iterable[str]) -> None:
+        super().__init__(instance)
+        self.changed = {instance._meta.get_field(name).name for name in changed}
+
+    def fields(self, instance: models.Model) -> list[str]:
+        """The fields to write: those changed, and those set since."""
+        return sorted(self.changed.union(self.set_since(instance)))
 
 
 def _editable(instance: models.Model) -> list[models.Field[Any, Any]]:
