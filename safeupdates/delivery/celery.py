@@ -215,15 +215,22 @@ def run_apply_update(
     object_id: str = "",
     using: str = DEFAULT_DB_ALIAS,
     trace: dict[str, str] | None = None,
+    relayed: bool = False,
 ) -> str:
     """Celery task: apply pending request ``request_id`` and every other pending request of its record
     (``content_type_id``, ``object_id``: for the logs and the relay), in database ``using``; ``trace`` is
     the trace context of the ``enqueue_update()`` that queued it, if any. See
     :func:`safeupdates.jobs.apply_update`. A transient database error is retried by Celery with the
-    back-off of ``SAFEUPDATES_RETRY``; on the last try the apply marks the request ``failed``."""
-    if done_here(using, request_id):
+    back-off of ``SAFEUPDATES_RETRY``; on the last try the apply marks the request ``failed``.
+
+    A message the relay sent (``relayed``: the request log said the request was pending) always reads the
+    log: the worker's memory of done requests is a shortcut for the messages of a burst, never trusted
+    over the log (a request id recorded again after a purge, a request back to pending after the database
+    lost the apply's commit)."""
+    if not relayed and done_here(using, request_id):
         # Applied (or found stale or rejected) by this process already: a later message of a burst, or a
-        # duplicate. Its record's other requests have messages of their own.
+        # duplicate. Its record's other requests have messages of their own, and the relay's message of a
+        # request still pending is never skipped.
         return SKIPPED
     # By dotted path: the job path imports the delivery, never the other way round.
     apply = import_string(APPLY_TASK)
@@ -312,6 +319,10 @@ class CeleryBackend(Backend):
         """Publish an apply task for ``delivery`` (always: Celery cannot say whether the record's task
         waits, so ``likely_queued`` changes nothing). Raises what the broker raises when it is unreachable
         (kombu's ``OperationalError``), after one reconnect at once."""
+        self._publish(delivery, trace=trace)
+        return True
+
+    def _publish(self, delivery: Delivery, *, trace: dict[str, str] | None = None, relayed: bool = False) -> None:
         kwargs: dict[str, Any] = {
             "content_type_id": delivery.content_type_id,
             "object_id": delivery.object_id,
@@ -319,6 +330,8 @@ class CeleryBackend(Backend):
         }
         if trace:
             kwargs["trace"] = trace
+        if relayed:
+            kwargs["relayed"] = True
         timeout = conf.job_timeout()
         celery_app().send_task(
             APPLY_TASK,
@@ -331,7 +344,6 @@ class CeleryBackend(Backend):
             retry_policy=PUBLISH_RETRY_POLICY,
             ignore_result=True,
         )
-        return True
 
     def unreachable(self, error: Exception, delivery: Delivery | None = None) -> str | None:
         """If ``error`` is a connection error of the broker's transport or kombu's ``OperationalError``
@@ -347,7 +359,8 @@ class CeleryBackend(Backend):
         done = Redelivered()
         for delivery in deliveries:
             try:
-                self.deliver(delivery)
+                # The log says the request is pending: its task reads the log, whatever the worker knows.
+                self._publish(delivery, relayed=True)
             except Exception as exc:
                 where = _broker_down(exc)
                 if where is None:
