@@ -271,7 +271,7 @@ def test_a_filter_on_a_batchs_reduce_error_needs_the_same_permission(django_user
         assert response.status_code == 200 and "shop.refund" in response.content.decode()
 
 
-# -- the model's own admin decides; a proxy's permission is not its concrete model's ------------------------
+# -- the model's own admin decides; a proxy's permission is not its concrete model's; change grants view -----
 
 
 def _pages(client: Client, request: ProcessedRequest) -> dict[str, str]:
@@ -331,3 +331,25 @@ def test_a_proxys_permissions_do_not_show_the_values_of_its_concrete_model(djang
     for name, page in _pages(shown, request).items():
         assert SECRET in page, name
     assert "active=False" in _listed(shown)
+
+
+def test_a_viewer_who_may_change_the_model_but_holds_no_view_permission_sees_the_values(django_user_model, redis):
+    """Django's admin lets who may change a model view it (``change_<model>`` implies view): so does the
+    request log, for a model with an admin (``Profile``) and one without (``Gadget``)."""
+    request = failed_request_with_a_secret()
+    gadget = Gadget.objects.create(label="g")
+    with transaction.atomic():
+        gadget_request = enqueue_update(gadget, label="gadget-" + SECRET)
+    ProcessedRequest.objects.filter(pk=gadget_request.pk).fail(
+        gadget_request.request_id, f"DataError: (gadget-{SECRET})", final=True
+    )
+    profiles = staff(django_user_model, "testapp.change_profile")
+    assert profiles.get(reverse("admin:testapp_profile_changelist")).status_code == 200
+    for name, page in _pages(profiles, request).items():
+        assert SECRET in page and HIDDEN not in page, name
+    listed = _listed(profiles)  # change_profile shows no gadget's values
+    assert "gadget-" + SECRET not in listed and "hidden: you may not view testapp.gadget" in listed
+    gadgets = staff(django_user_model, "testapp.change_gadget")
+    for name, page in _pages(gadgets, gadget_request).items():
+        assert "gadget-" + SECRET in page and "hidden: you may not view testapp.gadget" not in page, name
+    assert HIDDEN in _listed(gadgets)  # nor does change_gadget show a profile's
