@@ -3,12 +3,13 @@ read back equal; a value just outside is refused with ``InvalidUpdate`` before a
 is written (neither the row nor the request log). Through ``update_if_newer()`` (plain and recorded in the
 request log) and ``save()``.
 
-The other side of each limit was tested alone (a real NUL in JSON, a ragged array): a check that
-looked at one side only passed.
+The other side of each limit was tested alone (a huge positive duration, a real NUL in JSON, a ragged
+array): a check that looked at one side only passed.
 """
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,6 +45,30 @@ def written(entry: Callable[..., None], pk: Any, **changes: Any) -> dict[str, An
     with transaction.atomic():
         entry(pk, **changes)
     return stored(pk)
+
+
+# -- durations: a bigint of microseconds (SQLite's column; the portable bound on PostgreSQL's interval) -------
+
+MICROSECOND = datetime.timedelta(microseconds=1)
+LEAST, GREATEST = -(2**63), 2**63 - 1
+
+
+@pytest.mark.parametrize("micros", [LEAST, LEAST + 1, -1, GREATEST], ids=["least", "least+1", "-1us", "greatest"])
+def test_a_duration_just_inside_the_bigint_of_microseconds_is_stored(entry, pk, micros):
+    took = micros * MICROSECOND
+    assert written(entry, pk, took=took)["took"] == took
+
+
+@pytest.mark.parametrize("micros", [LEAST - 1, GREATEST + 1], ids=["least-1", "greatest+1"])
+def test_a_duration_just_outside_the_bigint_of_microseconds_is_refused(entry, pk, micros):
+    with refused(pk, r"Everything\.took"):
+        entry(pk, took=micros * MICROSECOND)
+
+
+def test_the_least_duration_python_holds_is_refused(entry, pk):
+    """``timedelta.min``: far past the negative end (as ``timedelta.max`` past the positive one)."""
+    with refused(pk, r"Everything\.took"):
+        entry(pk, took=datetime.timedelta.min)
 
 
 # -- JSON: the six characters \u0000 are text; a NUL character is not storable ------------------------------
