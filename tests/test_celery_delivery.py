@@ -9,6 +9,7 @@ convergence of bursts through kills, duplicates and broker faults (counted as th
 
 from __future__ import annotations
 
+import datetime
 import html as html_text
 import json
 import logging
@@ -22,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -239,6 +241,46 @@ def test_will_retry_while_transient_errors_have_retries_left(retries, expected):
             raise _transient()
         except Exception:
             assert delivery.will_retry(uuid.uuid4()) is expected
+
+
+def run_as_a_worker(app: Celery, message: Any) -> None:
+    """Run a message taken off the broker as a Celery worker runs it (its ``Request``, traced), in this
+    process: a retry the task asks for is published to the broker as a worker's would be."""
+    from celery.worker.request import Request
+
+    Request(message, app=app, task=app.tasks[APPLY], hostname="retry-timing@test").execute()
+
+
+def _eta(message: Any) -> datetime.datetime | None:
+    eta = message.headers.get("eta")
+    return None if eta is None else datetime.datetime.fromisoformat(eta)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_RETRY={"max": 3, "interval": [5, 30, 120]})
+def test_each_retry_is_published_with_the_back_off_of_its_number(refusing_trigger, rabbit):
+    """A serialization failure (transient) on every try: the retry Celery publishes carries an ETA of the
+    back-off of its number (SAFEUPDATES_RETRY's interval: 5 s, 30 s, then 120 s) after the try that failed,
+    read off the broker; a retry published with no back-off (or the same one every time) is not."""
+    refusing_trigger("40001")
+    request = enqueue_update(ProfileFactory(), name="forbidden")  # autocommit: published at once
+    [message] = take_messages(rabbit)
+    assert message.headers["retries"] == 0 and _eta(message) is None
+    for number, back_off in enumerate([5, 30, 120]):
+        before = datetime.datetime.now(datetime.UTC)
+        run_as_a_worker(rabbit, message)
+        after = datetime.datetime.now(datetime.UTC)
+        [message] = take_messages(rabbit)  # the retry, as the broker holds it
+        assert message.headers["retries"] == number + 1
+        eta = _eta(message)
+        assert eta is not None, f"retry {number + 1} was published with no back-off"
+        delay = datetime.timedelta(seconds=back_off)
+        assert before + delay <= eta <= after + delay, (number, eta - before)
+    log = ProcessedRequest.objects.filter(pk=request.pk)
+    assert log.values_list("status", "attempts").get() == ("pending", 3)
+    run_as_a_worker(rabbit, message)  # the last try: no retry left
+    assert take_messages(rabbit) == []
+    assert log.values_list("status", "attempts").get() == ("failed", 4)
 
 
 @override_settings(SAFEUPDATES_DELIVERY="celery")
