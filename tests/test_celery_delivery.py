@@ -9,6 +9,7 @@ convergence of bursts through kills, duplicates and broker faults (counted as th
 
 from __future__ import annotations
 
+import datetime
 import html as html_text
 import json
 import logging
@@ -20,12 +21,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
 from django.contrib.contenttypes.models import ContentType
 from django.core.checks import Error, Warning
+from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import override_settings
 from django.urls import reverse
@@ -237,6 +241,46 @@ def test_will_retry_while_transient_errors_have_retries_left(retries, expected):
             raise _transient()
         except Exception:
             assert delivery.will_retry(uuid.uuid4()) is expected
+
+
+def run_as_a_worker(app: Celery, message: Any) -> None:
+    """Run a message taken off the broker as a Celery worker runs it (its ``Request``, traced), in this
+    process: a retry the task asks for is published to the broker as a worker's would be."""
+    from celery.worker.request import Request
+
+    Request(message, app=app, task=app.tasks[APPLY], hostname="retry-timing@test").execute()
+
+
+def _eta(message: Any) -> datetime.datetime | None:
+    eta = message.headers.get("eta")
+    return None if eta is None else datetime.datetime.fromisoformat(eta)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SAFEUPDATES_RETRY={"max": 3, "interval": [5, 30, 120]})
+def test_each_retry_is_published_with_the_back_off_of_its_number(refusing_trigger, rabbit):
+    """A serialization failure (transient) on every try: the retry Celery publishes carries an ETA of the
+    back-off of its number (SAFEUPDATES_RETRY's interval: 5 s, 30 s, then 120 s) after the try that failed,
+    read off the broker; a retry published with no back-off (or the same one every time) is not."""
+    refusing_trigger("40001")
+    request = enqueue_update(ProfileFactory(), name="forbidden")  # autocommit: published at once
+    [message] = take_messages(rabbit)
+    assert message.headers["retries"] == 0 and _eta(message) is None
+    for number, back_off in enumerate([5, 30, 120]):
+        before = datetime.datetime.now(datetime.UTC)
+        run_as_a_worker(rabbit, message)
+        after = datetime.datetime.now(datetime.UTC)
+        [message] = take_messages(rabbit)  # the retry, as the broker holds it
+        assert message.headers["retries"] == number + 1
+        eta = _eta(message)
+        assert eta is not None, f"retry {number + 1} was published with no back-off"
+        delay = datetime.timedelta(seconds=back_off)
+        assert before + delay <= eta <= after + delay, (number, eta - before)
+    log = ProcessedRequest.objects.filter(pk=request.pk)
+    assert log.values_list("status", "attempts").get() == ("pending", 3)
+    run_as_a_worker(rabbit, message)  # the last try: no retry left
+    assert take_messages(rabbit) == []
+    assert log.values_list("status", "attempts").get() == ("failed", 4)
 
 
 @override_settings(SAFEUPDATES_DELIVERY="celery")
@@ -572,6 +616,41 @@ def test_a_request_is_applied_by_a_prefork_worker(transactional_db, broker, cele
     profile.refresh_from_db()
     assert profile.active
     assert f"Task {APPLY}[" in celery_workers.logs()
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
+def test_on_a_redis_broker_the_worker_count_is_unknown_never_0(transactional_db, broker, celery_workers, admin_client):
+    """kombu's Redis transport counts no consumers (its queue_declare answers 0 whoever consumes): with a
+    worker live on the queue and a request pending there, the verdict says the workers are unknown, never 0,
+    which would call the system unhealthy ("no worker consumes it") while one does. RabbitMQ's count is
+    tested above (test_status_shows_the_celery_queue)."""
+    celery_workers.start(1, env=worker_env(broker.url))
+    assert celery_workers.wait_ready(), celery_workers.logs()
+    profile = ProfileFactory(active=False)
+    with celery_delivery(broker.url):
+        with transaction.atomic():  # the request pending, its message published at the commit
+            request = enqueue_update(profile, active=True)
+            snapshot = collect()
+            as_json, as_text = StringIO(), StringIO()
+            call_command("safeupdates_status", "--json", stdout=as_json)  # SystemExit(1) if unhealthy
+            call_command("safeupdates_status", stdout=as_text)
+            page = admin_client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
+        assert snapshot.pending == 1 and snapshot.backend_error == ""
+        assert [(h.name, h.workers, h.busy_workers) for h in snapshot.queues] == [("default", None, None)]
+        assert snapshot.problems() == []
+        shown = json.loads(as_json.getvalue())
+        assert shown["healthy"] is True and shown["problems"] == []
+        assert [(q["name"], q["workers"]) for q in shown["queues"]] == [("default", None)]
+        assert "Queue default: 0 queued; workers not shown by this backend" in as_text.getvalue()
+        assert "<strong>Unhealthy</strong>" not in page
+        [row] = re.findall(r'<table id="safeupdates-queues">.*?<tbody>\s*(<tr>.*?</tr>)', page, re.S)
+        cells = [html_text.unescape(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        assert cells[0] == "default" and cells[4] == NOT_TOLD, row  # the workers' column
+        # A worker did consume the queue meanwhile: it applies the request once it is published.
+        log = ProcessedRequest.objects.filter(pk=request.pk)
+        assert wait_until(lambda: log.get().status == "applied", 60), celery_workers.logs()
+        assert [h.workers for h in collect().queues] == [None]
 
 
 @pytest.mark.workers

@@ -22,7 +22,7 @@ from safeupdates.admin import ProcessedRequestAdmin
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.testapp.admin import ProfileAdmin
-from tests.testapp.models import Gadget, Profile
+from tests.testapp.models import ActiveOnlyProfile, Gadget, Profile
 
 pytestmark = pytest.mark.django_db
 
@@ -269,3 +269,87 @@ def test_a_filter_on_a_batchs_reduce_error_needs_the_same_permission(django_user
     for client in (staff(django_user_model, "safeupdates_batches.view_batch", RECORDLESS), admin_client):
         response = client.get(changelist, guess)
         assert response.status_code == 200 and "shop.refund" in response.content.decode()
+
+
+# -- the model's own admin decides; a proxy's permission is not its concrete model's; change grants view -----
+
+
+def _pages(client: Client, request: ProcessedRequest) -> dict[str, str]:
+    """The request log's list, the request's page and the status page, as ``client`` is shown them."""
+    urls = {
+        "list": reverse(CHANGELIST),
+        "change": reverse("admin:safeupdates_processedrequest_change", args=[request.pk]),
+        "status": reverse("admin:safeupdates_processedrequest_status"),
+    }
+    pages = {}
+    for name, url in urls.items():
+        response = client.get(url)
+        assert response.status_code == 200, name
+        pages[name] = response.content.decode()
+    return pages
+
+
+def failed_request_with_a_secret() -> ProcessedRequest:
+    """A profile's request with the secret in its changes, failed with an error that quotes it (so the
+    status page lists it too)."""
+    request = request_with_a_secret()
+    ProcessedRequest.objects.filter(pk=request.pk).fail(request.request_id, f"DataError: ({SECRET})", final=True)
+    return request
+
+
+@pytest.mark.urls("tests.request_log_urls")
+def test_a_model_admin_that_refuses_the_viewer_hides_the_values_whatever_permissions_they_hold(
+    django_user_model, admin_client, redis
+):
+    """The project's ``ModelAdmin.has_view_permission()`` is the judge where the model has one: a user who
+    holds ``view_profile`` (and ``change_profile``) but whom that admin refuses is not shown the values."""
+    request = failed_request_with_a_secret()
+    viewer = staff(django_user_model, "testapp.view_profile", "testapp.change_profile")
+    assert viewer.get(reverse("admin:testapp_profile_changelist")).status_code == 403  # the model's admin refuses
+    for name, page in _pages(viewer, request).items():
+        assert str(request.request_id) in page, name
+        assert SECRET not in page and HIDDEN in page, name
+    for name, page in _pages(admin_client, request).items():  # the admin lets a superuser view them
+        assert SECRET in page and HIDDEN not in page, name
+
+
+def test_a_proxys_permissions_do_not_show_the_values_of_its_concrete_model(django_user_model, redis):
+    """``ActiveOnlyProfile`` is a proxy of ``Profile``: its permissions are its own (a content type of its
+    own), and a request of either is logged under ``Profile``'s content type. Who may view or change the
+    proxy only is not shown the profiles' values."""
+    request = failed_request_with_a_secret()
+    with transaction.atomic():
+        through_proxy = enqueue_update(ActiveOnlyProfile.objects.get(pk=request.object_id), active=False)
+    viewer = staff(django_user_model, "testapp.view_activeonlyprofile", "testapp.change_activeonlyprofile")
+    for name, page in _pages(viewer, request).items():
+        assert SECRET not in page and HIDDEN in page, name
+    listed = _listed(viewer)
+    assert str(through_proxy.request_id) in listed and "active=False" not in listed
+    assert str(request.request_id) not in _listed(viewer, **{"changes__name": SECRET})  # a guess tells nothing
+    # the same viewer with the concrete model's permission is shown them: the proxy's hid nothing else
+    shown = staff(django_user_model, "testapp.view_activeonlyprofile", "testapp.view_profile")
+    for name, page in _pages(shown, request).items():
+        assert SECRET in page, name
+    assert "active=False" in _listed(shown)
+
+
+def test_a_viewer_who_may_change_the_model_but_holds_no_view_permission_sees_the_values(django_user_model, redis):
+    """Django's admin lets who may change a model view it (``change_<model>`` implies view): so does the
+    request log, for a model with an admin (``Profile``) and one without (``Gadget``)."""
+    request = failed_request_with_a_secret()
+    gadget = Gadget.objects.create(label="g")
+    with transaction.atomic():
+        gadget_request = enqueue_update(gadget, label="gadget-" + SECRET)
+    ProcessedRequest.objects.filter(pk=gadget_request.pk).fail(
+        gadget_request.request_id, f"DataError: (gadget-{SECRET})", final=True
+    )
+    profiles = staff(django_user_model, "testapp.change_profile")
+    assert profiles.get(reverse("admin:testapp_profile_changelist")).status_code == 200
+    for name, page in _pages(profiles, request).items():
+        assert SECRET in page and HIDDEN not in page, name
+    listed = _listed(profiles)  # change_profile shows no gadget's values
+    assert "gadget-" + SECRET not in listed and "hidden: you may not view testapp.gadget" in listed
+    gadgets = staff(django_user_model, "testapp.change_gadget")
+    for name, page in _pages(gadgets, gadget_request).items():
+        assert "gadget-" + SECRET in page and "hidden: you may not view testapp.gadget" not in page, name
+    assert HIDDEN in _listed(gadgets)  # nor does change_gadget show a profile's

@@ -12,6 +12,7 @@ import re
 import shlex
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import django_rq
 import psycopg
@@ -142,6 +143,67 @@ def test_a_tenants_request_is_applied_on_its_database_by_its_task():
     assert (report.due, report.enqueued) == (1, 1)
     assert ProcessedRequest.objects.using("tenant").get(pk=lost.pk).status == "applied"
     assert not Profile.objects.using("tenant").get(pk=away.pk).active
+
+
+def run_task(task: DBTaskResult) -> None:
+    """Run one task row as a ``db_worker`` does (claim, run, record the result), in this process."""
+    from django_tasks_db.management.commands.db_worker import Worker
+
+    worker = Worker(
+        queue_names=["*"],
+        interval=0,
+        batch=True,
+        backend_name="db",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="test",
+        excluded_queue_names=[],
+    )
+    task.claim(worker.worker_id)
+    worker.run_task(task)
+    task.refresh_from_db()
+    assert task.status == "SUCCESSFUL", task.traceback
+
+
+@DATABASE
+@pytest.mark.django_db(databases=["default", "tenant"])
+@pytest.mark.parametrize("first", ["tenant", "default"])
+def test_a_waiting_task_of_one_database_holds_no_request_of_another(django_capture_on_commit_callbacks, first):
+    """The record's key (content type id and primary key) is the same in both databases: a task waiting
+    for one database's record is not the task of the other's. Each request gets a task of its own, which
+    applies it on its own database; a second request of either database then finds its own task waiting."""
+    other = "default" if first == "tenant" else "tenant"
+    home = Profile.objects.using("default").create(name="home", active=False)
+    Profile.objects.using("tenant").create(pk=home.pk, name="away", active=False)
+    types = {alias: ContentType.objects.db_manager(alias).get_for_model(Profile).pk for alias in (first, other)}
+    assert types[first] == types[other]  # one key in both: the case where they could be confused
+
+    def enqueue(using: str, **changes: Any) -> ProcessedRequest:
+        with django_capture_on_commit_callbacks(using=using, execute=True):
+            return enqueue_update(Profile, home.pk, using=using, **changes)
+
+    waiting = enqueue(first, active=True)
+    assert len(apply_tasks()) == 1
+    request = enqueue(other, newsletter=True)
+    tasks = {task.args_kwargs["kwargs"]["using"]: task for task in apply_tasks()}
+    assert tasks.keys() == {first, other}, "the request of the other database got no task"
+    assert tasks[first].args_kwargs["args"] == [str(waiting.request_id)]
+    assert tasks[other].args_kwargs["args"] == [str(request.request_id)]
+    assert {task.args_kwargs["kwargs"]["record"] for task in tasks.values()} == {f"{types[first]}:{home.pk}"}
+    enqueue(first, name=f"{first} again")  # each finds its own task waiting
+    enqueue(other, name=f"{other} again")
+    assert len(apply_tasks()) == 2
+    for task in tasks.values():
+        run_task(task)
+    fields = ("name", "active", "newsletter")
+    assert Profile.objects.using(first).values(*fields).get(pk=home.pk) == dict(
+        zip(fields, (f"{first} again", True, False), strict=True)
+    )
+    assert Profile.objects.using(other).values(*fields).get(pk=home.pk) == dict(
+        zip(fields, (f"{other} again", False, True), strict=True)
+    )
+    assert set(ProcessedRequest.objects.using(first).values_list("status", flat=True)) == {"applied"}
+    assert set(ProcessedRequest.objects.using(other).values_list("status", flat=True)) == {"applied"}
 
 
 def _attempt(request: ProcessedRequest, number: int) -> taskqueue.Attempt:

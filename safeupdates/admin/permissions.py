@@ -43,12 +43,14 @@ MODEL_GONE_HIDDEN = "hidden: the model of this request is gone"
 
 
 def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
-    """Whether the viewer may view ``model`` in the admin: its ``ModelAdmin`` says; a model without one, by
-    its view permission (a superuser has them all)."""
+    """Whether the viewer may view ``model`` in the admin: its ``ModelAdmin`` says; a model without one, as
+    Django's admin would: by its view or its change permission (a superuser has them all)."""
     if site.is_registered(model):
         return bool(site.get_model_admin(model).has_view_permission(request))
     user: Any = request.user
-    return bool(user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}"))
+    return any(
+        user.has_perm(f"{model._meta.app_label}.{action}_{model._meta.model_name}") for action in ("view", "change")
+    )
 
 
 def may_view_recordless(request: HttpRequest) -> bool:

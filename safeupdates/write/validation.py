@@ -520,8 +520,10 @@ def object_id_of(model: type[models.Model], pk: Any) -> str:
 #: The deepest nesting of a JSON value accepted (arrays and objects): a deeper value is refused, as the
 #: JSON decoders that read it back (Python's, bounded by its recursion limit) may not take it.
 MAX_JSON_DEPTH = 100
-#: A DurationField holds a bigint of microseconds on every database but PostgreSQL (portable, as ints).
+#: A DurationField holds a bigint of microseconds on every database but PostgreSQL (portable, as ints):
+#: from -2**63 to 2**63 - 1.
 _DURATION_LIMIT = 2**63 - 1
+_DURATION_LEAST = -(2**63)
 #: An escaped NUL in JSON text: ``\u0000`` after an even number of backslashes (an odd one is a literal ``\``).
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -813,8 +815,10 @@ def _check_time(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
 
 
 def _check_duration(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
-    if isinstance(value, timedelta) and abs(value // timedelta(microseconds=1)) > _DURATION_LIMIT:
-        raise InvalidUpdate(f"{what} is too long: a duration column holds at most {_DURATION_LIMIT} microseconds.")
+    if isinstance(value, timedelta) and not _DURATION_LEAST <= value // timedelta(microseconds=1) <= _DURATION_LIMIT:
+        raise InvalidUpdate(
+            f"{what} is out of range: a duration column holds {_DURATION_LEAST} to {_DURATION_LIMIT} microseconds."
+        )
     return value
 
 
