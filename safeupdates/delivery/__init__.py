@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.core.checks import CheckMessage
 from django.core.exceptions import ImproperlyConfigured
@@ -315,10 +315,3 @@ def take_waiting(records: Sequence[tuple[int, str]], using: str) -> list[bool]:
 def health() -> list[QueueHealth]:
     """What the backend tells of its queues (see :meth:`Backend.health`)."""
     return backend().health()
-
-
-def __getattr__(name: str) -> Any:
-    # Names of the old module safeupdates.delivery that moved (Attempt, running(attempt) ...): deprecated here.
-    from safeupdates.deprecation import moved
-
-    return moved(__name__, name)
