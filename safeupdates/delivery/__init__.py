@@ -47,6 +47,7 @@ __all__ = [
     "queue_name",
     "redeliver",
     "relay_queue",
+    "retry_delay",
     "running_job",
     "take_waiting",
     "will_retry",
@@ -299,6 +300,15 @@ def will_retry(request_id: uuid.UUID) -> bool:
     """True if the running job of ``request_id`` will run again should it fail now (see
     :meth:`Backend.will_retry`): the request then stays ``pending``."""
     return backend().will_retry(request_id)
+
+
+def retry_delay(number: int) -> float:
+    """Seconds before retry ``number`` (0 for the first) of a backend that retries by itself (Celery,
+    Tasks): ``SAFEUPDATES_RETRY``'s ``interval``, its last entry for every later retry."""
+    interval = conf.retry().get("interval", 0)
+    if isinstance(interval, list | tuple):
+        return float(interval[min(number, len(interval) - 1)]) if interval else 0.0
+    return float(interval)
 
 
 def fail_without_retry() -> None:

@@ -36,7 +36,7 @@ from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
 from safeupdates.database.registry import request_log
-from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
+from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 try:  # Django 6.0+
@@ -273,14 +273,6 @@ def deliver(
         kwargs["trace"] = trace
     result = apply_update.using(**options).enqueue(str(request_id), **kwargs)
     return result, ENQUEUED
-
-
-def retry_delay(number: int) -> float:
-    """Seconds before retry ``number`` (0 for the first), from ``SAFEUPDATES_RETRY``'s ``interval``."""
-    interval = conf.retry().get("interval", 0)
-    if isinstance(interval, list | tuple):
-        return float(interval[min(number, len(interval) - 1)]) if interval else 0.0
-    return float(interval)
 
 
 def will_retry(request_id: uuid.UUID) -> bool:
