@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from safeupdates import deprecation
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "aenqueue_update", "enqueue_update", "replay"]
@@ -23,14 +21,9 @@ _LAZY = {
 }
 
 
-# The old modules that the wings replaced (safeupdates.queues ...) stay importable, with a warning.
-deprecation.install()
-
-
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         from importlib import import_module
 
         return getattr(import_module(_LAZY[name]), name)
-    # The job tools (fan_out, enqueue, idempotent) moved to safeupdates.contrib: deprecated names here.
-    return deprecation.moved(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -693,10 +693,3 @@ def target_of(record: ProcessedRequest, using: str) -> Target | None:
     except Exception:  # a corrupt object id: the signal carries it as stored
         pk = record.object_id
     return Target(model, pk, using)
-
-
-def __getattr__(name: str) -> Any:
-    # newest_per_field moved to safeupdates.write.merge: a deprecated name here.
-    from safeupdates.deprecation import moved
-
-    return moved(__name__, name)

@@ -176,11 +176,3 @@ class VersionCounter(models.Model):
 
     def __str__(self) -> str:
         return str(self.value)
-
-
-def __getattr__(name: str) -> Any:
-    # Batch and BatchStatus moved to the app safeupdates.contrib.batches: deprecated names here,
-    # resolved on use, so that the core loads without that app.
-    from safeupdates.deprecation import moved
-
-    return moved(__name__, name)

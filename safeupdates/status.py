@@ -12,7 +12,6 @@ is what makes either call the system unhealthy.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,7 +24,6 @@ from django.db.models.functions import Now
 from safeupdates import conf, delivery
 from safeupdates.database.clock import database_now, older_than
 from safeupdates.database.registry import model_of
-from safeupdates.deprecation import REMOVED_IN
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
 from safeupdates.models import ProcessedRequest, RequestKind
@@ -90,16 +88,6 @@ class Status:
     #: seconds): waiting for the relay, whose next pass delivers them again (their job may be lost).
     relay_due: int = 0
     relay_after: int = 0
-
-    @property
-    def redis_error(self) -> str:
-        """Deprecated (removed in 0.3.0): :attr:`backend_error`, its name from before Celery and Tasks."""
-        warnings.warn(
-            f"Status.redis_error is deprecated: use Status.backend_error (removed in {REMOVED_IN}).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.backend_error
 
     @property
     def pending(self) -> int:
@@ -177,7 +165,6 @@ class Status:
         for state, entry in zip(self.queues, data["queues"], strict=True):
             entry["scheduler_gone"] = state.scheduler_gone
         data["warnings"] = self.warnings()
-        data["redis_error"] = self.backend_error  # its old name, for scripts that read it (until 0.3.0)
         return data
 
 

@@ -22,7 +22,6 @@ __all__ = [
     "TRACE_META_KEY",
     "RequestIdFilter",
     "continue_trace",
-    "current_request_id",
     "enqueue_span",
     "job_context",
 ]
@@ -32,11 +31,6 @@ TRACE_META_KEY = "safeupdates_trace"
 
 _TRACER = "safeupdates"
 _request_id: ContextVar[str | None] = ContextVar("safeupdates_request_id", default=None)
-
-
-def current_request_id() -> str | None:
-    """The request id of the apply job this code runs in, or None."""
-    return _request_id.get()
 
 
 class RequestIdFilter(logging.Filter):

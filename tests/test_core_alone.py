@@ -22,7 +22,6 @@ class Thing(SafeUpdateModel):
 DRIVE = """
 import importlib
 import sys
-import warnings
 from pathlib import Path
 
 
@@ -42,7 +41,6 @@ import django
 django.setup()
 import django_rq
 from django.apps import apps
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 import safeupdates
@@ -66,31 +64,18 @@ request.refresh_from_db()
 assert request.status == "applied", request.status
 assert relay_steps == []  # no batches: nothing registered
 
-# Every module of the core imports without loading contrib (the old import paths included).
+# Every module of the core imports without loading contrib.
 package = Path(safeupdates.__file__).parent
 core = [
     ".".join(("safeupdates", *path.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
     for path in sorted(package.rglob("*.py"))
     if "contrib" not in path.relative_to(package).parts
 ]
-from safeupdates.deprecation import MOVED_MODULES
-
-core += sorted(MOVED_MODULES)  # the old modules, made on import: no file of their own
 for name in core:
     importlib.import_module(name)
-assert "safeupdates.batches" in core and "safeupdates.management.commands.safeupdates_relay" in core
+assert "safeupdates.delivery.rq" in core and "safeupdates.management.commands.safeupdates_relay" in core
 loaded = sorted(name for name in sys.modules if name.startswith("safeupdates.contrib"))
 assert not loaded, loaded
-
-# An old name of a job tool leads to the tool's app, which is missing.
-warnings.simplefilter("ignore", DeprecationWarning)
-try:
-    safeupdates.fan_out
-except ImproperlyConfigured as exc:
-    message = str(exc)
-assert message == (
-    "fan_out() needs the app 'safeupdates.contrib.batches': add it to INSTALLED_APPS and run migrate."
-), message
 print("core alone: ok")
 """
 

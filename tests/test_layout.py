@@ -141,9 +141,6 @@ def test_no_sql_outside_the_statements_module():
     assert not offenders, "\n".join(offenders)
 
 
-#: The one core module that may name modules of safeupdates.contrib: the deprecated old import paths,
-#: resolved by name on use (so importing the core loads nothing of contrib), removed in 0.3.0.
-CONTRIB_ALIASES = "safeupdates.deprecation"
 CONTRIB = re.compile(r"\bsafeupdates\.contrib\b")
 
 
@@ -197,16 +194,11 @@ def test_the_contrib_rule_finds_every_way_in():
 
 def test_the_core_never_imports_contrib():
     """The core write path can be adopted without the job tools: nothing outside ``safeupdates/contrib/``
-    imports them (tests/test_core_alone.py checks the same at run time, in a project without them)."""
+    imports them or names them (tests/test_core_alone.py checks the same at run time, in a project without
+    them)."""
     core = {name: tree for name, tree in modules().items() if not CONTRIB.match(name)}
     assert "safeupdates.jobs" in core
-    assert CONTRIB_ALIASES in core and contrib_references(core[CONTRIB_ALIASES], CONTRIB_ALIASES)
-    offenders = [
-        reference
-        for name, tree in core.items()
-        if name != CONTRIB_ALIASES
-        for reference in contrib_references(tree, name)
-    ]
+    offenders = [reference for name, tree in core.items() for reference in contrib_references(tree, name)]
     assert not offenders, "\n".join(offenders)
 
 

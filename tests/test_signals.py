@@ -467,7 +467,9 @@ def test_with_workers(workers, redis, refusing_trigger):
     # 300 requests, one job, one transaction: every signal of the burst names that job.
     assert len({e["job_id"] for e in outcomes if e["pk"] == burst.pk}) == 1
     assert Profile.objects.get(pk=burst.pk).score == 299
-    # The receiver that raised for every applied request failed no job.
+    # The receiver that raised for every applied request failed no job. The failing record's job is RQ's
+    # to record as failed, after it raised: after the request's row and its signal, which the waits saw.
+    assert wait_until(lambda: django_rq_failed() >= 1, 30), workers.logs()
     assert django_rq_failed() == 1  # the failing record's job only
 
 

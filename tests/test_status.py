@@ -131,15 +131,12 @@ class TestCommand:
 
     def test_the_backends_error_is_named_for_any_backend(self, redis):
         """``backend_error`` (JSON and attribute) says why the delivery backend could not be asked, whichever it
-        is; ``redis_error``, its name before Celery and Tasks, stays until 0.3.0 with a DeprecationWarning."""
+        is."""
         with override_settings(RQ_QUEUES={"default": {"URL": "redis://127.0.0.1:1/0"}}):
             data = json.loads(run_status("--json")[1])
             snapshot = status.collect()
         assert data["backend_error"].startswith("Redis unreachable at redis://127.0.0.1:1/0 (Error 111 ")
-        assert data["redis_error"] == data["backend_error"]  # the old key, for scripts that read it
         assert snapshot.backend_error.startswith("Redis unreachable at redis://127.0.0.1:1/0")
-        with pytest.warns(DeprecationWarning, match=r"Status\.redis_error is deprecated: use Status\.backend_error"):
-            assert snapshot.redis_error == snapshot.backend_error
         assert status.collect().backend_error == ""
 
     @pytest.mark.parametrize(("option", "value"), [("--max-age", "nan"), ("--max-age", "-1"), ("--max-failed", "-1")])

@@ -327,7 +327,7 @@ def test_on_celery_a_transient_failure_is_retried_by_deferred_tasks_until_the_re
         time.sleep(1.5)  # a retry that should not come would be received meanwhile
         logs = workers.logs()
     assert log.values_list("status", "attempts").get() == ("failed", 3)
-    assert logs.count("Task safeupdates.taskqueue.apply_update[") >= 3
+    assert logs.count("Task safeupdates.delivery.tasks.apply_update[") >= 3
     assert logs.count(" received") == 3, logs
 
 

@@ -43,6 +43,7 @@ from safeupdates.admin.status import StatusPageMixin
 from safeupdates.database.cursors import fetch_one
 from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
+from safeupdates.text import shorten
 
 __all__ = [
     "ProcessedRequestAdmin",
@@ -165,7 +166,7 @@ class RequestLogChangeList(ChangeList):
 
 def _short(changes: Any, limit: int = 60) -> str:
     text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    return shorten(text, limit)
 
 
 @admin.register(ProcessedRequest)

@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.core.checks import CheckMessage
 from django.core.exceptions import ImproperlyConfigured
@@ -47,6 +47,7 @@ __all__ = [
     "queue_name",
     "redeliver",
     "relay_queue",
+    "retry_delay",
     "running_job",
     "take_waiting",
     "will_retry",
@@ -301,6 +302,15 @@ def will_retry(request_id: uuid.UUID) -> bool:
     return backend().will_retry(request_id)
 
 
+def retry_delay(number: int) -> float:
+    """Seconds before retry ``number`` (0 for the first) of a backend that retries by itself (Celery,
+    Tasks): ``SAFEUPDATES_RETRY``'s ``interval``, its last entry for every later retry."""
+    interval = conf.retry().get("interval", 0)
+    if isinstance(interval, list | tuple):
+        return float(interval[min(number, len(interval) - 1)]) if interval else 0.0
+    return float(interval)
+
+
 def fail_without_retry() -> None:
     """Make the running job fail now, without retries (see :meth:`Backend.fail_without_retry`)."""
     backend().fail_without_retry()
@@ -315,10 +325,3 @@ def take_waiting(records: Sequence[tuple[int, str]], using: str) -> list[bool]:
 def health() -> list[QueueHealth]:
     """What the backend tells of its queues (see :meth:`Backend.health`)."""
     return backend().health()
-
-
-def __getattr__(name: str) -> Any:
-    # Names of the old module safeupdates.delivery that moved (Attempt, running(attempt) ...): deprecated here.
-    from safeupdates.deprecation import moved
-
-    return moved(__name__, name)

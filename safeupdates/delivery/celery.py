@@ -56,7 +56,7 @@ from django.utils.module_loading import import_string
 from safeupdates import conf, tracing
 from safeupdates.database.errors import is_transient
 from safeupdates.database.registry import request_log
-from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
+from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 __all__ = [
@@ -98,14 +98,6 @@ def default_queue() -> str:
     ``SAFEUPDATES_QUEUE`` where set (:func:`safeupdates.conf.celery_queue`), else the app's
     ``task_default_queue``, which a worker started without ``-Q`` consumes."""
     return conf.celery_queue() or str(celery_app().conf.task_default_queue)
-
-
-def retry_delay(number: int) -> float:
-    """Seconds before retry ``number`` (0 for the first), from ``SAFEUPDATES_RETRY``'s ``interval``."""
-    interval = conf.retry().get("interval", 0)
-    if isinstance(interval, list | tuple):
-        return float(interval[min(number, len(interval) - 1)]) if interval else 0.0
-    return float(interval)
 
 
 def max_retries() -> int:

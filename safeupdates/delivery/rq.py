@@ -40,8 +40,6 @@ __all__ = [
     "APPLY_UPDATE",
     "RQBackend",
     "current_job_id",
-    "current_job_meta",
-    "current_queue_name",
     "deliver",
     "deliver_with_outcome",
     "dotted_path",
@@ -474,12 +472,6 @@ def current_job_id() -> str | None:
     return None if job is None else str(job.id)
 
 
-def current_queue_name() -> str | None:
-    """The queue of the RQ job this code runs in, or None outside a job."""
-    job = get_current_job()
-    return None if job is None else str(job.origin)
-
-
 # Takes waiting apply jobs (ARGV: job ids) off the queue (KEYS[1]) at once, against a worker's dequeue:
 # a job id still in the queue's list is removed and its hash (KEYS[i + 1]) deleted, so that the record's
 # next request enqueues a job anew; a job a worker has already taken is left alone. Returns 1 for each
@@ -520,12 +512,6 @@ def take_waiting(records: Sequence[tuple[int, str]], using: str = DEFAULT_DB_ALI
     keys = [Queue(str(job.origin), connection=connection).key, *(type(job).key_for(one) for one in ids)]
     taken = script(keys=keys, args=ids)
     return [bool(taken[2 * i] or taken[2 * i + 1]) for i in range(len(records))]
-
-
-def current_job_meta(key: str) -> Any:
-    """Entry ``key`` of the running RQ job's meta (None outside a job, or if it has none)."""
-    job = get_current_job()
-    return None if job is None else job.meta.get(key)
 
 
 def queue_states(names: list[str]) -> list[QueueHealth]:

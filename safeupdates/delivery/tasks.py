@@ -36,7 +36,7 @@ from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
 from safeupdates.database.registry import request_log
-from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
+from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 try:  # Django 6.0+
@@ -63,9 +63,8 @@ __all__ = [
 
 logger = logging.getLogger("safeupdates")
 
-#: The apply task, by the dotted path under which workers import it: a wire path (stored and queued tasks
-#: name it), so it stays what it was when the task was declared in ``safeupdates/taskqueue.py``.
-APPLY_TASK = "safeupdates.taskqueue.apply_update"
+#: The apply task, by the dotted path under which workers import it (stored and queued tasks name it).
+APPLY_TASK = "safeupdates.delivery.tasks.apply_update"
 
 #: What a delivery did: enqueued a task, or found the record's task waiting.
 ENQUEUED, WAITING = "enqueued", "waiting"
@@ -111,7 +110,8 @@ def _import_queue() -> str:
     return name if not allowed or name in allowed else sorted(allowed)[0]
 
 
-def _apply_update(
+@task(takes_context=True, backend=conf.task_backend(), queue_name=_import_queue())  # type: ignore[untyped-decorator,misc,unused-ignore]
+def apply_update(
     context: Any,
     request_id: str,
     record: str = "",
@@ -132,14 +132,6 @@ def _apply_update(
         tracing.continue_trace(trace),
     ):
         return str(apply(request_id, using=using))
-
-
-# The task's own module path is its wire path (APPLY_TASK), where stored and queued tasks find it.
-_apply_update.__module__, _apply_update.__name__, _apply_update.__qualname__ = (
-    APPLY_TASK.rsplit(".", 1)[0],
-    *(APPLY_TASK.rsplit(".", 1)[1],) * 2,
-)
-apply_update = task(takes_context=True, backend=conf.task_backend(), queue_name=_import_queue())(_apply_update)  # type: ignore[untyped-decorator,misc,unused-ignore]
 
 
 def backend() -> Any:
@@ -281,14 +273,6 @@ def deliver(
         kwargs["trace"] = trace
     result = apply_update.using(**options).enqueue(str(request_id), **kwargs)
     return result, ENQUEUED
-
-
-def retry_delay(number: int) -> float:
-    """Seconds before retry ``number`` (0 for the first), from ``SAFEUPDATES_RETRY``'s ``interval``."""
-    interval = conf.retry().get("interval", 0)
-    if isinstance(interval, list | tuple):
-        return float(interval[min(number, len(interval) - 1)]) if interval else 0.0
-    return float(interval)
 
 
 def will_retry(request_id: uuid.UUID) -> bool:

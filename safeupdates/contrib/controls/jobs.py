@@ -45,6 +45,7 @@ from safeupdates import conf
 from safeupdates.contrib import require_app
 from safeupdates.delivery.rq import dotted_path, get_queue
 from safeupdates.exceptions import InvalidControl
+from safeupdates.text import shorten
 from safeupdates.write.validation import has_lone_surrogate, shown
 
 if TYPE_CHECKING:
@@ -283,8 +284,7 @@ def _redis_key(kind: str, key: str) -> str:
 
 def _describe(path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     arguments = [repr(arg) for arg in args] + [f"{name}={value!r}" for name, value in kwargs.items()]
-    text = f"{path}({', '.join(arguments)})"
-    return text if len(text) <= 200 else text[:199] + "…"
+    return shorten(f"{path}({', '.join(arguments)})", 200)
 
 
 def _enqueue_unique(queue: Queue, job: Job, pointer: str, unique_key: str) -> Job | None:
