@@ -136,6 +136,7 @@ def test_a_write_between_the_check_and_the_save_is_refused_by_save(admin_client:
     assert len(ran) == 1
     assert response.status_code == 200
     assert f"Active: you saw False, now True (request {rid} at" in text(response)
+    assert response.context["adminform"].form.safeupdates_conflict.fields == ["active"]  # not the name
     assert row(profile)[:2] == ("a", True)
 
 
@@ -153,6 +154,7 @@ def test_a_list_editable_row_written_after_its_check_is_refused_by_save(
     assert len(ran) == 1
     assert response.status_code == 200
     assert f"Active: you saw False, now True (request {rid} at" in text(response)
+    assert "Score: " not in text(response)  # changed, but not written since: not the conflict
     assert row(profile)[1:4] == (True, False, 0)
 
 
