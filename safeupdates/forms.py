@@ -169,8 +169,9 @@ class SafeUpdateFormMixin(forms.Form):
                     check_saved(instance, (name,))
                 except InvalidUpdate as exc:
                     self.add_error(name if name in self.fields else None, ValidationError(str(exc), code="invalid"))
-        if self._safeupdates_pending is not None:
-            self._safeupdates_check(instance, loaded, *self._safeupdates_pending)
+        pending = getattr(self, "_safeupdates_pending", None)  # set by clean() for a record to check
+        if pending is not None:
+            self._safeupdates_check(instance, loaded, *pending)
 
     def _safeupdates_check(
         self,
