@@ -40,6 +40,22 @@ class RacedProfileUpdate(ProfileUpdate):
         return super().form_valid(form)
 
 
+class RacedNameProfileUpdate(ProfileUpdate):
+    """Someone else renames the record after the form's check, before its save."""
+
+    def form_valid(self, form: ProfileForm) -> HttpResponse:
+        Profile.objects.update_if_newer(form.instance.pk, version=next_version(), name="theirs")
+        return super().form_valid(form)
+
+
+class StampingProfileUpdate(ProfileUpdate):
+    """Sets a field its form does not show before the save (as an admin's save_model() may)."""
+
+    def form_valid(self, form: ProfileForm) -> HttpResponse:
+        form.instance.note = f"stamped {form.cleaned_data['score']}"
+        return super().form_valid(form)
+
+
 class NotingProfileUpdate(ProfileUpdate):
     """Sets a field its form does not show (a note of its own) before the save: one no column can hold."""
 
@@ -52,4 +68,6 @@ urlpatterns = [
     path("noting/<int:pk>/", NotingProfileUpdate.as_view(), name="profile-noting"),
     path("profiles/<int:pk>/", ProfileUpdate.as_view(), name="profile-update"),
     path("raced/<int:pk>/", RacedProfileUpdate.as_view(), name="profile-raced"),
+    path("raced-name/<int:pk>/", RacedNameProfileUpdate.as_view(), name="profile-raced-name"),
+    path("stamping/<int:pk>/", StampingProfileUpdate.as_view(), name="profile-stamping"),
 ]

@@ -59,7 +59,8 @@ def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_
     rid = queued_update(profile, active=True, score=3)  # lands while the form is open
     before = row(profile)
 
-    data.update(name="anna", newsletter="on")  # the person's edit; "active" still unticked, as seen
+    # The person's edit: active and score, which the request changed since, and name and newsletter.
+    data.update(name="anna", newsletter="on", active="on", score="4")
     response = admin_client.post(change_url(profile), data)
 
     assert response.status_code == 200
@@ -71,6 +72,7 @@ def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_
     assert html.count(f"Active: you saw False, now True (request {rid} at") == 1
     assert html.count("Score: now 3 (request") == 1
     assert "Active" not in message and "Score" not in message
+    assert "Name: now" not in html and "Newsletter: " not in html  # not written since: no conflict
     assert 'id="safeupdates-conflicts"' in html
     assert reverse("admin:safeupdates_processedrequest_change", args=[ProcessedRequest.objects.get().pk]) in html
     assert 'id="safeupdates-reload"' in html and f'href="{change_url(profile)}"' in html
@@ -82,20 +84,34 @@ def test_a_stale_change_form_is_refused_and_shown_again_with_what_changed(admin_
     assert admin_client.post(change_url(profile), data).status_code == 200
     assert row(profile) == before
     fresh = change_form(admin_client, profile)
-    fresh.update(name="anna")
+    fresh.update(name="anna", score="4")
     assert admin_client.post(change_url(profile), fresh).status_code == 302
-    assert row(profile)[:4] == ("anna", True, False, 3)
+    assert row(profile)[:4] == ("anna", True, False, 4)
 
 
-def test_a_write_to_a_field_not_on_the_form_refuses_it_too(admin_client: Client) -> None:
-    # A full save would write the form's old copy of every field: the row moved, so it is refused.
+def test_a_write_to_a_field_not_on_the_form_is_kept_beside_the_edit(admin_client: Client) -> None:
+    # The save writes only the field the person changed, never the form's old copy of the others.
     profile = ProfileFactory()
     data = change_form(admin_client, profile)
-    Profile.objects.filter(pk=profile.pk).update(lock_version=next_version())  # a write the form did not show
+    queued_update(profile, dark_mode=True)  # a field the form does not show
     response = admin_client.post(change_url(profile), {**data, "name": "x"})
+    assert response.status_code == 302
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.dark_mode) == ("x", True)
+
+
+def test_a_full_save_since_the_page_was_shown_refuses_any_edit(admin_client: Client) -> None:
+    # A save of the whole row wrote every field: the edit overlaps it, whatever field it changes.
+    profile = ProfileFactory(name="a")
+    data = change_form(admin_client, profile)
+    saved = Profile.objects.get(pk=profile.pk)
+    saved.dark_mode = True
+    saved.save()
+    response = admin_client.post(change_url(profile), {**data, "score": "3"})
     assert response.status_code == 200
-    assert "no field you saw differs" in text(response)
-    assert Profile.objects.get(pk=profile.pk).name == profile.name
+    assert response.context["adminform"].form.safeupdates_conflict.fields == ["score"]
+    assert "Score: now 0 (a direct save)" in text(response)
+    assert Profile.objects.get(pk=profile.pk).score == 0
 
 
 def test_a_forged_or_missing_token_is_refused(admin_client: Client) -> None:
@@ -116,10 +132,11 @@ def test_a_write_between_the_check_and_the_save_is_refused_by_save(admin_client:
     data = change_form(admin_client, profile)
     rid = uuid.uuid4()
     with meanwhile(Profile, lambda instance: queued_and_closed(instance.pk, rid)) as ran:
-        response = admin_client.post(change_url(profile), {**data, "name": "b"})
+        response = admin_client.post(change_url(profile), {**data, "name": "b", "active": "on"})
     assert len(ran) == 1
     assert response.status_code == 200
     assert f"Active: you saw False, now True (request {rid} at" in text(response)
+    assert response.context["adminform"].form.safeupdates_conflict.fields == ["active"]  # not the name
     assert row(profile)[:2] == ("a", True)
 
 
@@ -131,10 +148,13 @@ def test_a_list_editable_row_written_after_its_check_is_refused_by_save(
     data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
     rid = uuid.uuid4()
     with meanwhile(Profile, lambda instance: queued_and_closed(instance.pk, rid)) as ran:
-        response = admin_client.post(reverse(CHANGELIST), {**data, "form-0-score": "4", "_save": "Save"})
+        response = admin_client.post(
+            reverse(CHANGELIST), {**data, "form-0-score": "4", "form-0-active": "on", "_save": "Save"}
+        )
     assert len(ran) == 1
     assert response.status_code == 200
     assert f"Active: you saw False, now True (request {rid} at" in text(response)
+    assert "Score: " not in text(response)  # changed, but not written since: not the conflict
     assert row(profile)[1:4] == (True, False, 0)
 
 
@@ -215,6 +235,7 @@ def test_a_stale_list_editable_row_is_refused(admin_client: Client) -> None:
     rid = queued_update(stale, active=True)
     prefix = {str(data[f"form-{i}-id"]): f"form-{i}" for i in range(2)}
     data[f"{prefix[str(stale.pk)]}-score"] = "7"
+    data[f"{prefix[str(stale.pk)]}-active"] = "on"  # the field the request changed since
     data[f"{prefix[str(fine.pk)]}-score"] = "8"
     before = row(stale), row(fine)
 
@@ -230,10 +251,12 @@ def test_a_row_changed_by_someone_else_but_not_edited_saves_nothing_over_it(admi
     profile, other = ProfileFactory(name="s"), ProfileFactory(name="f")
     data = form_data(admin_client.get(reverse(CHANGELIST)).content, "changelist-form")
     queued_update(profile, active=True)  # not edited in the list, but its form now differs from the row
+    version = row(profile)[4]
     response = admin_client.post(reverse(CHANGELIST), {**data, "_save": "Save"})
-    # The plain admin would save active=False (the old value) over it; here it is refused.
-    assert response.status_code == 200
-    assert Profile.objects.get(pk=profile.pk).active is True
+    # The plain admin would save active=False (the old value) over it; here the person changed nothing
+    # of it (against what they were shown): nothing is written, and it is no conflict.
+    assert response.status_code == 302
+    assert row(profile)[1:] == (True, False, 0, version)
     assert row(other)[:4] == ("f", False, False, 0)
 
 
@@ -487,7 +510,7 @@ def test_the_change_and_delete_pages_of_files_bytes_and_custom_types(admin_clien
     moved = Attachment.objects.get(pk=attachment.pk)
     moved.spot = Point(3, 4)
     moved.save()
-    response = admin_client.post(change, {**data, "title": "u", "spot": "1,2"})
+    response = admin_client.post(change, {**data, "title": "u", "spot": "7,8"})
     assert response.status_code == 200
     assert "Spot: now 3,4 (a direct save)" in text(response)
     assert Attachment.objects.get(pk=attachment.pk).title == "t"
@@ -652,7 +675,7 @@ def test_changed_by_names_a_direct_save_not_an_older_request_with_the_same_value
         saved = Profile.objects.get(pk=profile.pk)
         saved.active = value
         saved.save()
-    response = admin_client.post(change_url(profile), {**data, "name": "x"})
+    response = admin_client.post(change_url(profile), {**{k: v for k, v in data.items() if k != "active"}, "name": "x"})
     assert response.status_code == 200
     html = text(response)
     assert "Active: you saw True, now False (a direct save)" in html

@@ -68,17 +68,18 @@ def test_the_form_and_update_view_example(example: None, client: Any) -> None:
     assert "safeupdates_token" in str(ProfileForm(instance=profile))
 
     url = f"/profile/{profile.pk}/"
-    seen = {**form_data(client.get(url).content), "newsletter": "on"}
+    seen = form_data(client.get(url).content)
     rid = uuid.uuid4()
     assert Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True).applied
 
-    refused = client.post(url, seen)  # the page was opened before the toggle landed
+    # The page was opened before the toggle landed: an edit of the field it changed is refused...
+    refused = client.post(url, {**seen, "active": "on", "newsletter": "on"})
     assert refused.status_code == 200
     form = refused.context["form"]
-    assert set(form.errors) == {"__all__", "active"} and form.safeupdates_conflict is not None
+    assert set(form.errors) == {"__all__", "active"} and form.safeupdates_conflict.fields == ["active"]
     assert (Profile.objects.get().active, Profile.objects.get().newsletter) == (True, False)
 
-    fresh = {**form_data(client.get(url).content), "newsletter": "on"}
-    saved = client.post(url, fresh)
+    # ... an edit of another field lands beside it.
+    saved = client.post(url, {**seen, "newsletter": "on"})
     assert saved.status_code == 302 and saved["Location"] == "/settings/"
     assert (Profile.objects.get().active, Profile.objects.get().newsletter) == (True, True)

@@ -81,9 +81,11 @@ def test_saving_a_form_opened_before_a_queued_update_is_refused(admin_user_clien
     apply_update(str(request.request_id))
 
     url = reverse("admin:toggles_profile_change", args=[profile.pk])
-    stale = admin_user_client.post(url, {**opened, "newsletter": "on"})
+    stale = admin_user_client.post(url, {**opened, "active": "on", "newsletter": "on"})  # active: the same field
     assert stale.status_code == 200
-    assert f"Active: you saw False, now True (request {request.request_id} at" in unescape(stale.content.decode())
+    page = unescape(stale.content.decode())
+    assert f"Active: you saw False, now True (request {request.request_id} at" in page
+    assert "Newsletter: " not in page  # not written since: no conflict
     profile.refresh_from_db()
     assert (profile.active, profile.newsletter) == (True, False)
 
@@ -91,6 +93,18 @@ def test_saving_a_form_opened_before_a_queued_update_is_refused(admin_user_clien
     assert fresh.status_code == 302
     profile.refresh_from_db()
     assert (profile.active, profile.newsletter) == (True, True)
+
+
+def test_saving_another_field_of_a_form_opened_before_a_queued_update_keeps_both(admin_user_client: Client) -> None:
+    profile = ProfileFactory()
+    opened = _opened(admin_user_client, profile)
+    request = enqueue_update(profile, active=True)
+    apply_update(str(request.request_id))
+
+    url = reverse("admin:toggles_profile_change", args=[profile.pk])
+    assert admin_user_client.post(url, {**opened, "newsletter": "on"}).status_code == 302
+    profile.refresh_from_db()
+    assert (profile.active, profile.newsletter) == (True, True)  # the toggle is not undone
 
 
 def test_request_log_is_filterable_by_status(admin_user_client: Client) -> None:

@@ -36,7 +36,8 @@ def test_a_stale_form_is_a_form_error_not_an_overwrite(client: Client) -> None:
     rid = uuid.uuid4()
     Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True, newsletter=True)
 
-    response = client.post(url(profile), {**data, "name": "b", "score": "2"})
+    # The person's edit: active too, which the request changed since (name and score it did not).
+    response = client.post(url(profile), {**data, "name": "b", "score": "2", "active": "on"})
     assert response.status_code == 200
     form = response.context["form"]
     assert form.safeupdates_conflict.fields == ["active"]
@@ -80,10 +81,10 @@ def test_the_form_saves_at_the_version_it_was_shown_with() -> None:
         {"name": "b", "score": 0, "safeupdates_token": token}, instance=Profile.objects.get(pk=profile.pk)
     )
     assert bound.is_valid()
-    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)  # after the check
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), name="c")  # after the check
     with pytest.raises(StaleObjectError):
         bound.save()
-    assert Profile.objects.get(pk=profile.pk).name == "a"
+    assert Profile.objects.get(pk=profile.pk).name == "c"
 
 
 def test_a_new_instance_given_its_row_by_refresh_from_db_is_checked_as_a_loaded_one() -> None:
@@ -95,13 +96,13 @@ def test_a_new_instance_given_its_row_by_refresh_from_db_is_checked_as_a_loaded_
     shown.refresh_from_db()
     token = ProfileForm(instance=shown).initial.get("safeupdates_token")
     assert token
-    Profile.objects.update_if_newer(profile.pk, version=next_version(), active=True)
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), name="c")
     posted = Profile(pk=profile.pk)
     posted.refresh_from_db()
     bound = ProfileForm({"name": "b", "score": 0, "safeupdates_token": token}, instance=posted)
     assert not bound.is_valid()
     assert "was changed by someone else" in bound.non_field_errors()[0]
-    assert Profile.objects.get(pk=profile.pk).name == "a"
+    assert Profile.objects.get(pk=profile.pk).name == "c"
 
 
 def test_a_copy_of_a_loaded_instance_under_a_new_key_is_a_new_object() -> None:
@@ -135,13 +136,21 @@ def test_the_mixin_is_a_declared_field_of_any_model_form() -> None:
 def test_a_write_between_the_check_and_the_save_is_a_form_error_too(client: Client) -> None:
     profile = ProfileFactory(name="a")
     data = form_data(client.get(url(profile)).content, "profile")
-    response = client.post(f"/raced/{profile.pk}/", {**data, "name": "b"})
+    response = client.post(f"/raced/{profile.pk}/", {**data, "name": "b", "active": "on"})
     assert response.status_code == 200
     form = response.context["form"]
     assert "Active: you saw False, now True" in form.errors["active"][0]
     assert "was changed by someone else" in form.non_field_errors()[0]
     fresh = Profile.objects.get(pk=profile.pk)
     assert (fresh.name, fresh.active) == ("a", True)
+
+
+def test_a_write_of_another_field_between_the_check_and_the_save_lands_beside_the_edit(client: Client) -> None:
+    profile = ProfileFactory(name="a")
+    data = form_data(client.get(url(profile)).content, "profile")
+    assert client.post(f"/raced/{profile.pk}/", {**data, "name": "b"}).status_code == 302
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.active) == ("b", True)
 
 
 def test_a_form_of_values_json_cannot_encode_renders_and_is_checked() -> None:
@@ -166,9 +175,9 @@ def test_a_form_of_values_json_cannot_encode_renders_and_is_checked() -> None:
     moved = Attachment.objects.get(pk=attachment.pk)
     moved.spot = Point(5, 6)
     moved.save()
-    stale = AttachmentForm(data, instance=Attachment.objects.get(pk=attachment.pk))
+    stale = AttachmentForm({**data, "spot": "7,8"}, instance=Attachment.objects.get(pk=attachment.pk))
     assert not stale.is_valid()
-    assert stale.safeupdates_conflict.fields == ["spot"]
+    assert "spot" in stale.safeupdates_conflict.fields  # a full save wrote every field, the title too
     assert stale.errors["spot"] == ["Spot: now 5,6 (a direct save)"]
 
 
@@ -214,3 +223,102 @@ def test_a_token_of_a_surface_that_shows_more_fields_tells_no_more_than_this_for
     assert "Score" in page  # a field this form shows
     assert "secret-7f3a" not in page and "Note" not in page
     assert Profile.objects.get().name == "a"
+
+
+# -- issue 53: edits of different fields never conflict ----------------------------------------------------
+
+
+def opened(profile: Profile) -> dict[str, str]:
+    """The form as a browser of its own (another person) posts it when Save is clicked."""
+    return form_data(Client().get(url(profile)).content, "profile")
+
+
+def test_two_people_editing_different_fields_both_save() -> None:
+    profile = ProfileFactory(name="first", score=1)
+    seen_by_ann, seen_by_bob = opened(profile), opened(profile)
+    assert Client().post(url(profile), {**seen_by_ann, "name": "renamed"}).status_code == 302
+
+    response = Client().post(url(profile), {**seen_by_bob, "score": "5"})
+
+    assert response.status_code == 302, response.content.decode()
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.score) == ("renamed", 5)
+
+
+def test_an_edit_of_a_field_someone_else_changed_is_a_form_error_naming_only_that_field() -> None:
+    profile = ProfileFactory(name="first", score=1)
+    seen_by_ann, seen_by_bob = opened(profile), opened(profile)
+    assert Client().post(url(profile), {**seen_by_ann, "name": "renamed", "score": "5"}).status_code == 302
+    before = Profile.objects.get(pk=profile.pk)
+
+    response = Client().post(url(profile), {**seen_by_bob, "score": "7", "active": "on"})
+
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert form.safeupdates_conflict.fields == ["score"]
+    assert set(form.errors) == {"__all__", "score"}
+    assert form.errors["score"] == ["Score: now 5 (a direct save)"]
+    assert "Name: now" not in unescape(response.content.decode())
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.score, fresh.active, fresh.lock_version) == ("renamed", 5, False, before.lock_version)
+
+
+def test_a_form_that_changes_nothing_writes_nothing_and_is_no_conflict() -> None:
+    profile = ProfileFactory(name="first")
+    seen_by_ann, seen_by_bob = opened(profile), opened(profile)
+    assert Client().post(url(profile), {**seen_by_ann, "name": "renamed"}).status_code == 302
+    version = Profile.objects.get(pk=profile.pk).lock_version
+
+    response = Client().post(url(profile), seen_by_bob)  # Bob's page still shows "first"
+
+    assert response.status_code == 302, response.content.decode()
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.lock_version) == ("renamed", version)
+
+
+def test_a_form_writes_only_the_fields_changed_and_the_save_signals_say_so() -> None:
+    from django.db.models.signals import post_save, pre_save
+
+    profile = ProfileFactory(name="first")
+    seen = opened(profile)
+    sent: list[tuple[str, object]] = []
+
+    def pre(sender: object, update_fields: object, **kwargs: object) -> None:
+        sent.append(("pre_save", update_fields))
+
+    def post(sender: object, update_fields: object, **kwargs: object) -> None:
+        sent.append(("post_save", update_fields))
+
+    pre_save.connect(pre, sender=Profile)
+    post_save.connect(post, sender=Profile)
+    try:
+        assert Client().post(url(profile), {**seen, "score": "3"}).status_code == 302
+    finally:
+        pre_save.disconnect(pre, sender=Profile)
+        post_save.disconnect(post, sender=Profile)
+    assert sent == [("pre_save", frozenset({"score"})), ("post_save", frozenset({"score"}))]
+
+
+def test_a_field_the_view_sets_before_the_save_is_written_too() -> None:
+    profile = ProfileFactory(name="first", note="")
+    seen_by_ann, seen_by_bob = opened(profile), opened(profile)
+    assert Client().post(f"/stamping/{profile.pk}/", {**seen_by_ann, "name": "renamed"}).status_code == 302
+    assert Profile.objects.get(pk=profile.pk).note == "stamped 0"
+
+    response = Client().post(f"/stamping/{profile.pk}/", {**seen_by_bob, "score": "4"})
+
+    assert response.status_code == 302, response.content.decode()
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.score, fresh.note) == ("renamed", 4, "stamped 4")
+
+
+def test_a_write_of_a_changed_field_between_the_check_and_the_save_is_a_form_error(client: Client) -> None:
+    profile = ProfileFactory(name="a", score=1)
+    data = form_data(client.get(url(profile)).content, "profile")
+    response = client.post(f"/raced-name/{profile.pk}/", {**data, "name": "b", "score": "2"})
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert form.safeupdates_conflict.fields == ["name"]
+    assert form.errors["name"] == ["Name: now 'theirs' (a direct save)"]
+    fresh = Profile.objects.get(pk=profile.pk)
+    assert (fresh.name, fresh.score) == ("theirs", 1)

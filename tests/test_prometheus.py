@@ -134,7 +134,8 @@ def test_stale_saves_by_surface_after_a_known_set_of_refusals(token_client, rf):
         Profile(pk=profile.pk).save()
     with pytest.raises(StaleObjectError):
         stale.delete()
-    assert not ProfileForm(data=shown, instance=Profile.objects.get(pk=profile.pk)).is_valid()
+    # An edit of a field the row's full save wrote since (a form that changes nothing is no conflict).
+    assert not ProfileForm(data={**shown, "name": "b"}, instance=Profile.objects.get(pk=profile.pk)).is_valid()
     request = rf.put(f"/profiles/{profile.pk}/", "{}", content_type="application/json", headers={"if_match": etag})
     assert http_urls.profile_view(request, pk=profile.pk).status_code == 412
     profile.save()  # accepted: not counted

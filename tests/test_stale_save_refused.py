@@ -189,7 +189,7 @@ class TestForm:
         profile = ProfileFactory(name="a")
         data = form_data(client.get(f"/profiles/{profile.pk}/").content, "profile")
         moved_on(profile)
-        assert client.post(f"/profiles/{profile.pk}/", {**data, "name": "b"}).status_code == 200
+        assert client.post(f"/profiles/{profile.pk}/", {**data, "name": "b", "active": "on"}).status_code == 200
         assert refused == [sent(Profile, profile.pk, profile.lock_version, self.FIELDS, "form")]
 
     def test_a_write_between_the_check_and_the_save_is_one_refusal(
@@ -198,15 +198,16 @@ class TestForm:
         """The save refuses it, and the form checked again says why: one signal."""
         profile = ProfileFactory(name="a")
         data = form_data(client.get(f"/raced/{profile.pk}/").content, "profile")
-        response = client.post(f"/raced/{profile.pk}/", {**data, "name": "b"})
+        response = client.post(f"/raced/{profile.pk}/", {**data, "name": "b", "active": "on"})
         assert response.status_code == 200 and "Active" in unescape(response.content.decode())
-        assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "form")]
+        # The save's refusal: it wrote only the fields the person changed.
+        assert refused == [sent(Profile, profile.pk, profile.lock_version, ("active", "name"), "form")]
 
     def test_a_receiver_that_raises_changes_nothing(self, client: Client, raising_receiver: None) -> None:
         profile = ProfileFactory(name="a")
         data = form_data(client.get(f"/profiles/{profile.pk}/").content, "profile")
         moved_on(profile)
-        response = client.post(f"/profiles/{profile.pk}/", {**data, "name": "b"})
+        response = client.post(f"/profiles/{profile.pk}/", {**data, "name": "b", "active": "on"})
         assert response.status_code == 200 and "Active" in unescape(response.content.decode())
         assert Profile.objects.get(pk=profile.pk).name == "a"
 
@@ -237,7 +238,7 @@ class TestAdmin:
         profile = ProfileFactory(name="a")
         data = {**form_data(admin_client.get(change_url(profile)).content, "profile_form"), "_save": "Save"}
         moved_on(profile)
-        assert admin_client.post(change_url(profile), {**data, "name": "b"}).status_code == 200
+        assert admin_client.post(change_url(profile), {**data, "name": "b", "active": "on"}).status_code == 200
         assert refused == [sent(Profile, profile.pk, profile.lock_version, ADMIN_FIELDS, "admin")]
 
     def test_a_stale_inline_row(self, admin_client: Client, refused: list[dict[str, Any]]) -> None:
@@ -257,6 +258,7 @@ class TestAdmin:
         prefix = {data[f"form-{i}-id"]: f"form-{i}" for i in range(3)}
         for profile in (first, second, fine):
             data[f"{prefix[str(profile.pk)]}-score"] = "7"
+            data[f"{prefix[str(profile.pk)]}-active"] = "on"  # the field moved_on() wrote
         assert admin_client.post(reverse(CHANGELIST), {**data, "_save": "Save"}).status_code == 200
         assert sorted(refused, key=lambda kwargs: kwargs["pk"]) == [
             sent(Profile, profile.pk, profile.lock_version, ("active", "score"), "admin") for profile in (first, second)
@@ -288,7 +290,7 @@ class TestAdmin:
         profile = ProfileFactory(name="a")
         data = {**form_data(admin_client.get(change_url(profile)).content, "profile_form"), "_save": "Save"}
         moved_on(profile)
-        response = admin_client.post(change_url(profile), {**data, "name": "b"})
+        response = admin_client.post(change_url(profile), {**data, "name": "b", "active": "on"})
         assert response.status_code == 200 and 'id="safeupdates-conflicts"' in response.content.decode()
         assert Profile.objects.get(pk=profile.pk).name == "a"
 
@@ -310,10 +312,11 @@ def test_an_admin_save_refused_after_the_forms_check_is_one_refusal(
     profile = ProfileFactory(name="a")
     data = {**form_data(admin_client.get(change_url(profile)).content, "profile_form"), "_save": "Save"}
     with meanwhile(Profile, lambda _instance: (moved_on(profile), connection.close())) as ran:
-        assert admin_client.post(change_url(profile), {**data, "name": "b"}).status_code == 200
+        assert admin_client.post(change_url(profile), {**data, "name": "b", "active": "on"}).status_code == 200
     assert len(ran) == 1
-    # The save's refusal (it writes the whole row), named after the admin; the form's second look is silent.
-    assert refused == [sent(Profile, profile.pk, profile.lock_version, PROFILE_FIELDS, "admin")]
+    # The save's refusal (it writes the fields the person changed), named after the admin; the form's
+    # second look is silent.
+    assert refused == [sent(Profile, profile.pk, profile.lock_version, ("active", "name"), "admin")]
 
 
 @pytest.mark.django_db(transaction=True)

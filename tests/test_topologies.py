@@ -169,8 +169,8 @@ def test_enqueue_apply_verify_and_purge_with_a_worker(workers):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_admins_conflict_safe_save(admin_client):
-    """The admin's change form: a form opened before a queued update landed is refused and nothing is
-    written over; the form opened again saves."""
+    """The admin's change form: a form opened before a queued update landed that edits the field it
+    changed is refused and nothing is written over; the form opened again saves."""
     from django.urls import reverse
 
     from tests.htmlforms import form_data
@@ -179,7 +179,7 @@ def test_the_admins_conflict_safe_save(admin_client):
     url = reverse("admin:testapp_profile_change", args=[profile.pk])
     stale = {**form_data(admin_client.get(url).content, "profile_form"), "_save": "Save"}
     assert Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), score=3).applied
-    response = admin_client.post(url, {**stale, "name": "anna"})
+    response = admin_client.post(url, {**stale, "name": "anna", "score": "4"})  # score: the request's field
     assert response.status_code == 200 and "was changed by someone else" in response.content.decode()
     profile.refresh_from_db()
     assert (profile.name, profile.score) == ("ann", 3)

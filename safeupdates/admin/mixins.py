@@ -3,8 +3,11 @@
 :class:`SafeUpdateAdminMixin` (ready made: :class:`SafeUpdateModelAdmin`) carries a signed edit token
 (:func:`safeupdates.conflicts.edit_token`) through every way the admin writes a record: the change form
 and its inlines, ``list_editable`` rows, actions (the built-in ``delete_selected`` too) and the delete
-view. An edit of a record that moved on since it was shown is refused with a page that says, per field,
-what the person saw, what is there now, and which request wrote it when; it is never written over.
+view. The change form, its inline rows and ``list_editable`` rows write only the fields the person
+changed (against what that person was shown): edits of different fields both land, and an edit of a
+field written since it was shown is refused with a page that says, for those fields only, what the
+person saw, what is there now, and which request wrote it when; it is never written over. Actions and
+deletes, which may write (or remove) any field, are refused if the record moved on at all.
 """
 
 from __future__ import annotations
@@ -216,12 +219,16 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     """Mix into a ``ModelAdmin`` of a ``LockVersionMixin`` model, before ``admin.ModelAdmin``.
 
     The change form, its inlines, ``list_editable`` rows, actions and the delete view carry signed edit
-    tokens; an edit of a record that moved on since it was shown is refused with a conflict that lists
-    each changed field (the value seen, the value now, the request that wrote it and when), and nothing
-    is written. The decision is the database's: saves and deletes run at the version that was shown,
-    so a write that lands after the check still raises ``StaleObjectError``, and is shown the same way.
-    Actions run in a transaction that locks the selected rows and checks them first. Set
-    ``safeupdates_unchecked = True`` on an action that must run without the check.
+    tokens. A save of the change form, an inline row or a ``list_editable`` row writes only the fields
+    the person changed (:class:`~safeupdates.forms.SafeUpdateFormMixin`), and is refused only if one of
+    them was written since the page was shown, with a conflict that lists those fields (the value seen,
+    the value now, the request that wrote it and when); nothing is written then. An action or a delete
+    is refused if the record moved on at all (it may write or remove any field), listing the fields
+    shown whose value differs. The decision is the database's: saves are checked per field at the
+    version the record was read at and deletes at the version that was shown, so a write that lands
+    after the check still raises ``StaleObjectError``, and is shown the same way. Actions run in a
+    transaction that locks the selected rows and checks them first. Set ``safeupdates_unchecked = True``
+    on an action that must run without the check.
     """
 
     change_form_template = "safeupdates/admin/change_form.html"
@@ -471,6 +478,8 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
                 continue
             # Only what the page shows (a valid token of a page that shows more must not tell more).
             shown = self._shown_on_form(request, obj) if listed is None else listed
+            # Row-level, not per field (issue 53 is about edits): what an action writes is not known
+            # before it runs, and it may write any field (a full save() of each row, as most do).
             conflict = find_conflict(obj, seen_version, _only(seen, shown))
             if conflict is not None:
                 problems.append(_conflict_context(conflict, obj))

@@ -21,7 +21,7 @@ if not apps.is_installed("demo_project.toggles"):
         allow_module_level=True,
     )
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from demo_project.toggles.factories import PASSWORD, ProfileFactory, UserFactory
 from demo_project.toggles.models import Profile
@@ -59,9 +59,10 @@ def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page, sc
     profile = ProfileFactory(user__username="ann")
     admin_login(page, boss.username)
     page.goto(f"/admin/toggles/profile/{profile.pk}/change/")
-    page.check("#id_newsletter")  # the person's edit, while...
+    page.check("#id_active")  # the person's edit, while...
+    page.check("#id_newsletter")
 
-    # ... a queued toggle lands (what a worker does).
+    # ... a queued toggle of active (and dark mode) lands (what a worker does).
     rid = uuid.uuid4()
     Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=rid, active=True, dark_mode=True)
     page.click("input[name=_save]")
@@ -73,7 +74,8 @@ def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page, sc
     expect(active.locator(".seen")).to_have_text("False")
     expect(active.locator(".now")).to_have_text("True")
     expect(active.locator(".who")).to_contain_text(f"request {rid}")
-    expect(conflicts.locator("tr[data-field=dark_mode]")).to_be_visible()
+    # Only the field both changed: dark mode (the toggle's alone) and newsletter (the person's) are no conflict.
+    expect(conflicts.locator("tr.safeupdates-change")).to_have_count(1)
     expect(page.locator("#id_newsletter")).to_be_checked()  # the input is kept
     page.screenshot(path=str(screenshots / "admin-conflict.png"), full_page=True)
     stored = Profile.objects.get(pk=profile.pk)
@@ -90,6 +92,49 @@ def test_a_stale_change_form_shows_what_changed_and_saves_nothing(page: Page, sc
     assert Profile.objects.get(pk=profile.pk).newsletter is True
     page.goto(str(request_link))
     expect(page.locator(".field-request_id .readonly")).to_have_text(str(rid))
+
+
+def test_two_staff_users_editing_different_fields_both_save(
+    browser: Browser, page: Page, demo_site: str, screenshots: Path
+) -> None:
+    """Issue 53: Alice and Bob open the same record; each changes a field of their own and saves. Both
+    saves land, whatever their order: neither is refused, and neither undoes the other."""
+    alice, bob = UserFactory.superuser(username="alice"), UserFactory.superuser(username="bob")
+    profile = ProfileFactory(user__username="carol")
+    change = f"/admin/toggles/profile/{profile.pk}/change/"
+    context = browser.new_context(base_url=demo_site, viewport={"width": 1200, "height": 860})
+    context.set_default_timeout(15_000)
+    try:
+        bobs = context.new_page()
+        admin_login(page, alice.username)
+        admin_login(bobs, bob.username)
+        page.goto(change)
+        bobs.goto(change)  # both opened the record at the same version
+
+        page.check("#id_newsletter")
+        page.click("input[name=_save]")
+        page.wait_for_url("**/admin/toggles/profile/")
+        expect(page.locator(".messagelist .success")).to_contain_text("was changed successfully")
+
+        bobs.check("#id_dark_mode")  # Bob's page still shows newsletter off
+        expect(bobs.locator("#id_newsletter")).not_to_be_checked()
+        bobs.click("input[name=_save]")
+        bobs.wait_for_url("**/admin/toggles/profile/")
+        expect(bobs.locator(".messagelist .success")).to_contain_text("was changed successfully")
+        expect(bobs.locator("#safeupdates-conflicts")).to_have_count(0)
+        row = bobs.locator("#result_list tbody tr").filter(has_text="carol")
+        expect(row.locator(".field-newsletter img")).to_have_attribute("alt", "True")
+        expect(row.locator(".field-dark_mode img")).to_have_attribute("alt", "True")
+        expect(row.locator(".field-active img")).to_have_attribute("alt", "False")
+
+        bobs.goto(change)  # the record holds both edits, each with the version of its own write
+        expect(bobs.locator("#id_newsletter")).to_be_checked()
+        expect(bobs.locator("#id_dark_mode")).to_be_checked()
+        bobs.screenshot(path=str(screenshots / "admin-both-saved.png"), full_page=True)
+    finally:
+        context.close()
+    stored = Profile.objects.get(pk=profile.pk)
+    assert (stored.active, stored.newsletter, stored.dark_mode) == (False, True, True)
 
 
 def test_the_request_log_explains_a_stale_request(page: Page, screenshots: Path) -> None:
