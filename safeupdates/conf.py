@@ -59,10 +59,11 @@ class Setting:
     default: Any
     #: What it sets: E005's message says "It sets <meaning>.", and the docs' settings table shows it.
     meaning: str
-    #: What a valid value looks like (E005's hint: "Set it to <valid>."; ``{default!r}`` shows the default).
-    valid: str = ""
+    #: What a valid value looks like (``{default!r}`` shows the default), with the check that says so where it
+    #: is not E005. E005's hint is "Set it to <valid>.".
+    valid: str
     #: E005's test of a value: a callable, or the dotted path of one in a module that conf may not import
-    #: (delivery's). None: another check validates it (E002 and W002 the queues, E020 ... the delivery).
+    #: (delivery's). None: not E005's (another check's, or none).
     accepts: Callable[[Any], bool] | str | None = None
     #: The default as the docs show it, where it is computed from other settings.
     shown_default: str = ""
@@ -71,36 +72,48 @@ class Setting:
 QUEUE = Setting(
     "SAFEUPDATES_QUEUE",
     "default",
-    "which queue the apply jobs go to: a key of RQ_QUEUES (with the Tasks framework, one of its backend's "
-    "QUEUES; with Celery, a Celery queue)",
+    "which queue the apply jobs go to",
+    "a key of RQ_QUEUES (E002); with the Tasks framework, one of its backend's QUEUES (E023); with Celery, a "
+    "queue its workers consume (W024)",
 )
 DELIVERY = Setting(
     "SAFEUPDATES_DELIVERY",
     DELIVERY_RQ,
-    'how apply jobs are delivered: "rq" (RQ through django-rq), "tasks" (Django\'s Tasks framework) or "celery" '
-    "(the project's Celery app)",
+    "how apply jobs are delivered: RQ through django-rq, Django's Tasks framework, or the project's Celery app",
+    '"rq", "tasks" or "celery" (E020)',
 )
 TASK_BACKEND = Setting(
     "SAFEUPDATES_TASK_BACKEND",
     "default",
-    'the TASKS backend that apply tasks go to with SAFEUPDATES_DELIVERY = "tasks"',
+    'the backend that apply tasks go to with SAFEUPDATES_DELIVERY = "tasks"',
+    "a key of TASKS (E022) whose backend runs tasks (E024)",
 )
 CELERY_APP = Setting(
     "SAFEUPDATES_CELERY_APP",
     DEFAULT_CELERY_APP,
-    'the dotted path of the Celery app that apply tasks are published to with SAFEUPDATES_DELIVERY = "celery"',
+    'the Celery app that apply tasks are published to with SAFEUPDATES_DELIVERY = "celery"',
+    "the dotted path of the project's Celery app (E026)",
 )
 CELERY_QUEUE = Setting(
     "SAFEUPDATES_CELERY_QUEUE",
     None,
     "the Celery queue apply tasks are routed to when enqueue_update() names none",
+    "the Celery app's default queue or one of its task_queues (W024)",
     shown_default="`SAFEUPDATES_QUEUE` where it is set, else the Celery app's default queue",
 )
 FAST_QUEUE = Setting(
-    "SAFEUPDATES_FAST_QUEUE", None, "the queue of enqueue() when it names none", shown_default="`SAFEUPDATES_QUEUE`"
+    "SAFEUPDATES_FAST_QUEUE",
+    None,
+    "the queue of enqueue() when it names none",
+    "a key of RQ_QUEUES (W002)",
+    shown_default="`SAFEUPDATES_QUEUE`",
 )
 SLOW_QUEUE = Setting(
-    "SAFEUPDATES_SLOW_QUEUE", None, "a queue for long jobs (reports, exports)", shown_default="`SAFEUPDATES_FAST_QUEUE`"
+    "SAFEUPDATES_SLOW_QUEUE",
+    None,
+    "a queue for long jobs (reports, exports)",
+    "a key of RQ_QUEUES (W002)",
+    shown_default="`SAFEUPDATES_FAST_QUEUE`",
 )
 MAX_CLOCK_SKEW = Setting(
     "SAFEUPDATES_MAX_CLOCK_SKEW",
@@ -180,11 +193,13 @@ METRICS_CACHE = Setting(
     "SAFEUPDATES_METRICS_CACHE",
     10,
     "how many seconds the Prometheus gauges read from the request log are reused before they are read again",
+    "a number of seconds (no check)",
 )
 METRICS_TOKEN = Setting(
     "SAFEUPDATES_METRICS_TOKEN",
     None,
-    "a bearer token that opens the metrics view to a scraper (None: only logged-in staff users may read it)",
+    "a bearer token that opens the metrics view to a scraper",
+    "a string, or None: only logged-in staff users may read the metrics (no check)",
 )
 
 #: Every setting of safeupdates, in the order of the docs' table.

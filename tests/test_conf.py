@@ -3,11 +3,15 @@ or plain assignment (set or deleted) is seen by the next call."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from pathlib import Path
 
 from django.test import override_settings
 
 from safeupdates import conf
+
+DEPLOYMENT = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"
 
 
 def test_a_setting_changed_set_or_deleted_is_read_again(settings):
@@ -41,3 +45,33 @@ def test_a_setting_assigned_or_deleted_at_run_time_is_read_again():
     finally:
         del django_settings.SAFEUPDATES_JOB_TIMEOUT
     assert conf.job_timeout() == conf.JOB_TIMEOUT.default
+
+
+def docs_settings_table() -> list[str]:
+    """The rows of the settings table of docs/deployment.md."""
+    header = "| setting | default | meaning | a valid value |\n|---|---|---|---|\n"
+    text = DEPLOYMENT.read_text()
+    return text[text.index(header) + len(header) :].split("\n\n")[0].splitlines()
+
+
+def shown_default(setting: conf.Setting) -> str:
+    if setting.shown_default:
+        return setting.shown_default
+    value = setting.default
+    return f"`{json.dumps(value) if isinstance(value, str | dict) else repr(value)}`"
+
+
+def test_the_docs_settings_table_shows_every_setting_as_declared():
+    """Every setting, in the declared order, with its default, meaning and valid values as conf declares them."""
+    declared = [
+        f"| `{s.name}` | {shown_default(s)} | {s.meaning} | {s.valid.format(default=s.default)} |"
+        for s in conf.SETTINGS
+    ]
+    assert docs_settings_table() == declared
+
+
+def test_the_default_of_stuck_after_is_the_one_the_docs_show():
+    retry = conf.RETRY.default
+    backoff = sum(retry["interval"][: retry["max"]])
+    assert 2 * conf.RELAY_AFTER.default + conf.JOB_TIMEOUT.default + backoff == 141
+    assert conf.STUCK_AFTER.shown_default.endswith("(141)")
