@@ -391,17 +391,15 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 
 @register(Tags.compatibility)
 def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting is not in ``RQ_QUEUES``.
-
-    ``SAFEUPDATES_QUEUE`` itself is checked by E002; this covers the others (``SAFEUPDATES_FAST_QUEUE``,
-    ``SAFEUPDATES_SLOW_QUEUE`` and any later one).
-    """
+    """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting of :data:`safeupdates.conf.SETTINGS` is not
+    in ``RQ_QUEUES`` (``SAFEUPDATES_QUEUE`` itself is checked by E002)."""
     queues = getattr(settings, "RQ_QUEUES", {}) or {}
     messages: list[CheckMessage] = []
     if conf.delivery() != conf.DELIVERY_RQ:
         return messages  # W021 says what needs RQ
-    for name in sorted(dir(settings)):
-        if not (name.startswith("SAFEUPDATES_") and name.endswith("_QUEUE")) or name == "SAFEUPDATES_QUEUE":
+    names = sorted(setting.name for setting in conf.SETTINGS if setting.name.endswith("_QUEUE"))
+    for name in names:
+        if name == conf.QUEUE.name or not hasattr(settings, name):
             continue
         value = getattr(settings, name)
         choices = ", ".join(sorted(queues)) or "(none configured)"

@@ -108,13 +108,6 @@ FAST_QUEUE = Setting(
     "a key of RQ_QUEUES (W002)",
     shown_default="`SAFEUPDATES_QUEUE`",
 )
-SLOW_QUEUE = Setting(
-    "SAFEUPDATES_SLOW_QUEUE",
-    None,
-    "a queue for long jobs (reports, exports)",
-    "a key of RQ_QUEUES (W002)",
-    shown_default="`SAFEUPDATES_FAST_QUEUE`",
-)
 MAX_CLOCK_SKEW = Setting(
     "SAFEUPDATES_MAX_CLOCK_SKEW",
     300,
@@ -221,7 +214,6 @@ SETTINGS = (
     TASK_RETENTION,
     REDUCE_ATTEMPTS,
     SWEEP_RECORDS,
-    SLOW_QUEUE,
     PREPARED_STATEMENTS,
     METRICS_CACHE,
     METRICS_TOKEN,
@@ -347,15 +339,6 @@ def fast_queue() -> str:
     """
     value = _read(FAST_QUEUE)
     return queue_name() if value is None else str(value)
-
-
-def slow_queue() -> str:
-    """Queue for long jobs (``SAFEUPDATES_SLOW_QUEUE``, default the fast queue: one pool until you split).
-
-    Pass it as ``enqueue(func, queue=conf.slow_queue())``; give it fewer workers than the fast queue.
-    """
-    value = _read(SLOW_QUEUE)
-    return fast_queue() if value is None else str(value)
 
 
 def prepared_statements() -> bool:

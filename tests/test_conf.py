@@ -3,6 +3,7 @@ or plain assignment (set or deleted) is seen by the next call."""
 
 from __future__ import annotations
 
+import ast
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -75,3 +76,23 @@ def test_the_default_of_stuck_after_is_the_one_the_docs_show():
     backoff = sum(retry["interval"][: retry["max"]])
     assert 2 * conf.RELAY_AFTER.default + conf.JOB_TIMEOUT.default + backoff == 141
     assert conf.STUCK_AFTER.shown_default.endswith("(141)")
+
+
+def test_every_setting_is_read_by_the_package():
+    """A setting whose getters nothing in safeupdates calls (or passes on) is a setting that sets nothing."""
+    package = Path(conf.__file__).parent
+    getters: dict[str, set[str]] = {}  # setting constant -> the conf functions that read it
+    used: set[str] = set()  # names of conf used outside their own function
+    for path in package.rglob("*.py"):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_read" and path.name == "conf.py":
+                    getters.setdefault(node.args[0].id, set()).add(function.name)  # type: ignore[attr-defined]
+                elif isinstance(node, ast.Name) and path.name == "conf.py" and node.id != function.name:
+                    used.add(node.id)
+                elif isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "conf":
+                    used.add(node.attr)
+    declared = {name for name, value in vars(conf).items() if isinstance(value, conf.Setting)}
+    assert {name for name in declared if not getters.get(name, set()) & used} == set()
