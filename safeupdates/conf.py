@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.utils.functional import empty
 
 #: The longest span a time setting or a command's age may give: 1000 years, far inside every supported
 #: database's date range. A longer one overflows the date arithmetic it takes part in (``now +
@@ -221,13 +220,7 @@ SETTINGS = (
 
 
 def _read(setting: Setting) -> Any:
-    # From the settings object itself: a setting that is not set then costs a plain attribute miss, not
-    # the AttributeError that LazySettings.__getattr__ raises and catches (the write path reads some on
-    # every call). Assignment, deletion and override_settings all change what this object holds.
-    holder = settings._wrapped  # type: ignore[misc]
-    if holder is empty:  # settings not loaded yet: let LazySettings load them
-        return getattr(settings, setting.name, setting.default)
-    return getattr(holder, setting.name, setting.default)
+    return getattr(settings, setting.name, setting.default)
 
 
 def queue_name() -> str:

@@ -96,3 +96,15 @@ def test_every_setting_is_read_by_the_package():
                     used.add(node.attr)
     declared = {name for name, value in vars(conf).items() if isinstance(value, conf.Setting)}
     assert {name for name in declared if not getters.get(name, set()) & used} == set()
+
+
+def test_the_package_reads_settings_through_the_public_api():
+    """No ``settings._wrapped`` or other internals of Django's LazySettings, which a release may change."""
+    package = Path(conf.__file__).parent
+    private = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "settings" and node.attr.startswith("_")
+    ]
+    assert private == []
