@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from django.test import override_settings
 
 from safeupdates import conf
 
-DEPLOYMENT = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOYMENT = ROOT / "docs" / "deployment.md"
 
 
 def test_a_setting_changed_set_or_deleted_is_read_again(settings):
@@ -46,6 +50,19 @@ def test_a_setting_assigned_or_deleted_at_run_time_is_read_again():
     finally:
         del django_settings.SAFEUPDATES_JOB_TIMEOUT
     assert conf.job_timeout() == conf.JOB_TIMEOUT.default
+
+
+def test_a_setting_read_before_django_loads_its_settings_loads_them():
+    """A getter may run before anything else read a setting (at a module's import, in a fresh worker)."""
+    code = (
+        "from django.conf import settings; from safeupdates import conf; assert not settings.configured; "
+        "print(conf.relay_after(), conf.job_timeout())"
+    )
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=environment, cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (0, "0 60\n", "")  # tests.settings: RELAY_AFTER = 0
 
 
 def docs_settings_table() -> list[str]:
@@ -105,6 +122,8 @@ def test_the_package_reads_settings_through_the_public_api():
         f"{path.relative_to(package)}:{node.lineno}"
         for path in package.rglob("*.py")
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "settings" and node.attr.startswith("_")
+        if isinstance(node, ast.Attribute)
+        and getattr(node.value, "id", None) == "settings"
+        and node.attr.startswith("_")
     ]
     assert private == []
