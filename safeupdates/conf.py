@@ -54,7 +54,7 @@ class Setting:
 
     #: Its name, ``SAFEUPDATES_...``.
     name: str
-    #: The value read where it is not set (None where the getter computes it: see :attr:`shown_default`).
+    #: The value read where it is not set; None also where the getter computes it (see :attr:`shown_default`).
     default: Any
     #: What it sets: E005's message says "It sets <meaning>.", and the docs' settings table shows it.
     meaning: str
