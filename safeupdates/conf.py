@@ -224,12 +224,12 @@ def _read(setting: Setting) -> Any:
 
 
 def queue_name() -> str:
-    """Name of the queue (a key of ``RQ_QUEUES``) that apply jobs go to (``SAFEUPDATES_QUEUE``)."""
+    """``SAFEUPDATES_QUEUE``."""
     return str(_read(QUEUE))
 
 
 def delivery() -> str:
-    """How apply jobs are delivered (``SAFEUPDATES_DELIVERY``): one of :data:`DELIVERIES`."""
+    """``SAFEUPDATES_DELIVERY``: one of :data:`DELIVERIES`."""
     return str(_read(DELIVERY))
 
 
@@ -244,14 +244,13 @@ def uses_celery() -> bool:
 
 
 def celery_app() -> str:
-    """The dotted path of the project's Celery app (``SAFEUPDATES_CELERY_APP``)."""
+    """``SAFEUPDATES_CELERY_APP``."""
     return str(_read(CELERY_APP))
 
 
 def celery_queue() -> str | None:
-    """The Celery queue apply tasks are routed to when ``enqueue_update()`` names none:
-    ``SAFEUPDATES_CELERY_QUEUE``, else ``SAFEUPDATES_QUEUE`` where it is set; None where neither is (the Celery
-    app's own default queue, which its workers consume without ``-Q``)."""
+    """``SAFEUPDATES_CELERY_QUEUE``, else ``SAFEUPDATES_QUEUE`` where it is set; None where neither is (the
+    Celery app's own default queue, which its workers consume without ``-Q``)."""
     value = _read(CELERY_QUEUE)
     if value is None and hasattr(settings, QUEUE.name):
         value = _read(QUEUE)
@@ -259,94 +258,83 @@ def celery_queue() -> str | None:
 
 
 def task_backend() -> str:
-    """The ``TASKS`` alias that apply tasks go to with ``SAFEUPDATES_DELIVERY = "tasks"``."""
+    """``SAFEUPDATES_TASK_BACKEND``."""
     return str(_read(TASK_BACKEND))
 
 
 def max_clock_skew() -> timedelta:
-    """How far in the future a client timestamp may lie before it is refused (``SAFEUPDATES_MAX_CLOCK_SKEW``)."""
+    """``SAFEUPDATES_MAX_CLOCK_SKEW``."""
     value = _read(MAX_CLOCK_SKEW)
     return value if isinstance(value, timedelta) else timedelta(seconds=value)
 
 
 def job_timeout() -> int:
-    """RQ's native ``job_timeout`` of an apply job, in seconds (``SAFEUPDATES_JOB_TIMEOUT``)."""
+    """``SAFEUPDATES_JOB_TIMEOUT``, in seconds."""
     return int(_read(JOB_TIMEOUT))
 
 
 def sweep_records() -> int:
-    """How many other records an RQ apply job may apply after its own (``SAFEUPDATES_SWEEP_RECORDS``)."""
+    """``SAFEUPDATES_SWEEP_RECORDS``."""
     return int(_read(SWEEP_RECORDS))
 
 
 def retry() -> dict[str, Any]:
-    """Keyword arguments of ``rq.Retry`` for transient database errors (``SAFEUPDATES_RETRY``)."""
+    """``SAFEUPDATES_RETRY`` (a copy)."""
     return dict(_read(RETRY))
 
 
 def relay_after() -> int:
-    """Seconds a request may stay ``pending`` before the relay delivers it again (``SAFEUPDATES_RELAY_AFTER``)."""
+    """``SAFEUPDATES_RELAY_AFTER``, in seconds."""
     return int(_read(RELAY_AFTER))
 
 
 def stuck_after() -> float:
-    """Seconds after which a pending request means that nothing applies it, where the delivery backend
-    cannot show its workers (``safeupdates_status`` is then unhealthy; ``SAFEUPDATES_STUCK_AFTER``). By
-    default what a working system takes at most: the relay's wait twice (``SAFEUPDATES_RELAY_AFTER``: the
-    request's own, and one more pass), the job's timeout and every retry's back-off."""
+    """``SAFEUPDATES_STUCK_AFTER``, in seconds. By default what a working system takes at most: the relay's
+    wait twice (the request's own, and one more pass), the job's timeout and every retry's back-off."""
     value = _read(STUCK_AFTER)
     if value is not None:
         return float(value)
-    interval = retry().get("interval", 0)
-    intervals = list(interval) if isinstance(interval, list | tuple) else [interval] * int(retry().get("max") or 0)
-    backoff = sum(float(seconds) for seconds in intervals[: int(retry().get("max") or 0)])
+    arguments = retry()
+    retries = int(arguments.get("max") or 0)
+    interval = arguments.get("interval", 0)
+    intervals = list(interval) if isinstance(interval, list | tuple) else [interval] * retries
+    backoff = sum(float(seconds) for seconds in intervals[:retries])
     return float(2 * relay_after() + job_timeout() + backoff)
 
 
 def retention() -> int:
-    """Days that terminal requests are kept by ``safeupdates_purge`` when no ``--older-than`` is given."""
+    """``SAFEUPDATES_RETENTION``, in days."""
     return int(_read(RETENTION))
 
 
 def task_retention() -> int | None:
-    """Days that ``safeupdates_purge`` keeps the rows of completed ``@idempotent`` tasks; None (the
-    default) keeps them forever.
-
-    A task's row is what makes its side effect run once: after its deletion the same key runs again (a
-    refund is paid twice). Set it only to the age after which no call of a task can come again.
-    """
+    """``SAFEUPDATES_TASK_RETENTION``, in days; None keeps the rows forever."""
     value = _read(TASK_RETENTION)
     return None if value is None else int(value)
 
 
 def reduce_attempts() -> int:
-    """How many times a batch's reduce may fail before the batch is ``reduce_failed``."""
+    """``SAFEUPDATES_REDUCE_ATTEMPTS``."""
     return int(_read(REDUCE_ATTEMPTS))
 
 
 def fast_queue() -> str:
-    """Queue for short jobs (``SAFEUPDATES_FAST_QUEUE``, default ``SAFEUPDATES_QUEUE``).
-
-    :func:`~safeupdates.contrib.controls.jobs.enqueue` uses it when no ``queue=`` is given. Serve it with
-    its own worker pool, so that short jobs never wait behind long ones.
-    """
+    """``SAFEUPDATES_FAST_QUEUE``, else ``SAFEUPDATES_QUEUE``."""
     value = _read(FAST_QUEUE)
     return queue_name() if value is None else str(value)
 
 
 def prepared_statements() -> bool:
-    """Whether guarded writes and checked saves run as server-side prepared statements on PostgreSQL."""
+    """``SAFEUPDATES_PREPARED_STATEMENTS``."""
     return bool(_read(PREPARED_STATEMENTS))
 
 
 def metrics_cache() -> float:
-    """Seconds the Prometheus gauges read from the request log are reused (``SAFEUPDATES_METRICS_CACHE``): a
-    scrape costs at most one query per this period."""
+    """``SAFEUPDATES_METRICS_CACHE``, in seconds."""
     return float(_read(METRICS_CACHE))
 
 
 def metrics_token() -> str | None:
-    """A bearer token that opens the metrics view to a scraper (``SAFEUPDATES_METRICS_TOKEN``); None (the
-    default): only logged-in staff users may read it."""
+    """``SAFEUPDATES_METRICS_TOKEN``; None where it is not set or empty."""
     value = _read(METRICS_TOKEN)
     return None if value in (None, "") else str(value)
