@@ -65,13 +65,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
-    "slow": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 600},
+    "slow": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 600},  # reports, exports: enqueue(..., queue="slow")
     # Only `manage.py race_demo` uses this queue, with workers it starts itself: it empties it freely.
     "race_demo": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
 SAFEUPDATES_QUEUE = "default"  # toggles: milliseconds
 SAFEUPDATES_FAST_QUEUE = "default"  # enqueue() without queue=
-SAFEUPDATES_SLOW_QUEUE = "slow"  # reports, exports: a worker pool of its own
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # with acks_late: a worker holds no more than it runs

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
-from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db.utils import load_backend
+from django.utils.module_loading import import_string
 
 from safeupdates import conf
 
@@ -368,110 +367,22 @@ def check_sqlite_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs
     ]
 
 
-def _whole(minimum: int) -> Callable[[Any], bool]:
-    """A whole number ``>= minimum`` (not a bool, not a float, not a numeric string)."""
-    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def _seconds(value: Any) -> bool:
-    """A finite number of seconds from 0 to 1000 years, or a ``timedelta`` of that."""
-    if isinstance(value, timedelta):
-        return timedelta(0) <= value <= timedelta(seconds=conf.MAX_SECONDS)
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 <= value <= conf.MAX_SECONDS
-    )
-
-
-def _retry(value: Any) -> bool:
-    """Keyword arguments that ``rq.Retry`` takes (``{"max": 0}``: no retries, no ``Retry``)."""
-    from safeupdates.delivery.rq import retry_is_valid
-
-    return retry_is_valid(value)
-
-
-class _Setting(NamedTuple):
-    meaning: str  # what the setting sets
-    valid: str  # what a valid value looks like, with the default
-    accepts: Callable[[Any], bool]
-
-
-#: Every setting that E005 checks. The messages say what the setting means and what a valid value looks
-#: like: the docs are not in the wheel, and the reader's own exception speaks of Python's internals.
-_SETTINGS = {
-    "SAFEUPDATES_MAX_CLOCK_SKEW": _Setting(
-        "how far in the future the client timestamp of update_if_newer(synced_at=...) may lie",
-        f"a number of seconds (0 up to 1000 years) or a timedelta; the default is {conf.DEFAULT_MAX_CLOCK_SKEW}",
-        _seconds,
-    ),
-    "SAFEUPDATES_JOB_TIMEOUT": _Setting(
-        "RQ's job_timeout of an apply job, and how long @idempotent waits for its lock outside a job",
-        f"a whole number of seconds, 0 or more; the default is {conf.DEFAULT_JOB_TIMEOUT}",
-        _whole(0),
-    ),
-    "SAFEUPDATES_RETRY": _Setting(
-        "how RQ retries an apply job after a transient database error: the keyword arguments of rq.Retry",
-        f"a dict such as {conf.DEFAULT_RETRY!r} (the default): max is how many retries (a whole number, 0 for "
-        "none), interval the seconds to wait before each (a whole number, or a list of them)",
-        _retry,
-    ),
-    "SAFEUPDATES_RELAY_AFTER": _Setting(
-        "how long a request may stay pending before safeupdates_relay delivers it again",
-        f"a whole number of seconds, 0 up to 1000 years; the default is {conf.DEFAULT_RELAY_AFTER}",
-        lambda value: _whole(0)(value) and value <= conf.MAX_SECONDS,
-    ),
-    "SAFEUPDATES_STUCK_AFTER": _Setting(
-        "how old a pending request may grow before safeupdates_status says nothing applies it, where the delivery "
-        "backend cannot show its workers",
-        "a number of seconds, 0 up to 1000 years; by default twice SAFEUPDATES_RELAY_AFTER, plus "
-        "SAFEUPDATES_JOB_TIMEOUT and the retries' back-off",
-        _seconds,
-    ),
-    "SAFEUPDATES_RETENTION": _Setting(
-        "how long safeupdates_purge keeps finished requests",
-        f"a whole number of days, 0 or more; the default is {conf.DEFAULT_RETENTION}",
-        _whole(0),
-    ),
-    "SAFEUPDATES_TASK_RETENTION": _Setting(
-        "how long safeupdates_purge keeps the rows of completed @idempotent tasks (a deleted row lets its "
-        "task run again)",
-        "None, to keep them forever (the default), or a whole number of days, 0 or more",
-        lambda value: value is None or _whole(0)(value),
-    ),
-    "SAFEUPDATES_REDUCE_ATTEMPTS": _Setting(
-        "how many failed runs of a batch's reduce make the batch reduce_failed",
-        f"a whole number, 1 or more (the first run counts); the default is {conf.DEFAULT_REDUCE_ATTEMPTS}",
-        _whole(1),
-    ),
-    "SAFEUPDATES_SWEEP_RECORDS": _Setting(
-        "how many other records an apply job may apply after its own, taking their waiting jobs off the queue",
-        f"a whole number, 0 or more (0: a job applies its own record only); the default is "
-        f"{conf.DEFAULT_SWEEP_RECORDS}",
-        _whole(0),
-    ),
-    "SAFEUPDATES_PREPARED_STATEMENTS": _Setting(
-        "whether guarded writes and checked saves run as prepared statements on PostgreSQL",
-        "True or False; the default is True",
-        lambda value: isinstance(value, bool),
-    ),
-}
-
-
 @register(Tags.compatibility)
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E005: a ``SAFEUPDATES_*`` setting has a value that is not valid (queues: E002 and W002)."""
+    """E005: a ``SAFEUPDATES_*`` setting has a value that is not valid (:data:`safeupdates.conf.SETTINGS`;
+    queues: E002 and W002). The message says what the setting means and what a valid value looks like: the
+    docs are not in the wheel, and the reader's own exception speaks of Python's internals."""
     messages: list[CheckMessage] = []
-    for name, setting in _SETTINGS.items():
-        if not hasattr(settings, name):
-            continue  # the default
-        value = getattr(settings, name)
-        if not setting.accepts(value):
+    for setting in conf.SETTINGS:
+        if setting.accepts is None or not hasattr(settings, setting.name):
+            continue  # validated by another check, or the default
+        value = getattr(settings, setting.name)
+        accepts = import_string(setting.accepts) if isinstance(setting.accepts, str) else setting.accepts
+        if not accepts(value):
             messages.append(
                 Error(
-                    f"{name} = {value!r} is not valid. It sets {setting.meaning}.",
-                    hint=f"Set it to {setting.valid}.",
+                    f"{setting.name} = {value!r} is not valid. It sets {setting.meaning}.",
+                    hint=f"Set it to {setting.valid.format(default=setting.default)}.",
                     id="safeupdates.E005",
                 )
             )
@@ -480,17 +391,15 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 
 @register(Tags.compatibility)
 def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting is not in ``RQ_QUEUES``.
-
-    ``SAFEUPDATES_QUEUE`` itself is checked by E002; this covers the others (``SAFEUPDATES_FAST_QUEUE``,
-    ``SAFEUPDATES_SLOW_QUEUE`` and any later one).
-    """
+    """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting of :data:`safeupdates.conf.SETTINGS` is not
+    in ``RQ_QUEUES`` (``SAFEUPDATES_QUEUE`` itself is checked by E002)."""
     queues = getattr(settings, "RQ_QUEUES", {}) or {}
     messages: list[CheckMessage] = []
     if conf.delivery() != conf.DELIVERY_RQ:
         return messages  # W021 says what needs RQ
-    for name in sorted(dir(settings)):
-        if not (name.startswith("SAFEUPDATES_") and name.endswith("_QUEUE")) or name == "SAFEUPDATES_QUEUE":
+    names = sorted(setting.name for setting in conf.SETTINGS if setting.name.endswith("_QUEUE"))
+    for name in names:
+        if name == conf.QUEUE.name or not hasattr(settings, name):
             continue
         value = getattr(settings, name)
         choices = ", ".join(sorted(queues)) or "(none configured)"

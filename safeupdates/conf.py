@@ -1,16 +1,19 @@
 """Settings of safeupdates, each read at call time so that ``override_settings`` works.
 
-Every setting is optional and prefixed ``SAFEUPDATES_``. Values are validated by the system checks in
-:mod:`safeupdates.checks`, never at import.
+Every setting is optional and prefixed ``SAFEUPDATES_``. :data:`SETTINGS` declares each one once: the
+getters below read it, the system check E005 (:mod:`safeupdates.checks`) validates it, never at import,
+and the settings table of the deployment docs shows it (a test keeps that table equal to this one).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.utils.functional import empty
 
 #: The longest span a time setting or a command's age may give: 1000 years, far inside every supported
 #: database's date range. A longer one overflows the date arithmetic it takes part in (``now +
@@ -18,15 +21,6 @@ from django.utils.functional import empty
 MAX_DAYS = 365_000
 MAX_SECONDS = MAX_DAYS * 86_400
 
-DEFAULT_QUEUE = "default"
-DEFAULT_MAX_CLOCK_SKEW = 300
-DEFAULT_JOB_TIMEOUT = 60
-DEFAULT_SWEEP_RECORDS = 200
-DEFAULT_RETRY: dict[str, Any] = {"max": 3, "interval": [1, 5, 15]}
-DEFAULT_RELAY_AFTER = 30
-DEFAULT_RETENTION = 30
-DEFAULT_REDUCE_ATTEMPTS = 5
-DEFAULT_METRICS_CACHE = 10
 #: The values of ``SAFEUPDATES_DELIVERY``: RQ through django-rq (the default), Django's Tasks framework, or Celery.
 DELIVERY_RQ = "rq"
 DELIVERY_TASKS = "tasks"
@@ -37,26 +31,206 @@ DELIVERIES = (DELIVERY_RQ, DELIVERY_TASKS, DELIVERY_CELERY)
 DEFAULT_CELERY_APP = "celery.current_app"
 
 
-def _get(name: str, default: Any) -> Any:
-    # From the settings object itself: a setting that is not set then costs a plain attribute miss, not
-    # the AttributeError that LazySettings.__getattr__ raises and catches (the write path reads some on
-    # every call). Assignment, deletion and override_settings all change what this object holds.
-    holder = settings._wrapped  # type: ignore[misc]
-    if holder is empty:  # settings not loaded yet: let LazySettings load them
-        return getattr(settings, f"SAFEUPDATES_{name}", default)
-    return getattr(holder, f"SAFEUPDATES_{name}", default)
+def _whole(minimum: int, maximum: float = math.inf) -> Callable[[Any], bool]:
+    """A whole number from ``minimum`` to ``maximum`` (not a bool, not a float, not a numeric string)."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum
+
+
+def _seconds(value: Any) -> bool:
+    """A finite number of seconds from 0 to 1000 years, or a ``timedelta`` of that."""
+    if isinstance(value, timedelta):
+        return timedelta(0) <= value <= timedelta(seconds=MAX_SECONDS)
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_SECONDS
+    )
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of safeupdates."""
+
+    #: Its name, ``SAFEUPDATES_...``.
+    name: str
+    #: The value read where it is not set; None also where the getter computes it (see :attr:`shown_default`).
+    default: Any
+    #: What it sets: E005's message says "It sets <meaning>.", and the docs' settings table shows it.
+    meaning: str
+    #: What a valid value looks like (``{default!r}`` shows the default), with the check that says so where it
+    #: is not E005. E005's hint is "Set it to <valid>.".
+    valid: str
+    #: E005's test of a value: a callable, or the dotted path of one in a module that conf may not import
+    #: (delivery's). None: not E005's (another check's, or none).
+    accepts: Callable[[Any], bool] | str | None = None
+    #: The default as the docs show it, where it is computed from other settings.
+    shown_default: str = ""
+
+
+QUEUE = Setting(
+    "SAFEUPDATES_QUEUE",
+    "default",
+    "which queue the apply jobs go to",
+    "a key of RQ_QUEUES (E002); with the Tasks framework, one of its backend's QUEUES (E023); with Celery, a "
+    "queue its workers consume (W024)",
+)
+DELIVERY = Setting(
+    "SAFEUPDATES_DELIVERY",
+    DELIVERY_RQ,
+    "how apply jobs are delivered: RQ through django-rq, Django's Tasks framework, or the project's Celery app",
+    '"rq", "tasks" or "celery" (E020)',
+)
+TASK_BACKEND = Setting(
+    "SAFEUPDATES_TASK_BACKEND",
+    "default",
+    'the backend that apply tasks go to with SAFEUPDATES_DELIVERY = "tasks"',
+    "a key of TASKS (E022) whose backend runs tasks (E024)",
+)
+CELERY_APP = Setting(
+    "SAFEUPDATES_CELERY_APP",
+    DEFAULT_CELERY_APP,
+    'the Celery app that apply tasks are published to with SAFEUPDATES_DELIVERY = "celery"',
+    "the dotted path of the project's Celery app (E026)",
+)
+CELERY_QUEUE = Setting(
+    "SAFEUPDATES_CELERY_QUEUE",
+    None,
+    "the Celery queue apply tasks are routed to when enqueue_update() names none",
+    "the Celery app's default queue or one of its task_queues (W024)",
+    shown_default="`SAFEUPDATES_QUEUE` where it is set, else the Celery app's default queue",
+)
+FAST_QUEUE = Setting(
+    "SAFEUPDATES_FAST_QUEUE",
+    None,
+    "the queue of enqueue() when it names none",
+    "a key of RQ_QUEUES (W002)",
+    shown_default="`SAFEUPDATES_QUEUE`",
+)
+MAX_CLOCK_SKEW = Setting(
+    "SAFEUPDATES_MAX_CLOCK_SKEW",
+    300,
+    "how far in the future the client timestamp of update_if_newer(synced_at=...) may lie",
+    "a number of seconds (0 up to 1000 years) or a timedelta; the default is {default!r}",
+    _seconds,
+)
+JOB_TIMEOUT = Setting(
+    "SAFEUPDATES_JOB_TIMEOUT",
+    60,
+    "RQ's job_timeout of an apply job, and how long @idempotent waits for its lock outside a job",
+    "a whole number of seconds, 0 or more; the default is {default!r}",
+    _whole(0),
+)
+RETRY = Setting(
+    "SAFEUPDATES_RETRY",
+    {"max": 3, "interval": [1, 5, 15]},
+    "how RQ retries an apply job after a transient database error: the keyword arguments of rq.Retry",
+    "a dict such as {default!r} (the default): max is how many retries (a whole number, 0 "
+    "for none), interval the seconds to wait before each (a whole number, or a list of them)",
+    "safeupdates.delivery.rq.retry_is_valid",
+)
+RELAY_AFTER = Setting(
+    "SAFEUPDATES_RELAY_AFTER",
+    30,
+    "how long a request may stay pending before safeupdates_relay delivers it again",
+    "a whole number of seconds, 0 up to 1000 years; the default is {default!r}",
+    _whole(0, MAX_SECONDS),
+)
+STUCK_AFTER = Setting(
+    "SAFEUPDATES_STUCK_AFTER",
+    None,
+    "how old a pending request may grow before safeupdates_status says nothing applies it, where the delivery "
+    "backend cannot show its workers",
+    "a number of seconds, 0 up to 1000 years; by default twice SAFEUPDATES_RELAY_AFTER, plus "
+    "SAFEUPDATES_JOB_TIMEOUT and the retries' back-off",
+    _seconds,
+    shown_default="twice `RELAY_AFTER` + `JOB_TIMEOUT` + the retries' back-off (141)",
+)
+RETENTION = Setting(
+    "SAFEUPDATES_RETENTION",
+    30,
+    "how long safeupdates_purge keeps finished requests",
+    "a whole number of days, 0 or more; the default is {default!r}",
+    _whole(0),
+)
+TASK_RETENTION = Setting(
+    "SAFEUPDATES_TASK_RETENTION",
+    None,
+    "how long safeupdates_purge keeps the rows of completed @idempotent tasks (a deleted row lets its task run again)",
+    "None, to keep them forever (the default), or a whole number of days, 0 or more",
+    lambda value: value is None or _whole(0)(value),
+)
+REDUCE_ATTEMPTS = Setting(
+    "SAFEUPDATES_REDUCE_ATTEMPTS",
+    5,
+    "how many failed runs of a batch's reduce make the batch reduce_failed",
+    "a whole number, 1 or more (the first run counts); the default is {default!r}",
+    _whole(1),
+)
+SWEEP_RECORDS = Setting(
+    "SAFEUPDATES_SWEEP_RECORDS",
+    200,
+    "how many other records an apply job may apply after its own, taking their waiting jobs off the queue",
+    "a whole number, 0 or more (0: a job applies its own record only); the default is {default!r}",
+    _whole(0),
+)
+PREPARED_STATEMENTS = Setting(
+    "SAFEUPDATES_PREPARED_STATEMENTS",
+    True,
+    "whether guarded writes and checked saves run as prepared statements on PostgreSQL",
+    "True or False; the default is {default!r}",
+    lambda value: isinstance(value, bool),
+)
+METRICS_CACHE = Setting(
+    "SAFEUPDATES_METRICS_CACHE",
+    10,
+    "how many seconds the Prometheus gauges read from the request log are reused before they are read again",
+    "a number of seconds (no check)",
+)
+METRICS_TOKEN = Setting(
+    "SAFEUPDATES_METRICS_TOKEN",
+    None,
+    "a bearer token that opens the metrics view to a scraper",
+    "a string, or None: only logged-in staff users may read the metrics (no check)",
+)
+
+#: Every setting of safeupdates, in the order of the docs' table.
+#:
+#: :meta hide-value:
+SETTINGS = (
+    QUEUE,
+    DELIVERY,
+    TASK_BACKEND,
+    CELERY_APP,
+    CELERY_QUEUE,
+    FAST_QUEUE,
+    MAX_CLOCK_SKEW,
+    JOB_TIMEOUT,
+    RETRY,
+    RELAY_AFTER,
+    STUCK_AFTER,
+    RETENTION,
+    TASK_RETENTION,
+    REDUCE_ATTEMPTS,
+    SWEEP_RECORDS,
+    PREPARED_STATEMENTS,
+    METRICS_CACHE,
+    METRICS_TOKEN,
+)
+
+
+def _read(setting: Setting) -> Any:
+    return getattr(settings, setting.name, setting.default)
 
 
 def queue_name() -> str:
-    """Name of the django-rq queue (a key of ``RQ_QUEUES``) that apply jobs go to."""
-    return str(_get("QUEUE", DEFAULT_QUEUE))
+    """``SAFEUPDATES_QUEUE``."""
+    return str(_read(QUEUE))
 
 
 def delivery() -> str:
-    """How apply jobs are delivered (``SAFEUPDATES_DELIVERY``): ``"rq"`` (the default, through django-rq),
-    ``"tasks"`` (Django's Tasks framework, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``) or
-    ``"celery"`` (the project's Celery app, ``SAFEUPDATES_CELERY_APP``)."""
-    return str(_get("DELIVERY", DELIVERY_RQ))
+    """``SAFEUPDATES_DELIVERY``: one of :data:`DELIVERIES`."""
+    return str(_read(DELIVERY))
 
 
 def uses_tasks() -> bool:
@@ -70,120 +244,97 @@ def uses_celery() -> bool:
 
 
 def celery_app() -> str:
-    """The dotted path of the project's Celery app (``SAFEUPDATES_CELERY_APP``, default
-    ``"celery.current_app"``): the app whose broker apply tasks are published to."""
-    return str(_get("CELERY_APP", DEFAULT_CELERY_APP))
+    """``SAFEUPDATES_CELERY_APP``."""
+    return str(_read(CELERY_APP))
 
 
 def celery_queue() -> str | None:
-    """The Celery queue apply tasks are routed to when ``enqueue_update()`` names none:
-    ``SAFEUPDATES_CELERY_QUEUE``, else ``SAFEUPDATES_QUEUE`` where it is set; None where neither is (the Celery
-    app's own default queue, which its workers consume without ``-Q``)."""
-    value = _get("CELERY_QUEUE", None)
-    if value is None:
-        value = _get("QUEUE", None)
+    """``SAFEUPDATES_CELERY_QUEUE``, else ``SAFEUPDATES_QUEUE`` where it is set; None where neither is (the
+    Celery app's own default queue, which its workers consume without ``-Q``)."""
+    value = _read(CELERY_QUEUE)
+    if value is None and hasattr(settings, QUEUE.name):
+        value = _read(QUEUE)
     return None if value is None else str(value)
 
 
 def task_backend() -> str:
-    """The ``TASKS`` alias that apply tasks go to with ``SAFEUPDATES_DELIVERY = "tasks"`` (default
-    ``"default"``)."""
-    return str(_get("TASK_BACKEND", "default"))
+    """``SAFEUPDATES_TASK_BACKEND``."""
+    return str(_read(TASK_BACKEND))
 
 
 def max_clock_skew() -> timedelta:
-    """How far in the future a client timestamp may lie before it is refused (seconds or timedelta)."""
-    value = _get("MAX_CLOCK_SKEW", DEFAULT_MAX_CLOCK_SKEW)
+    """``SAFEUPDATES_MAX_CLOCK_SKEW``."""
+    value = _read(MAX_CLOCK_SKEW)
     return value if isinstance(value, timedelta) else timedelta(seconds=value)
 
 
 def job_timeout() -> int:
-    """RQ's native ``job_timeout`` of an apply job, in seconds."""
-    return int(_get("JOB_TIMEOUT", DEFAULT_JOB_TIMEOUT))
+    """``SAFEUPDATES_JOB_TIMEOUT``, in seconds."""
+    return int(_read(JOB_TIMEOUT))
 
 
 def sweep_records() -> int:
-    """How many other records an RQ apply job may apply after its own, taking their waiting jobs off the
-    queue (``SAFEUPDATES_SWEEP_RECORDS``; 0: a job applies its own record only)."""
-    return int(_get("SWEEP_RECORDS", DEFAULT_SWEEP_RECORDS))
+    """``SAFEUPDATES_SWEEP_RECORDS``."""
+    return int(_read(SWEEP_RECORDS))
 
 
 def retry() -> dict[str, Any]:
-    """Keyword arguments of ``rq.Retry`` for transient database errors (``{"max": 0}`` disables)."""
-    return dict(_get("RETRY", DEFAULT_RETRY))
+    """``SAFEUPDATES_RETRY`` (a copy)."""
+    return dict(_read(RETRY))
 
 
 def relay_after() -> int:
-    """Seconds a request may stay ``pending`` before the relay delivers it again."""
-    return int(_get("RELAY_AFTER", DEFAULT_RELAY_AFTER))
+    """``SAFEUPDATES_RELAY_AFTER``, in seconds."""
+    return int(_read(RELAY_AFTER))
 
 
 def stuck_after() -> float:
-    """Seconds after which a pending request means that nothing applies it, where the delivery backend
-    cannot show its workers (``safeupdates_status`` is then unhealthy; ``SAFEUPDATES_STUCK_AFTER``). By
-    default what a working system takes at most: the relay's wait twice (``SAFEUPDATES_RELAY_AFTER``: the
-    request's own, and one more pass), the job's timeout and every retry's back-off."""
-    value = _get("STUCK_AFTER", None)
+    """``SAFEUPDATES_STUCK_AFTER``, in seconds. By default what a working system takes at most: the relay's
+    wait twice (the request's own, and one more pass), the job's timeout and every retry's back-off."""
+    value = _read(STUCK_AFTER)
     if value is not None:
         return float(value)
-    interval = retry().get("interval", 0)
-    intervals = list(interval) if isinstance(interval, list | tuple) else [interval] * int(retry().get("max") or 0)
-    backoff = sum(float(seconds) for seconds in intervals[: int(retry().get("max") or 0)])
+    arguments = retry()
+    retries = int(arguments.get("max") or 0)
+    interval = arguments.get("interval", 0)
+    intervals = list(interval) if isinstance(interval, list | tuple) else [interval] * retries
+    backoff = sum(float(seconds) for seconds in intervals[:retries])
     return float(2 * relay_after() + job_timeout() + backoff)
 
 
 def retention() -> int:
-    """Days that terminal requests are kept by ``safeupdates_purge`` when no ``--older-than`` is given."""
-    return int(_get("RETENTION", DEFAULT_RETENTION))
+    """``SAFEUPDATES_RETENTION``, in days."""
+    return int(_read(RETENTION))
 
 
 def task_retention() -> int | None:
-    """Days that ``safeupdates_purge`` keeps the rows of completed ``@idempotent`` tasks; None (the
-    default) keeps them forever.
-
-    A task's row is what makes its side effect run once: after its deletion the same key runs again (a
-    refund is paid twice). Set it only to the age after which no call of a task can come again.
-    """
-    value = _get("TASK_RETENTION", None)
+    """``SAFEUPDATES_TASK_RETENTION``, in days; None keeps the rows forever."""
+    value = _read(TASK_RETENTION)
     return None if value is None else int(value)
 
 
 def reduce_attempts() -> int:
-    """How many times a batch's reduce may fail before the batch is ``reduce_failed`` (default 5)."""
-    return int(_get("REDUCE_ATTEMPTS", DEFAULT_REDUCE_ATTEMPTS))
+    """``SAFEUPDATES_REDUCE_ATTEMPTS``."""
+    return int(_read(REDUCE_ATTEMPTS))
 
 
 def fast_queue() -> str:
-    """Queue for short jobs (``SAFEUPDATES_FAST_QUEUE``, default ``SAFEUPDATES_QUEUE``).
-
-    :func:`~safeupdates.contrib.controls.jobs.enqueue` uses it when no ``queue=`` is given. Serve it with
-    its own worker pool, so that short jobs never wait behind long ones.
-    """
-    return str(_get("FAST_QUEUE", queue_name()))
-
-
-def slow_queue() -> str:
-    """Queue for long jobs (``SAFEUPDATES_SLOW_QUEUE``, default the fast queue: one pool until you split).
-
-    Pass it as ``enqueue(func, queue=conf.slow_queue())``; give it fewer workers than the fast queue.
-    """
-    return str(_get("SLOW_QUEUE", fast_queue()))
+    """``SAFEUPDATES_FAST_QUEUE``, else ``SAFEUPDATES_QUEUE``."""
+    value = _read(FAST_QUEUE)
+    return queue_name() if value is None else str(value)
 
 
 def prepared_statements() -> bool:
-    """Whether guarded writes and checked saves run as server-side prepared statements on PostgreSQL
-    (default True)."""
-    return bool(_get("PREPARED_STATEMENTS", True))
+    """``SAFEUPDATES_PREPARED_STATEMENTS``."""
+    return bool(_read(PREPARED_STATEMENTS))
 
 
 def metrics_cache() -> float:
-    """Seconds the Prometheus gauges read from the request log are reused before they are read again
-    (``SAFEUPDATES_METRICS_CACHE``, default 10): a scrape costs at most one query per this period."""
-    return float(_get("METRICS_CACHE", DEFAULT_METRICS_CACHE))
+    """``SAFEUPDATES_METRICS_CACHE``, in seconds."""
+    return float(_read(METRICS_CACHE))
 
 
 def metrics_token() -> str | None:
-    """A bearer token that opens the metrics view to a scraper (``SAFEUPDATES_METRICS_TOKEN``); None (the
-    default): only logged-in staff users may read it."""
-    value = _get("METRICS_TOKEN", None)
+    """``SAFEUPDATES_METRICS_TOKEN``; None where it is not set or empty."""
+    value = _read(METRICS_TOKEN)
     return None if value in (None, "") else str(value)

@@ -421,22 +421,24 @@ def test_throttle_key_defaults_to_the_dotted_path(redis):
 # Fast and slow queues
 
 
-def test_fast_and_slow_queue_settings():
-    assert conf.fast_queue() == conf.slow_queue() == "default"
+def test_the_fast_queue_setting():
+    assert conf.fast_queue() == "default"
     with override_settings(SAFEUPDATES_QUEUE="fast"):
-        assert conf.fast_queue() == conf.slow_queue() == "fast"
-    with override_settings(SAFEUPDATES_FAST_QUEUE="fast", SAFEUPDATES_SLOW_QUEUE="slow"):
-        assert (conf.fast_queue(), conf.slow_queue()) == ("fast", "slow")
+        assert conf.fast_queue() == "fast"
+    with override_settings(SAFEUPDATES_QUEUE="default", SAFEUPDATES_FAST_QUEUE="fast"):
+        assert conf.fast_queue() == "fast"
 
 
 def test_check_w002_passes_for_known_queues():
-    with override_settings(SAFEUPDATES_FAST_QUEUE="fast", SAFEUPDATES_SLOW_QUEUE="slow"):
+    with override_settings(SAFEUPDATES_FAST_QUEUE="fast"):
         assert check_queue_settings(None) == []
 
 
 def test_check_w002_warns_about_unknown_queues():
-    with override_settings(SAFEUPDATES_SLOW_QUEUE="video", SAFEUPDATES_FAST_QUEUE=7):
+    with override_settings(SAFEUPDATES_FAST_QUEUE=7):
         messages = check_queue_settings(None)
+    with override_settings(SAFEUPDATES_FAST_QUEUE="video", SAFEUPDATES_SLOW_QUEUE="video"):
+        messages += check_queue_settings(None)  # SLOW_QUEUE is no setting (nothing read it)
     assert [(m.id, m.msg, m.hint) for m in messages] == [
         (
             "safeupdates.W002",
@@ -445,8 +447,8 @@ def test_check_w002_warns_about_unknown_queues():
         ),
         (
             "safeupdates.W002",
-            "SAFEUPDATES_SLOW_QUEUE is 'video', which is not a queue in RQ_QUEUES; jobs sent there would be refused.",
-            "Add 'video' to RQ_QUEUES or set SAFEUPDATES_SLOW_QUEUE to one of: default, fast, slow.",
+            "SAFEUPDATES_FAST_QUEUE is 'video', which is not a queue in RQ_QUEUES; jobs sent there would be refused.",
+            "Add 'video' to RQ_QUEUES or set SAFEUPDATES_FAST_QUEUE to one of: default, fast, slow.",
         ),
     ]
 
@@ -454,7 +456,7 @@ def test_check_w002_warns_about_unknown_queues():
 def test_check_w002_is_registered():
     from django.core import checks
 
-    with override_settings(SAFEUPDATES_SLOW_QUEUE="video"):
+    with override_settings(SAFEUPDATES_FAST_QUEUE="video"):
         # Only the compatibility checks: Django 6.1's run_checks() also runs the database checks of the
         # model fields by default, which a test without database access may not.
         ids = [message.id for message in checks.run_checks(tags=[checks.Tags.compatibility])]

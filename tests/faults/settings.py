@@ -42,5 +42,5 @@ if _sentinels:
         [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in _sentinels)],
         env("REDIS_MASTER_NAME", default="mymaster"),
     )
-SAFEUPDATES_RELAY_AFTER = env.int("SAFEUPDATES_RELAY_AFTER", default=conf.DEFAULT_RELAY_AFTER)
-SAFEUPDATES_RETRY = env.json("SAFEUPDATES_RETRY", default=conf.DEFAULT_RETRY)
+SAFEUPDATES_RELAY_AFTER = env.int("SAFEUPDATES_RELAY_AFTER", default=conf.RELAY_AFTER.default)
+SAFEUPDATES_RETRY = env.json("SAFEUPDATES_RETRY", default=conf.RETRY.default)

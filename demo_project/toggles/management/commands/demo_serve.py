@@ -17,6 +17,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from demo_project.processes import CeleryWorkers, TaskWorkers, Workers, manage_py, stop_signals_interrupt
 from safeupdates import conf
 
+#: The demo's queue for long jobs (a key of its ``RQ_QUEUES``), served by a worker of its own.
+SLOW_QUEUE = "slow"
+
 
 class Command(BaseCommand):
     help = (
@@ -37,7 +40,7 @@ class Command(BaseCommand):
             self._serve(options)
 
     def _serve(self, options: dict[str, Any]) -> None:
-        queue, slow_queue = conf.queue_name(), conf.slow_queue()
+        queue, slow_queue = conf.queue_name(), SLOW_QUEUE
         # The metrics of every process (server, workers) in one place: prometheus-client's multiprocess mode.
         metrics_dir = tempfile.mkdtemp(prefix="safeupdates-demo-metrics-")
         env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
