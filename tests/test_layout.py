@@ -6,6 +6,8 @@ through ``safeupdates.lifecycle``, Django's and psycopg's internals only behind 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import re
 from pathlib import Path
 
@@ -312,6 +314,97 @@ def test_only_the_internals_module_reaches_below_the_public_api():
         for name, tree in modules().items()
         if name != INTERNALS_MODULE
         for line, text in private_uses(tree)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+#: The hooks of Django's that the package overrides: the only private names used outside the internals
+#: module, each where it is overridden (and ``super()`` called). DRF's ``Request._request`` (the
+#: ``HttpRequest`` it wraps, as DRF's docs name it) shares its name with Django private attributes.
+OVERRIDDEN_HOOKS = {
+    "safeupdates.write.mixins": {"_do_update", "_do_insert"},
+    "safeupdates.forms": {"_post_clean"},
+    "safeupdates.contrib.drf": {"_request"},
+}
+#: Private names Django documents for use (the model API's ``_meta``, ``_state`` and managers).
+DOCUMENTED_PRIVATE = {"_meta", "_state", "_default_manager", "_base_manager"}
+
+
+@functools.cache
+def private_names_of(*packages: str) -> frozenset[str]:
+    """The private names (one leading underscore) that the installed ``packages`` define: functions,
+    classes, attributes and variables, as their source names them."""
+    names: set[str] = set()
+    for package in packages:
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.origin is not None
+        for path in Path(spec.origin).parent.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    name = node.name
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    name = node.id
+                elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                    name = node.attr
+                else:
+                    continue
+                if name.startswith("_") and not name.startswith("__"):
+                    names.add(name)
+    return frozenset(names - DOCUMENTED_PRIVATE)
+
+
+def private_attributes(tree: ast.Module, theirs: frozenset[str]) -> list[tuple[int, str]]:
+    """Where ``tree`` reads a private name of ``theirs`` off an object (``x._db``, ``super()._do_update``,
+    ``getattr(x, "_committed")``); its own ``self._name`` and ``cls._name`` are its own."""
+    found = []
+    for node in ast.walk(tree):
+        name = None
+        if isinstance(node, ast.Attribute) and node.attr in theirs:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                name = node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in theirs
+        ):
+            name = node.args[1].value
+        if name is not None:
+            found.append((node.lineno, name))
+    return sorted(found)
+
+
+def test_the_private_name_rule_finds_private_attributes():
+    theirs = private_names_of("django", "psycopg")
+    assert {"_thread_ident", "_db", "_committed", "_bounds", "_do_update", "_wrapped"} <= theirs
+    source = (
+        "connection._thread_ident\n"
+        "getattr(queryset, '_db', None)\n"
+        "super()._do_update(1)\n"
+        "settings._wrapped\n"
+        "self._db\n"
+        "instance._meta\n"
+    )
+    assert private_attributes(ast.parse(source), theirs) == [
+        (1, "_thread_ident"),
+        (2, "_db"),
+        (3, "_do_update"),
+        (4, "_wrapped"),
+    ]
+
+
+def test_only_the_internals_module_uses_private_names_of_django_and_psycopg():
+    """docs/architecture.md: Django's and psycopg's private API only in ``database/internals.py``, but the
+    hooks the package overrides."""
+    theirs = private_names_of("django", "psycopg")
+    offenders = [
+        f"{name}:{line}: {attribute}"
+        for name, tree in modules().items()
+        if name != INTERNALS_MODULE
+        for line, attribute in private_attributes(tree, theirs)
+        if attribute not in OVERRIDDEN_HOOKS.get(name, set())
     ]
     assert not offenders, "\n".join(offenders)
 

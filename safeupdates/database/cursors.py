@@ -7,7 +7,6 @@ statement runs, prepared or not, and to time, log or trace it. The ORM's own que
 
 from __future__ import annotations
 
-import _thread
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -19,7 +18,7 @@ from django.db.utils import NotSupportedError
 
 from safeupdates import conf
 from safeupdates.database.errors import is_replanned
-from safeupdates.database.internals import prepared_cursor_class
+from safeupdates.database.internals import owned_by_this_thread, prepared_cursor_class
 
 __all__ = ["execute", "fetch_all", "fetch_one", "statement_cursor"]
 
@@ -151,7 +150,7 @@ def _direct_cursor(connection: BaseDatabaseWrapper) -> Any:
         return None
     connection.close_if_health_check_failed()
     connection.ensure_connection()  # also refuses to run in an event loop, as connection.cursor() does
-    if connection._thread_ident != _thread.get_ident():  # type: ignore[attr-defined]
+    if not owned_by_this_thread(connection):
         connection.validate_thread_sharing()  # a shared connection is allowed; else it raises
     return _prepared_cursor(connection.alias, connection.connection, cursor_class)
 

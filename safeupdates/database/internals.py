@@ -22,12 +22,18 @@ Django 5.2, 6.0 and 6.1 differ where the app reaches below the public API:
   ``ServerBindingCursor`` and psycopg's ``prepare_threshold`` (:func:`prepared_cursor_class`).
 - System check E029 probes for a pooler that lets one client run another's prepared statement
   (:func:`shares_prepared_statements`) with psycopg's libpq-level calls on connections of its own.
+- Private state read where no public API tells it: the thread that owns a connection
+  (:func:`owned_by_this_thread`), a queryset's explicit database (:func:`explicit_database`), whether a
+  ``FieldFile`` is in its storage yet (:func:`in_storage`), a psycopg ``Range``'s bounds (:func:`range_bounds`).
 
-Nothing else in the package imports a private name from Django or psycopg.
+Nothing else in the package uses a private name of Django or psycopg, but the hooks the package
+overrides (``Model._do_update`` and ``_do_insert`` in ``write/mixins.py``, ``BaseModelForm._post_clean``
+in ``forms.py``): ``tests/test_layout.py`` checks it.
 """
 
 from __future__ import annotations
 
+import _thread
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -51,10 +57,14 @@ __all__ = [
     "collect",
     "delete_in_place",
     "deleted_before_any_receiver",
+    "explicit_database",
     "forget_rollback",
     "from_db",
+    "in_storage",
     "insert_values",
+    "owned_by_this_thread",
     "prepared_cursor_class",
+    "range_bounds",
     "shares_prepared_statements",
     "update_returning",
 ]
@@ -328,3 +338,23 @@ def delete_in_place(
     if deleted:
         counts[key._meta.label] += deleted
     return count + deleted, dict(counts)
+
+
+def owned_by_this_thread(connection: BaseDatabaseWrapper) -> bool:
+    """Whether ``connection`` was opened by the running thread (Django's ``_thread_ident``)."""
+    return bool(connection._thread_ident == _thread.get_ident())  # type: ignore[attr-defined]
+
+
+def explicit_database(queryset: models.QuerySet[Any]) -> str | None:
+    """The database a queryset was given with ``using()``, None if none (``QuerySet.db`` would route)."""
+    return getattr(queryset, "_db", None)
+
+
+def in_storage(file: Any) -> bool:
+    """Whether a ``FieldFile`` is saved to its storage (Django's ``_committed``; a new file is not)."""
+    return bool(getattr(file, "_committed", True))
+
+
+def range_bounds(value: Any) -> str:
+    """The bounds of a psycopg ``Range`` as its constructor takes them (``"[)"``; psycopg's ``_bounds``)."""
+    return str(value._bounds)

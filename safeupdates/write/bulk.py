@@ -20,6 +20,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from safeupdates.database import statements
 from safeupdates.database.cursors import fetch_all
+from safeupdates.database.internals import explicit_database
 from safeupdates.database.registry import concrete_field, holds_versions, spans_tables
 from safeupdates.database.statements import stored_version
 from safeupdates.exceptions import InvalidUpdate
@@ -86,7 +87,7 @@ def bulk_update_if_newer(
     if not holds_versions(model):
         raise InvalidUpdate(f"{model._meta.label} has no per-field versions: give it LockVersionMixin.")
     # The queryset's explicit database (using()), else the router's database for writes.
-    using = getattr(queryset, "_db", None) or router.db_for_write(model)
+    using = explicit_database(queryset) or router.db_for_write(model)
     rows = _merge(model, updates, using)
     if not rows:
         return BulkResult()

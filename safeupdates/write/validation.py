@@ -23,6 +23,7 @@ from django.db.models.fields.files import FieldFile
 from django.utils import timezone
 
 from safeupdates import conf
+from safeupdates.database.internals import in_storage, range_bounds
 from safeupdates.database.registry import request_log
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.versions import MAX_VERSION
@@ -786,7 +787,7 @@ def _check_bytes(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
 def _check_file(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A file field holds a name in its storage: a name, or a file already saved there (its name)."""
     if isinstance(value, FieldFile):
-        if not getattr(value, "_committed", True):
+        if not in_storage(value):
             raise InvalidUpdate(f"{what} is a file not saved to its storage yet; save it first, then pass its name.")
         value = value.name or ""
     if not isinstance(value, str):
@@ -884,7 +885,7 @@ def _check_range(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
             storable(base, end, what)
     if lower is not None and upper is not None and lower > upper:
         raise InvalidUpdate(f"{what} has its lower bound above its upper bound.")
-    return range_type(lower, upper, value._bounds)
+    return range_type(lower, upper, range_bounds(value))
 
 
 def _check_custom(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
@@ -955,7 +956,7 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
             if plan.file:
                 file = getattr(instance, field.attname)
                 if isinstance(file, FieldFile):
-                    if not getattr(file, "_committed", True):
+                    if not in_storage(file):
                         continue  # save() stores it first, under a name its storage makes fit the column
                     value = file.name
                     if value is None:
