@@ -10,6 +10,7 @@ is both, with :class:`~safeupdates.managers.SafeUpdateManager`; the app's concre
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -430,12 +431,20 @@ class LockVersionMixin(models.Model):
         if save.names is None:
             return {}  # every field written
         read = self.lock_version  # the version this instance read its other fields at, before the save
-        written = set(save.names)
+        versions = versions or {}
+        older = self._safeupdates_seen
+        if read is not None and (versions.get(BASE_VERSION_KEY) or 0) <= read:
+            # No full save since it read the row: only the fields with entries of their own, or read
+            # before, can be newer than its read (the usual case: a few names, not every field).
+            names: Iterable[str] = _field_set(type(self)).intersection([*versions, *older])
+        else:
+            names = _fields_saved(type(self))
+        written = save.names
         behind = {}
-        for name in _fields_saved(type(self)):
+        for name in names:
             if name in written:
                 continue
-            seen = self._safeupdates_seen.get(name, read)
+            seen = older.get(name, read)
             if seen is None or stored_version(versions, name) > seen:
                 behind[name] = seen
         return behind
@@ -925,6 +934,13 @@ def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any,
     return [value for value in values if value[0] is not lock_field and value[0] is not versions_field]
 
 
+@functools.cache
+def _field_set(model: type[models.Model]) -> frozenset[str]:
+    """:func:`_fields_saved`, as a set."""
+    return frozenset(_fields_saved(model))
+
+
+@functools.cache
 def _fields_saved(model: type[models.Model]) -> tuple[str, ...]:
     """The fields a full save of ``model`` writes, by name, the versions aside."""
     return tuple(
