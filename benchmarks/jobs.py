@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connection
 from rq import get_current_job
 
+from benchmarks.saveapp.models import PlainRow
 from tests.testapp.models import Profile
 
 try:  # Django 6.0+
@@ -19,6 +22,14 @@ GATE_LOCK = 424242
 def naive_toggle(pk: int, field: str, value: bool) -> None:
     """The baseline job: one job per toggle, a plain ``filter().update()`` without any guard."""
     Profile.objects.filter(pk=pk).update(**{field: value})
+
+
+def naive_save(pk: int, field: str, value: Any) -> None:
+    """The job a toggle is without the app, written the way a hand-made RQ job is: load the row, set the
+    field, ``save()`` (``benchmarks/latency.py``; a plain table of the same shape, ``saveapp.PlainRow``)."""
+    row = PlainRow.objects.get(pk=pk)
+    setattr(row, field, value)
+    row.save()
 
 
 def gate(started_key: str, release_key: str, timeout: int = 120) -> None:
