@@ -12,6 +12,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import OperationalError
 from django.test.utils import override_settings
+from rq import Worker as RQWorker
 
 from safeupdates.database.registry import model_of
 from safeupdates.delivery import rq_worker
@@ -88,3 +89,37 @@ def test_django_rq_picks_it_from_the_settings(settings: Any) -> None:
 
     settings.RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"}
     assert isinstance(get_worker("default"), rq_worker.Worker)
+
+
+class HerokuLike(rq_worker.WarmUpMixin, RQWorker):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("worker_class", "reported"),
+    [
+        (None, "rq.worker.worker_classes.Worker"),  # no RQ["WORKER_CLASS"]: RQ's Worker
+        ("rq.Worker", "rq.worker.worker_classes.Worker"),
+        ("rq.worker.HerokuWorker", "rq.worker.worker_classes.HerokuWorker"),
+        ("safeupdates.delivery.rq_worker.Worker", None),
+        (HerokuLike, None),
+        ("rq.SimpleWorker", None),  # no fork: what one job loads, the next finds
+        ("rq.SpawnWorker", None),  # each horse starts afresh: nothing loaded before reaches it
+        ("no.such.Worker", None),  # django-rq's to report
+    ],
+)
+def test_the_check_names_a_worker_class_that_forks_without_loading_first(
+    settings: Any, worker_class: Any, reported: str | None
+) -> None:
+    settings.RQ = {} if worker_class is None else {"WORKER_CLASS": worker_class}
+    problem = rq_worker.worker_class_problem()
+    if reported is None:
+        assert problem is None
+        return
+    assert problem == (
+        f"RQ's worker class {reported} forks a work horse per job, and every apply job reads again what a worker "
+        "could have loaded once before its fork (the content types of the models it writes).",
+        'Set RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"} in the settings, or add '
+        "safeupdates.delivery.rq_worker.WarmUpMixin to your worker class (docs/deployment.md, Running workers).",
+        "safeupdates.W008",
+    )

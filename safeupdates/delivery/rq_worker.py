@@ -22,14 +22,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, router
+from rq import SpawnWorker
 from rq import Worker as RQWorker
 from rq.job import Job
 from rq.queue import Queue
+from rq.utils import import_attribute
 
 from safeupdates.database.registry import load_content_types, request_log
 
-__all__ = ["WarmUpMixin", "Worker", "databases", "warm_up"]
+__all__ = ["WarmUpMixin", "Worker", "databases", "warm_up", "worker_class_problem"]
 
 logger = logging.getLogger("safeupdates")
 
@@ -98,3 +101,27 @@ class WarmUpMixin:
 
 class Worker(WarmUpMixin, RQWorker):
     """RQ's ``Worker`` (a work horse forked per job) with :class:`WarmUpMixin`."""
+
+
+def worker_class_problem() -> tuple[str, str, str] | None:
+    """``(message, hint, check id)`` of a system check when django-rq's worker class (``RQ["WORKER_CLASS"]``,
+    RQ's ``Worker`` by default) forks a work horse per job without :class:`WarmUpMixin`; None otherwise. A
+    class that does not fork (``SimpleWorker``), one that starts each horse afresh (``SpawnWorker``: nothing
+    it loads would reach the horse) and one that cannot be imported (django-rq says so) are not reported."""
+    path = getattr(settings, "RQ", {}).get("WORKER_CLASS", RQWorker)
+    try:
+        worker_class = import_attribute(path) if isinstance(path, str) else path
+    except Exception:  # a path that does not import: django-rq reports it when a worker starts
+        return None
+    if not isinstance(worker_class, type) or not issubclass(worker_class, RQWorker):
+        return None
+    if issubclass(worker_class, WarmUpMixin | SpawnWorker):
+        return None
+    name = f"{worker_class.__module__}.{worker_class.__qualname__}"
+    return (
+        f"RQ's worker class {name} forks a work horse per job, and every apply job reads again what a worker "
+        "could have loaded once before its fork (the content types of the models it writes).",
+        'Set RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"} in the settings, or add '
+        "safeupdates.delivery.rq_worker.WarmUpMixin to your worker class (docs/deployment.md, Running workers).",
+        "safeupdates.W008",
+    )
