@@ -372,7 +372,6 @@ class Vhost:
 
 def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed: int) -> Result:
     from django.conf import settings
-    from django.db import connection
 
     from benchmarks import bench
     from benchmarks.saveapp.models import PlainRow
@@ -395,7 +394,6 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
         with poller(dsn, tables, [pks[APP], pks[NAIVE]]) as stop:
             # A few toggles each, not counted: the workers' and the queue's first use.
             warm = stream(sides, cell.rate, min(1.0, args.seconds), min(0.5, args.slice), numbers, seed)
-            connection.close()  # a fresh connection, as a web process has after its first requests
             toggles = stream(sides, cell.rate, args.seconds, args.slice, numbers, seed + 1)
 
             def done() -> bool:
