@@ -166,6 +166,7 @@ class Toggle:
     pk: int
     number: int
     scheduled: float
+    turn: int  # the index of the slice it was sent in
     committed: float = 0.0
 
 
@@ -192,8 +193,9 @@ def stream(
         at = start + index / rate
         if at - start >= seconds:
             break
-        side = sides[order[int((at - start) // slice_) % 2]]
-        toggle = Toggle(side.name, rng.choice(side.pks), next(numbers), at)
+        turn = int((at - start) // slice_)
+        side = sides[order[turn % 2]]
+        toggle = Toggle(side.name, rng.choice(side.pks), next(numbers), at, turn)
         pause = at - time.monotonic()
         if pause > 0:
             time.sleep(pause)
@@ -216,10 +218,12 @@ def visible_moments(seen: dict[tuple[int, int, int], float], side_index: int, pk
 
 def latencies(
     toggles: Sequence[Toggle], seen: dict[tuple[int, int, int], float], index_of: dict[str, int]
-) -> tuple[dict[str, list[float]], int]:
-    """Milliseconds from commit to visible per contender, and how many toggles were never seen."""
+) -> tuple[dict[str, list[float]], dict[int, dict[str, list[float]]], int]:
+    """Milliseconds from commit to visible per contender and per slice, and how many toggles were never
+    seen."""
     by_record: dict[tuple[int, int], list[tuple[int, float]]] = {}
     out: dict[str, list[float]] = {APP: [], NAIVE: []}
+    turns: dict[int, dict[str, list[float]]] = {}
     missing = 0
     for toggle in toggles:
         key = (index_of[toggle.side], toggle.pk)
@@ -229,8 +233,21 @@ def latencies(
         if moment is None:
             missing += 1
             continue
-        out[toggle.side].append(max(0.0, moment - toggle.committed) * 1000)
-    return out, missing
+        waited = max(0.0, moment - toggle.committed) * 1000
+        out[toggle.side].append(waited)
+        turns.setdefault(toggle.turn, {}).setdefault(toggle.side, []).append(waited)
+    return out, turns, missing
+
+
+def paired_ratios(turns: dict[int, dict[str, list[float]]], q: float) -> list[float]:
+    """Percentile ``q`` of each app slice over that of the naive slice it ran beside (slices ``2k`` and
+    ``2k + 1`` ran one right after the other and shared whatever load the machine had then)."""
+    ratios = []
+    for turn in range(0, max(turns, default=-1), 2):
+        pair = {**turns.get(turn, {}), **turns.get(turn + 1, {})}
+        if pair.get(APP) and pair.get(NAIVE):
+            ratios.append(percentile(pair[APP], q) / percentile(pair[NAIVE], q))
+    return ratios
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -250,6 +267,7 @@ class Result:
     periods: list[float]
     load: str
     toggles: int
+    turns: dict[int, dict[str, list[float]]]
 
     def p(self, side: str, q: float) -> float:
         return percentile(self.figures[side], q)
@@ -257,6 +275,11 @@ class Result:
     def ratio(self, q: float) -> float:
         naive = self.p(NAIVE, q)
         return self.p(APP, q) / naive if naive else float("nan")
+
+    def paired(self, q: float) -> float:
+        """The median over the pairs of slices of :func:`paired_ratios`."""
+        ratios = paired_ratios(self.turns, q)
+        return statistics.median(ratios) if ratios else float("nan")
 
 
 Send = Callable[[Toggle], None]
@@ -412,14 +435,14 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
             time.sleep(4 * POLL_EVERY)
             seen, periods = stop()
     del warm
-    figures, missing = latencies(toggles, seen, index_of)
+    figures, turns, missing = latencies(toggles, seen, index_of)
     wrong = sum(
         not Profile.objects.filter(pk=t.pk, score=t.number).exists()
         for Model, t in last_of(toggles)
         if Model is Profile
     )
     lag = max((t.committed - t.scheduled for t in toggles), default=0.0) * 1000
-    return Result(cell, figures, missing, wrong, lag, periods, load_average(), len(toggles))
+    return Result(cell, figures, missing, wrong, lag, periods, load_average(), len(toggles), turns)
 
 
 def last_of(toggles: Sequence[Toggle]) -> list[tuple[Any, Toggle]]:
@@ -451,7 +474,7 @@ def print_results(results: Sequence[Result]) -> None:
         print(f"{'':<58}{'app/naive':<15}" + "".join(f"{result.ratio(q):>7.2f}x" for q in (50, 95, 99)))
     print()
     header = f"{'cell':<12}{'app p50/p95/p99 ms':>22}{'naive p50/p95/p99 ms':>24}{'p50':>8}{'p95':>8}{'p99':>8}"
-    print(f"{header}  targets: p50 <= 1.1x, p99 <= 1.3x")
+    print(f"{header}{'paired p50':>12}  targets: p50 <= 1.1x, p99 <= 1.3x")
     for result in results:
         app = "/".join(f"{result.p(APP, q):.0f}" for q in (50, 95, 99))
         naive = "/".join(f"{result.p(NAIVE, q):.0f}" for q in (50, 95, 99))
@@ -461,8 +484,10 @@ def print_results(results: Sequence[Result]) -> None:
         print(
             f"{result.cell.name:<12}{app:>22}{naive:>24}"
             + "".join(f"{result.ratio(q):>7.2f}x" for q in (50, 95, 99))
+            + f"{result.paired(50):>11.2f}x"
             + f"  {verdict}"
         )
+    print("   (paired p50: the median over the pairs of slices that ran one after the other of app p50 / naive p50)")
     print()
     for result in results:
         periods = sorted(result.periods)
