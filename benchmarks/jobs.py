@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.db import connection
 from rq import get_current_job
+from rq.job import Job
 
 from benchmarks.saveapp.models import PlainRow
 from tests.testapp.models import Profile
@@ -50,3 +52,20 @@ def task_gate() -> None:
     (held by the benchmark while the backlog piles up) and let it go at once."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock_shared(%s), pg_advisory_unlock_shared(%s)", [GATE_LOCK, GATE_LOCK])
+
+
+#: The Redis list where :class:`TimedJob` leaves each job's run time (``benchmarks/latency.py``).
+JOB_TIMES_KEY = "safeupdates-bench-latency:job-times"
+
+
+class TimedJob(Job):
+    """RQ's ``Job`` that times its function inside the work horse (the fork and RQ's bookkeeping excluded)
+    and pushes ``"<function> <ms>"`` to :data:`JOB_TIMES_KEY`: the benchmark's timer inside the job
+    (``rqworker --job-class benchmarks.jobs.TimedJob``)."""
+
+    def perform(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return super().perform()
+        finally:
+            self.connection.rpush(JOB_TIMES_KEY, f"{self.func_name} {(time.perf_counter() - start) * 1000:.3f}")

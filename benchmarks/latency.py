@@ -268,6 +268,7 @@ class Result:
     load: str
     toggles: int
     turns: dict[int, dict[str, list[float]]]
+    job_times: JobTimes  # RQ only: each job's run in its work horse (ms)
 
     def p(self, side: str, q: float) -> float:
         return percentile(self.figures[side], q)
@@ -283,6 +284,7 @@ class Result:
 
 
 Send = Callable[[Toggle], None]
+JobTimes = dict[str, list[float]]
 
 
 # --- the deliveries ---------------------------------------------------------------------------------
@@ -297,9 +299,10 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float, poll_ev
 
 
 @contextmanager
-def rq_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool]]]:
+def rq_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool], Callable[[], JobTimes]]]:
     """2 rqworkers ``--with-scheduler`` of ``cell``'s worker class on the latency queue; yields the app's
-    and the naive send, and whether the queue is idle."""
+    and the naive send, whether the queue is idle, and the run times of the jobs so far (ms, timed in the
+    work horse by :class:`benchmarks.jobs.TimedJob`; reading them empties the list)."""
     import django_rq
     from django.conf import settings
     from django.db import transaction
@@ -307,7 +310,7 @@ def rq_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool]]]:
     from rq import Worker
 
     from benchmarks import bench
-    from benchmarks.jobs import naive_save
+    from benchmarks.jobs import JOB_TIMES_KEY, naive_save
     from safeupdates.jobs import enqueue_update
     from tests.testapp.models import Profile
 
@@ -327,17 +330,28 @@ def rq_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool]]]:
         toggle.committed = time.monotonic()
         queue.enqueue(naive_save, toggle.pk, "score", toggle.number)
 
-    options = ["--with-scheduler", "--worker-class", cell.worker_class, "-v", "0"]
+    def job_times() -> JobTimes:
+        pushed = queue.connection.lrange(JOB_TIMES_KEY, 0, -1)
+        queue.connection.delete(JOB_TIMES_KEY)
+        times: JobTimes = {APP: [], NAIVE: []}
+        for line in pushed:
+            function, ms = line.decode().split()
+            times[NAIVE if function.endswith("naive_save") else APP].append(float(ms))
+        return times
+
+    job_times()
+    options = ["--with-scheduler", "--worker-class", cell.worker_class, "--job-class", "benchmarks.jobs.TimedJob"]
+    options += ["-v", "0"]
     with override_settings(SAFEUPDATES_QUEUE=queue.name), bench.workers(queue, 2, options) as pool:
         wait_until(lambda: len(Worker.all(queue=queue)) >= 2, "the rqworkers", 120)
         pool.check_alive()
-        yield app, naive, lambda: queue.count == 0 and queue.started_job_registry.count == 0
+        yield app, naive, lambda: queue.count == 0 and queue.started_job_registry.count == 0, job_times
         pool.check_alive()
     bench.empty_queue(queue)
 
 
 @contextmanager
-def celery_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool]]]:
+def celery_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool], Callable[[], JobTimes]]]:
     """2 prefork Celery workers ``-c 2`` on the benchmark's vhost; yields the app's and the naive send, and
     whether every naive task sent has run."""
     from celery import current_app
@@ -368,7 +382,7 @@ def celery_cell(cell: Cell) -> Iterator[tuple[Send, Send, Callable[[], bool]]]:
     try:
         with override_settings(SAFEUPDATES_DELIVERY="celery", SAFEUPDATES_CELERY_QUEUE=queue):
             wait_until(lambda: len(app.control.inspect(timeout=1.0).ping() or {}) >= 2, "the Celery workers", 180, 0.5)
-            yield safe, naive, lambda: tasks_run(app, (naive_toggle.name,)) >= sent[0]
+            yield safe, naive, lambda: tasks_run(app, (naive_toggle.name,)) >= sent[0], lambda: {APP: [], NAIVE: []}
     finally:
         pool.stop()
     Path(pool.log.name).unlink(missing_ok=True)
@@ -412,11 +426,13 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
     dsn = os.environ["BENCH_DATABASE_URL"]
     assert settings.DATABASES["default"]["NAME"] in dsn
     delivery = rq_cell if cell.delivery == "rq" else celery_cell
-    with delivery(cell) as (app_send, naive_send, idle):
+    with delivery(cell) as (app_send, naive_send, idle, job_times):
         sides = {APP: Side(APP, pks[APP], app_send), NAIVE: Side(NAIVE, pks[NAIVE], naive_send)}
         with poller(dsn, tables, [pks[APP], pks[NAIVE]]) as stop:
             # A few toggles each, not counted: the workers' and the queue's first use.
             warm = stream(sides, cell.rate, min(1.0, args.seconds), min(0.5, args.slice), numbers, seed)
+            wait_until(idle, "the first toggles", args.drain_timeout)
+            job_times()  # not counted either
             toggles = stream(sides, cell.rate, args.seconds, args.slice, numbers, seed + 1)
 
             def done() -> bool:
@@ -434,6 +450,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
             wait_until(done, "every toggle to be applied", args.drain_timeout, 0.05)
             time.sleep(4 * POLL_EVERY)
             seen, periods = stop()
+            timed = job_times()
     del warm
     figures, turns, missing = latencies(toggles, seen, index_of)
     wrong = sum(
@@ -442,7 +459,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
         if Model is Profile
     )
     lag = max((t.committed - t.scheduled for t in toggles), default=0.0) * 1000
-    return Result(cell, figures, missing, wrong, lag, periods, load_average(), len(toggles), turns)
+    return Result(cell, figures, missing, wrong, lag, periods, load_average(), len(toggles), turns, timed)
 
 
 def last_of(toggles: Sequence[Toggle]) -> list[tuple[Any, Toggle]]:
@@ -488,6 +505,16 @@ def print_results(results: Sequence[Result]) -> None:
             + f"  {verdict}"
         )
     print("   (paired p50: the median over the pairs of slices that ran one after the other of app p50 / naive p50)")
+    if any(result.job_times[APP] for result in results):
+        print()
+        print(f"{'each job, timed in its work horse (RQ)':<58}{'side':<7}{'jobs':>8}{'p50':>8}{'p95':>8}{'p99':>8}  ms")
+        for result in results:
+            for side in (APP, NAIVE):
+                times = result.job_times[side]
+                if times:
+                    label = result.cell.name if side == APP else ""
+                    figures = "".join(f"{percentile(times, q):>8.1f}" for q in (50, 95, 99))
+                    print(f"{label:<58}{side:<7}{len(times):>8}{figures}")
     print()
     for result in results:
         periods = sorted(result.periods)
