@@ -10,9 +10,9 @@ once, in its own process, before its first fork, so every horse inherits it. Sel
 and run ``python manage.py rqworker default --with-scheduler`` as before (django-rq reads the setting;
 ``rqworker --worker-class`` overrides it). A worker class of your own gets the same from
 :class:`WarmUpMixin`. Nothing is read at import or in ``AppConfig.ready()`` (Django advises against
-touching the database there); if the database cannot be reached when the worker starts, the warm-up is
-tried again before the next job, and the jobs meanwhile read what they need themselves, as they would
-without it.
+touching the database there); a database that cannot be read when the worker starts is tried again
+before a job, at most every :data:`RETRY_EVERY` seconds, and the jobs meanwhile read what they need
+themselves, as they would without it.
 """
 
 from __future__ import annotations
