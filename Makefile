@@ -87,8 +87,16 @@ serve: install
 	$(PY) manage.py demo_user --keep-existing
 	$(PY) manage.py demo_serve
 
+# make bench: each operation against its naive equivalent (docs/benchmarks.md). make bench-latency: what a
+# user waits at a steady load, a toggle's commit to the moment its row holds it, the app's path against the
+# naive job it replaces, on RQ and Celery, 200 and 5 records (benchmarks/latency.py, about 6 minutes; it needs
+# RabbitMQ for the Celery cells). LATENCYARGS="--cells rq-200,rq-200-plain --seconds 30" picks cells and times.
 bench: install
 	$(PY) benchmarks/bench.py
+
+.PHONY: bench-latency
+bench-latency: install
+	$(PY) benchmarks/latency.py $(LATENCYARGS)
 
 # update_if_newer(), save() and the drain against their naive ORM equivalents, directly and through a
 # PgBouncer of its own in transaction mode, side by side (benchmarks/topology_bench.py; docs/benchmarks.md).

@@ -428,7 +428,7 @@ def bench_single_row(report: Report, rounds: int, ops: int, slices: int) -> None
 class Workers:
     """``rqworker`` processes started by the benchmark, each in a session of its own."""
 
-    def __init__(self, queue: str, count: int) -> None:
+    def __init__(self, queue: str, count: int, options: Sequence[str] = ()) -> None:
         # Closed in stop(); kept after a failure so that its path can be reported.
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
             prefix="safeupdates-bench-workers-", suffix=".log", delete=False
@@ -436,7 +436,7 @@ class Workers:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.procs = [
             subprocess.Popen(
-                [sys.executable, str(ROOT / "manage.py"), "rqworker", queue],
+                [sys.executable, str(ROOT / "manage.py"), "rqworker", queue, *options],
                 cwd=ROOT,
                 env=env,
                 stdout=self.log,
@@ -469,8 +469,9 @@ class Workers:
 
 
 @contextmanager
-def workers(queue: Queue, count: int) -> Iterator[Workers]:
-    pool = Workers(queue.name, count)
+def workers(queue: Queue, count: int, options: Sequence[str] = ()) -> Iterator[Workers]:
+    """``count`` rqworker processes on ``queue``, with ``options`` (``--with-scheduler`` ...)."""
+    pool = Workers(queue.name, count, options)
     try:
         yield pool
     finally:

@@ -15,6 +15,8 @@ from tests.settings import *  # noqa: F403
 env = environ.Env()
 
 BENCH_QUEUE = "safeupdates-bench"
+#: The queue of the latency benchmark (benchmarks/latency.py): its own, so that it never meets bench.py's jobs.
+LATENCY_QUEUE = "safeupdates-bench-latency"
 
 # Section 5 ("save()"): the models it saves, and django-concurrency for one of them.
 INSTALLED_APPS = [*INSTALLED_APPS, "concurrency", "benchmarks.saveapp"]  # noqa: F405
@@ -28,6 +30,7 @@ REDIS_URL = env("BENCH_REDIS_URL", default=env("REDIS_URL", default="redis://127
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
     BENCH_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    LATENCY_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
 SAFEUPDATES_QUEUE = BENCH_QUEUE
 # The library's defaults, not the test suite's fast retries.

@@ -15,11 +15,15 @@ class SafeUpdatesConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from safeupdates import checks, conf  # checks: registers the system checks
+        from safeupdates import checks, conf, tracing  # checks: registers the system checks
         from safeupdates.versions import floor_after_migrate
 
         # After every migrate: the source may have been dropped and created again at 1.
         post_migrate.connect(floor_after_migrate, sender=self, dispatch_uid="safeupdates.raise_floor")
+        # OpenTelemetry's propagator (where it is installed), imported here once rather than by the first job:
+        # rqworker forks a work horse per job, and what a horse imports dies with it (6.4 ms a job, issue 57).
+        # No database is touched.
+        tracing._opentelemetry()
         # With celery delivery the apply task registers with the Celery apps here, in the web process and in the
         # worker alike (Celery's Django fix-up sets Django up before the worker consumes).
         if conf.uses_celery() and importlib.util.find_spec("celery") is not None:
