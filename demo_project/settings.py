@@ -69,6 +69,8 @@ RQ_QUEUES = {
     # Only `manage.py race_demo` uses this queue, with workers it starts itself: it empties it freely.
     "race_demo": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
+# Loads what every apply job needs once, before a work horse is forked (docs/deployment.md; check W008).
+RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"}
 SAFEUPDATES_QUEUE = "default"  # toggles: milliseconds
 SAFEUPDATES_FAST_QUEUE = "default"  # enqueue() without queue=
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)

@@ -32,6 +32,21 @@ def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     return [Error(message, hint=hint, id=check_id)]
 
 
+@register(Tags.compatibility)
+def check_rq_worker(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W008: django-rq's worker class forks a work horse per job and loads nothing before the fork
+    (:func:`safeupdates.delivery.rq_worker.worker_class_problem`). Only on RQ delivery."""
+    if conf.delivery() != conf.DELIVERY_RQ or not importlib.util.find_spec("rq"):
+        return []
+    from safeupdates.delivery.rq_worker import worker_class_problem
+
+    problem = worker_class_problem()
+    if problem is None:
+        return []
+    message, hint, check_id = problem
+    return [Warning(message, hint=hint, id=check_id)]
+
+
 def reserved_change_names() -> dict[str, tuple[str, ...]]:
     """Names that ``enqueue_update(**changes)`` / ``update_if_newer(**changes)`` take as their own
     keyword arguments, never as changes: ``{name: (functions...)}``, read from their signatures."""

@@ -138,9 +138,11 @@ TASKS = {
 }
 SAFEUPDATES_DELIVERY = env("SAFEUPDATES_DELIVERY", default="rq")
 SAFEUPDATES_TASK_BACKEND = env("SAFEUPDATES_TASK_BACKEND", default="db")
+# The worker class docs/deployment.md tells projects to use (system check W008): the suite's rqworkers run it.
+RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"}
 if SAFEUPDATES_DELIVERY == "tasks" and SAFEUPDATES_TASK_BACKEND == "rq":
     # rqworkers of django-tasks-rq's backend run its jobs with its job class (it calls the task).
-    RQ = {"JOB_CLASS": "django_tasks_rq.Job"}
+    RQ["JOB_CLASS"] = "django_tasks_rq.Job"
 SAFEUPDATES_RELAY_AFTER = 0
 
 # SAFEUPDATES_DELIVERY = "celery" (tests/test_celery_delivery.py): the configuration of tests.celery_app, whose

@@ -117,7 +117,8 @@ def worker_class_problem() -> tuple[str, str, str] | None:
         return None
     if issubclass(worker_class, WarmUpMixin | SpawnWorker):
         return None
-    name = f"{worker_class.__module__}.{worker_class.__qualname__}"
+    # As the settings name it (RQ's classes live in modules other than those they are imported from).
+    name = path if isinstance(path, str) else "rq.Worker" if path is RQWorker else worker_class.__qualname__
     return (
         f"RQ's worker class {name} forks a work horse per job, and every apply job reads again what a worker "
         "could have loaded once before its fork (the content types of the models it writes).",
