@@ -5,7 +5,8 @@ A request is created ``pending`` (:meth:`RequestLogQuerySet.create_pending`, or
 tasks and batch items by :meth:`~RequestLogQuerySet.create_pending_rows`), claimed by its job
 (:meth:`~RequestLogQuerySet.claim`), and ends ``applied``, ``stale`` or ``rejected``
 (:meth:`~RequestLogQuerySet.finish`, or in one statement with the write:
-:meth:`~RequestLogQuerySet.apply_recorded`), or ``failed`` once transient errors outlast its retries
+:meth:`~RequestLogQuerySet.apply_recorded`, and with the claim too:
+:meth:`~RequestLogQuerySet.finish_at_once`), or ``failed`` once transient errors outlast its retries
 (:meth:`~RequestLogQuerySet.fail`). ``safeupdates_relay --retry-failed`` makes a failed request pending
 again (:meth:`~RequestLogQuerySet.revive`); ``safeupdates_purge`` deletes terminal ones
 (:meth:`~RequestLogQuerySet.purge`). A request submitted or delivered again once terminal is a
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,7 +39,7 @@ from django.utils.translation import gettext_lazy as _
 from safeupdates import delivery, signals
 from safeupdates.database import statements
 from safeupdates.database.cursors import execute, fetch_all, fetch_one
-from safeupdates.database.registry import content_type_of, model_of
+from safeupdates.database.registry import concrete_field, content_type_of, model_of
 from safeupdates.database.transactions import after_commit, in_transaction
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.versions import next_version
@@ -108,6 +109,14 @@ _RECORDED = {
     "missing": STATUS_OF_OUTCOME[Outcome.MISSING].value,
     "missing_error": MISSING_TARGET,
 }
+
+#: What the apply job's one statement records, by name (``statements.GuardedUpdate.claimed_params``).
+_CLAIMED = {**_RECORDED, "pending": RequestStatus.PENDING.value}
+
+#: Concludes a record's requests from what its write did: ``(written, stored, row_exists)``, where
+#: ``written`` is ``{field: request pk}`` of the fields written (None: nothing), ``stored`` the row's
+#: ``field_versions`` after the write (before it, if nothing was written; None: no row).
+Conclude = Callable[[dict[str, int] | None, dict[str, Any] | None, bool], list["Result"]]
 
 
 #: The other way round: the outcome of a write recorded with a status, by the status's value.
@@ -256,18 +265,22 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             )
         return record
 
+    def pending_of(self, request_id: uuid.UUID, limit: int) -> list[ProcessedRequest]:
+        """Up to ``limit`` pending update requests of the record that request ``request_id`` targets,
+        oldest version first, read without a lock (:meth:`finish_at_once` claims them)."""
+        return list(self._pending_of(request_id).order_by("version")[:limit])
+
     def claim(self, request_id: uuid.UUID, limit: int) -> list[ProcessedRequest]:
         """Lock up to ``limit`` pending update requests of the record that request ``request_id``
         targets, oldest version first; rows another job holds are skipped (``SKIP LOCKED``)."""
+        return list(self._pending_of(request_id).select_for_update(skip_locked=True).order_by("version")[:limit])
+
+    def _pending_of(self, request_id: uuid.UUID) -> RequestLogQuerySet:
         target = self.filter(request_id=request_id)
-        return list(
-            self.filter(
-                status=RequestStatus.PENDING,
-                content_type_id=models.Subquery(target.values("content_type_id")[:1]),
-                object_id=models.Subquery(target.values("object_id")[:1]),
-            )
-            .select_for_update(skip_locked=True)
-            .order_by("version")[:limit]
+        return self.filter(
+            status=RequestStatus.PENDING,
+            content_type_id=models.Subquery(target.values("content_type_id")[:1]),
+            object_id=models.Subquery(target.values("object_id")[:1]),
         )
 
     def waiting_records(
@@ -389,6 +402,62 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         counts: dict[str, int] = {}
         for result in results:
             counts[result.status] = counts.get(result.status, 0) + 1
+        return counts
+
+    def finish_at_once(
+        self,
+        target: Target,
+        requests: Sequence[ProcessedRequest],
+        winners: Mapping[str, tuple[int, int, Any]],
+        conclude: Conclude,
+    ) -> dict[str, int] | None:
+        """Claim ``requests`` (pending update requests of ``target``'s record, read by :meth:`pending_of`),
+        write ``winners`` (``{field: (version, request pk, value)}``, the newest value per field) with the
+        guard, and record each request's outcome: one prepared statement, one round trip
+        (``statements.GuardedUpdate.claimed_sql``), in autocommit (PostgreSQL, a model whose fields live
+        in one table). The outcomes are logged and signalled as :meth:`finish`'s, from the results that
+        ``conclude`` draws from the write; the statuses are those the statement recorded.
+
+        Returns the count per status, or None if some request was not claimed (another job holds it, or
+        finished it since the read): nothing was written or recorded then. A value the database refuses
+        raises, with nothing written.
+        """
+        connection = connections[self.db]
+        model, pk = target.model, target.pk
+        fields = tuple(sorted(winners))
+        statement = statements.guarded_update(model, fields, connection)
+        assert statement.claimed_sql is not None
+        prepared = [
+            (concrete_field(model, name).get_db_prep_save(winners[name][2], connection), winners[name][0])
+            for name in fields
+        ]
+        params = statement.claimed_params(
+            pk,
+            prepared,
+            requests=[request.pk for request in requests],
+            winners=[winners[name][1] for name in fields],
+            recorded=_CLAIMED,
+        )
+        whole, after, before, recorded = fetch_one(connection, statement.claimed_sql, params, prepared=True)
+        if not whole:
+            return None
+        stored = None
+        if after is not None or before is not None:
+            stored = statement.load_versions(after if after is not None else before)
+        written = None
+        if after is not None:
+            assert stored is not None
+            written = {name: winners[name][1] for name in fields if stored.get(name) == winners[name][0]} or None
+        statuses = {pk_: RequestStatus(status) for pk_, status, _seconds in recorded}
+        results = [
+            result if result.status == statuses[result.request.pk] else _with_status(result, statuses)
+            for result in conclude(written, stored, stored is not None)
+        ]
+        latencies = {pk_: max(0.0, float(seconds)) for pk_, _status, seconds in recorded}
+        self._announce(results, target, latencies=latencies)
+        counts: dict[str, int] = {}
+        for status in statuses.values():
+            counts[status] = counts.get(status, 0) + 1
         return counts
 
     def apply_recorded(
@@ -641,6 +710,18 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             if created_at is not None and processed_at is not None:
                 latencies[pk] = max(0.0, (processed_at - created_at).total_seconds())
         return latencies
+
+
+def _with_status(result: Result, statuses: Mapping[Any, RequestStatus]) -> Result:
+    """``result`` with the status the statement recorded for its request: the record is the truth (the
+    two agree, by one rule kept in SQL and in ``conclude``; ``tests/test_apply_at_once.py`` checks it)."""
+    logger.error(
+        "safeupdates: request %s was recorded %s, concluded %s",
+        result.request.request_id,
+        statuses[result.request.pk],
+        result.status,
+    )
+    return Result(result.request, statuses[result.request.pk], result.fields, result.held, result.error)
 
 
 #: One instance of each encoder class, as ``json.dumps(..., cls=cls)`` makes it (it holds no state).

@@ -601,7 +601,9 @@ class TestApplyInProcess:
 
         def the_other_job_rolls_back_after_the_claim(execute, sql, params, many, context):
             result = execute(sql, params, many, context)
-            if not claimed and "SKIP LOCKED" in sql.upper():
+            # The claiming path's claim (the one statement of the two-round-trip path, which comes
+            # first, skips the held request too, and claims nothing then).
+            if not claimed and sql.upper().startswith("SELECT") and "SKIP LOCKED" in sql.upper():
                 claimed.append(sql)
                 lock.release()
             return result
@@ -989,7 +991,9 @@ class TestWithWorkers:
         assert stored_state(profiles) == expected_state(profiles, requests)
 
     def test_worker_killed_mid_job(self, workers, postgres_only):
-        """SIGKILL while the job waits for the row: its transaction dies with it; the relay redelivers."""
+        """SIGKILL while the job's one statement waits for the row: the statement (claim, write and
+        outcome together) is its own transaction, which PostgreSQL has been sent in full; it commits
+        once the row is free, though its client is gone, and the request is applied once."""
         profile = ProfileFactory()
         workers.start(1)
         row = RowLock(Profile, profile.pk).start()
@@ -998,18 +1002,45 @@ class TestWithWorkers:
         backends = lock_waiters()
         workers.kill(0)
         row.release()
-        # Its backend runs the UPDATE once the row is free, then finds its client gone and rolls back; a
-        # surviving work horse would have committed before its backend went away.
         assert wait_until(lambda: not _alive(backends), 20)
-        assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
-        assert not lock_waiters()
+        request.refresh_from_db()
+        assert (request.status, request.attempts) == ("applied", 1)
         workers.start(1)
-        relay_pending(0)
+        relay_pending(0)  # nothing to deliver
         assert all_done()
         request.refresh_from_db()
         assert (request.status, request.attempts) == ("applied", 1)
         profile.refresh_from_db()
         assert profile.active is True
+
+    def test_worker_killed_mid_job_in_the_claiming_path(self, workers, postgres_only):
+        """SIGKILL while a job that claimed in a transaction (its record has a request to reject) waits
+        for the row: its transaction dies with it, every request stays pending; the relay redelivers."""
+        profile = ProfileFactory()
+        workers.start(1)
+        row = RowLock(Profile, profile.pk).start()
+        with transaction.atomic():
+            corrupt = enqueue_update(profile, newsletter=True)
+            ProcessedRequest.objects.filter(pk=corrupt.pk).update(changes="newsletter")
+            request = enqueue_update(profile, active=True)
+        assert wait_until(lambda: bool(lock_waiters()), 20)  # the job is blocked in its UPDATE
+        backends = lock_waiters()
+        workers.kill(0)
+        row.release()
+        # Its backend runs the UPDATE once the row is free, then finds its client gone and rolls back; a
+        # surviving work horse would have committed before its backend went away.
+        assert wait_until(lambda: not _alive(backends), 20)
+        assert set(ProcessedRequest.objects.values_list("status", flat=True)) == {"pending"}
+        assert not lock_waiters()
+        workers.start(1)
+        relay_pending(0)
+        assert all_done()
+        statuses = dict(ProcessedRequest.objects.values_list("pk", "status"))
+        assert statuses == {corrupt.pk: "rejected", request.pk: "applied"}
+        request.refresh_from_db()
+        assert request.attempts == 1
+        profile.refresh_from_db()
+        assert (profile.active, profile.newsletter) == (True, False)
 
     def test_a_second_job_skips_the_requests_a_running_job_holds(self, workers, postgres_only):
         """Two jobs of one record at once (a duplicate delivery): the second must not wait for the

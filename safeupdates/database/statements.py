@@ -461,12 +461,15 @@ class GuardedUpdate:
     also sets ``last_synced_at`` and requires it to be older. ``recorded_sql`` (PostgreSQL only) also
     records the request in the request log, in the same statement (:meth:`recorded_params`); it
     returns the recorded status (NULL if the request id was already there) and the row's new
-    ``field_versions`` (NULL if nothing was written).
+    ``field_versions`` (NULL if nothing was written). ``claimed_sql`` (PostgreSQL only) is the apply
+    job's one statement: it claims a record's pending requests, writes the newest value per field with
+    the guard, and records each request's outcome (:meth:`claimed_params`, :func:`_claimed`).
     """
 
     fields: tuple[str, ...]
     sql: str
     recorded_sql: str | None
+    claimed_sql: str | None
     timestamp: bool
     versions_column: str
     vendor: str
@@ -518,6 +521,30 @@ class GuardedUpdate:
             "object_id": str(pk),
             "version": version,
             "changes": changes_json,
+        }
+
+    def claimed_params(
+        self,
+        pk: Any,
+        values: Sequence[tuple[Any, int]],
+        *,
+        requests: Sequence[int],
+        winners: Sequence[int],
+        recorded: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """The parameters of :attr:`claimed_sql`: those of :attr:`sql`, the primary keys of the log's
+        ``requests`` it claims (all of them, or it changes nothing), and per field (in ``fields`` order)
+        the primary key of the request whose value it carries (``winners``). ``recorded`` holds what
+        the lifecycle records: the statuses ``pending``, ``applied``, ``stale`` and ``missing``, and
+        ``missing_error``."""
+        return {
+            **self.params(pk, values),
+            **{name: recorded[name] for name in ("pending", "applied", "stale", "missing", "missing_error")},
+            "requests": list(requests),
+            "claimed": len(requests),
+            "winners": list(winners),
+            "names": list(self.fields),
+            "versions": [version for _value, version in values],
         }
 
 
@@ -640,11 +667,18 @@ def _guarded_update(shape: _Shape) -> GuardedUpdate:
         where += f" AND ({synced} IS NULL OR {synced} < %(synced_at)s)"
     sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"
 
-    recorded_sql = None
+    recorded_sql = claimed_sql = None
     if vendor == "postgresql" and not timestamp:
         recorded_sql = _recorded(sql, table, pk_column, qn(shape.request_log), fv)
+        claimed_sql = _claimed(sql, table, pk_column, qn(shape.request_log), fv)
     return GuardedUpdate(
-        fields=fields, sql=sql, recorded_sql=recorded_sql, timestamp=timestamp, versions_column=fv, vendor=vendor
+        fields=fields,
+        sql=sql,
+        recorded_sql=recorded_sql,
+        claimed_sql=claimed_sql,
+        timestamp=timestamp,
+        versions_column=fv,
+        vendor=vendor,
     )
 
 
@@ -675,6 +709,43 @@ def _recorded(update_sql: str, table: str, pk_column: str, log: str, versions_co
         f"THEN '' ELSE %(missing_error)s END, 1, '', now(), now() "
         f"WHERE NOT EXISTS (SELECT 1 FROM {log} WHERE request_id = %(request_id)s) RETURNING status) "
         f"SELECT (SELECT status FROM ins), (SELECT {versions_column} FROM upd)"
+    )
+
+
+def _claimed(update_sql: str, table: str, pk_column: str, log: str, versions_column: str) -> str:
+    """Wrap ``update_sql`` into the apply job's one statement (PostgreSQL): claim, write, record.
+
+    ``claimed`` locks the record's pending requests that the job read and merged (``SKIP LOCKED``: a
+    request that another job holds, or finished since the read, is not claimed). Unless every one of
+    them was claimed, nothing is written and nothing recorded (``whole`` is false): the caller then takes
+    the path that claims in a transaction of its own. Otherwise the guarded update runs, and each
+    claimed request is recorded ``applied`` if it wrote a field (the field now carries the version of
+    the request whose value it was given: versions are unique), ``stale`` if not, or ``missing`` (with
+    ``missing_error``) if there is no row. One statement is one transaction in autocommit: claim, write
+    and outcomes commit together or not at all.
+
+    It returns whether all were claimed, the row's new ``field_versions`` (NULL: nothing written), the
+    row's ``field_versions`` before the statement (NULL: no row), and per recorded request ``[primary
+    key, status, seconds from created to processed]``, as JSON.
+    """
+    exists = f"EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %(pk)s)"
+    return (
+        f"WITH claimed AS (SELECT id FROM {log} WHERE id = ANY(%(requests)s::bigint[]) AND status = %(pending)s "
+        f"FOR UPDATE SKIP LOCKED), "
+        f"whole AS (SELECT count(*) = %(claimed)s AS ok FROM claimed), "
+        f"upd AS ({update_sql} AND (SELECT ok FROM whole) RETURNING {versions_column}), "
+        f"won AS (SELECT w.id FROM upd, unnest(%(winners)s::bigint[], %(names)s::text[], %(versions)s::bigint[]) "
+        f"AS w(id, name, version) WHERE (upd.{versions_column} ->> w.name)::bigint = w.version), "
+        f"fin AS (UPDATE {log} SET "
+        f"status = CASE WHEN id IN (SELECT id FROM won) THEN %(applied)s "
+        f"WHEN EXISTS (SELECT 1 FROM upd) OR {exists} THEN %(stale)s ELSE %(missing)s END, "
+        f"error = CASE WHEN EXISTS (SELECT 1 FROM upd) OR {exists} THEN '' ELSE %(missing_error)s END, "
+        f"attempts = attempts + 1, processed_at = now() "
+        f"WHERE id IN (SELECT id FROM claimed) AND (SELECT ok FROM whole) "
+        f"RETURNING id, status, EXTRACT(EPOCH FROM now() - created_at) AS seconds) "
+        f"SELECT (SELECT ok FROM whole), (SELECT {versions_column} FROM upd), "
+        f"(SELECT {versions_column} FROM {table} WHERE {pk_column} = %(pk)s), "
+        f"(SELECT json_agg(json_build_array(id, status, seconds)) FROM fin)"
     )
 
 

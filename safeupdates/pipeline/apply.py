@@ -3,7 +3,10 @@
 A job applies *every* pending request of its record in one guarded statement (a burst of toggles costs
 one write): the requests are claimed (locked), merged per field by version
 (:func:`~safeupdates.write.merge.newest_per_field`), written, and their outcomes recorded in the same
-transaction through :mod:`safeupdates.lifecycle`, so that running the job again changes nothing. Whatever
+transaction through :mod:`safeupdates.lifecycle`, so that running the job again changes nothing. On
+PostgreSQL that is two round trips where nothing needs more: the pending requests read, then claimed,
+written and recorded in one statement (:meth:`~safeupdates.lifecycle.RequestLogQuerySet.finish_at_once`);
+the path with a transaction, a claim and savepoints is taken where something can fail half-way. Whatever
 delivered it (:mod:`safeupdates.delivery`): its retries, its id and its queue are the seam's to tell.
 """
 
@@ -20,7 +23,7 @@ from django.db import DatabaseError, connections, models, router, transaction
 
 from safeupdates import conf, delivery, signals, tracing
 from safeupdates.database.errors import describe_database, is_lock_unavailable, is_transient
-from safeupdates.database.registry import model_of
+from safeupdates.database.registry import model_of, spans_tables
 from safeupdates.database.statements import stored_version
 from safeupdates.database.transactions import in_transaction
 from safeupdates.exceptions import InvalidUpdate, RequestNotFound
@@ -86,6 +89,10 @@ def _summary(counts: dict[str, int]) -> str:
 def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
     """Apply every pending request of request ``rid``'s record, :data:`BATCH_SIZE` at a time, each
     batch in a transaction of its own; the count per status."""
+    if first:
+        at_once = _apply_at_once(rid, using)
+        if at_once is not None:
+            return at_once
     counts: Counter[str] = Counter()
     while True:
         with transaction.atomic(using=using):
@@ -94,6 +101,37 @@ def _apply_record(rid: uuid.UUID, using: str, *, first: bool) -> dict[str, int]:
         counts.update(done)
         if sum(done.values()) < BATCH_SIZE:
             return counts
+
+
+def _apply_at_once(rid: uuid.UUID, using: str) -> dict[str, int] | None:
+    """Apply request ``rid``'s record in two round trips, without a transaction of its own: read its
+    pending requests, validate and merge them, then claim, write and record them in one statement
+    (:meth:`~safeupdates.lifecycle.RequestLogQuerySet.finish_at_once`). The count per status, or None
+    where this path does not serve and nothing was written: not PostgreSQL, inside the caller's
+    transaction, nothing pending (a duplicate, an orphan: the claiming path tells), a full batch, a
+    request to reject, a model whose fields span tables, a request another job claimed meanwhile, or a
+    value the database refuses (the claiming path finds which). A transient error propagates, as the
+    claiming path's does."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or in_transaction(connection):
+        return None
+    log = ProcessedRequest.objects.using(using)
+    batch = log.pending_of(rid, BATCH_SIZE)
+    if not batch or len(batch) >= BATCH_SIZE:
+        return None
+    decision = _validate(batch, using)
+    if decision.rejected or not decision.winners or decision.target is None or spans_tables(decision.target.model):
+        return None
+
+    def conclude(written: dict[str, int] | None, stored: dict[str, Any] | None, row_exists: bool) -> list[Result]:
+        return _conclude(decision, written, using, known=(stored, row_exists))
+
+    try:
+        return log.finish_at_once(decision.target, batch, decision.winners, conclude)
+    except DatabaseError as exc:
+        if is_transient(exc):
+            raise
+        return None
 
 
 def _sweep(using: str, started: float, queue_name: str | None) -> tuple[int, dict[str, int]]:
@@ -362,14 +400,23 @@ def _missing_model(content_type_id: int | None, using: str) -> str:
     return f"model {content_type.app_label}.{content_type.model}"
 
 
-def _conclude(decision: _Decision, written: dict[str, int] | None, using: str) -> list[Result]:
+def _conclude(
+    decision: _Decision,
+    written: dict[str, int] | None,
+    using: str,
+    *,
+    known: tuple[dict[str, Any] | None, bool] | None = None,
+) -> list[Result]:
     """The outcome of each request of ``decision``, the guarded write having written ``written``
-    (``{field: request pk}``; None: nothing, or no such row)."""
+    (``{field: request pk}``; None: nothing, or no such row). ``known``: the row's ``field_versions``
+    and whether it exists, as the write's statement returned them; else they are read where needed."""
     assert decision.target is not None
     model, pk, winners = decision.target.model, decision.pk, decision.winners
     stored = None
     row_exists = True  # it was written
-    if written is None or (len(written) < len(winners) and listened(model)):
+    if known is not None:
+        stored, row_exists = known
+    elif written is None or (len(written) < len(winners) and listened(model)):
         # Nothing written: is there a row? Something held back: by which versions (for the signals)?
         stored = _stored_versions(model, pk, using)
         row_exists = stored is not None
