@@ -267,8 +267,22 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
 
     def pending_of(self, request_id: uuid.UUID, limit: int) -> list[ProcessedRequest]:
         """Up to ``limit`` pending update requests of the record that request ``request_id`` targets,
-        oldest version first, read without a lock (:meth:`finish_at_once` claims them)."""
-        return list(self._pending_of(request_id).order_by("version")[:limit])
+        oldest version first, read without a lock (:meth:`finish_at_once` claims them). On PostgreSQL
+        one prepared statement (:func:`~safeupdates.database.statements.pending_of_record`), with only
+        the columns the apply job reads."""
+        connection = connections[self.db]
+        if connection.vendor != "postgresql":
+            return list(self._pending_of(request_id).order_by("version")[:limit])
+        sql = statements.pending_of_record(RequestStatus.PENDING.value)
+        rows = fetch_all(connection, sql, {"request_id": request_id, "limit": limit}, prepared=True)
+        names = [self.model._meta.get_field(name).attname for name in statements.PENDING_COLUMNS]  # type: ignore[union-attr]
+        changes = self.model._meta.get_field("changes")
+        found = []
+        for row in rows:
+            request = self.model.from_db(self.db, names, row)
+            request.changes = changes.from_db_value(request.changes, None, connection)  # type: ignore[union-attr]
+            found.append(request)
+        return found
 
     def claim(self, request_id: uuid.UUID, limit: int) -> list[ProcessedRequest]:
         """Lock up to ``limit`` pending update requests of the record that request ``request_id``

@@ -219,3 +219,32 @@ def test_the_one_statement_and_the_claiming_path_conclude_alike(redis, postgres_
     assert [heard[0][r.request_id] for r in requests[0]] == [heard[1][r.request_id] for r in requests[1]]
     values = [Profile.objects.filter(pk=row.pk).values(*FIELDS).first() for row in rows]
     assert values[0] == values[1]
+
+
+def test_the_read_s_generic_plan_reads_only_the_pending_index(redis, postgres_only) -> None:
+    """The read is prepared, and psycopg keeps it: its generic plan must still see that ``status =
+    'pending'`` is the condition of the safeupdates_pending index, so that a record's read does not
+    grow with its history."""
+    from safeupdates.database import statements
+
+    profile = ProfileFactory()
+    for _ in range(3):
+        ProcessedRequest.objects.bulk_create(
+            [
+                ProcessedRequest(content_type_id=request.content_type_id, object_id=request.object_id, status="applied")
+                for request in [enqueue_update(profile, active=True)]
+                for _ in range(1000)
+            ]
+        )
+    sql = statements.pending_of_record("pending").replace("%(request_id)s", "$1").replace("%(limit)s", "$2")
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {ProcessedRequest._meta.db_table}")
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            cursor.execute(f"PREPARE safeupdates_read(uuid, bigint) AS {sql}")
+            cursor.execute("EXPLAIN EXECUTE safeupdates_read(%s, 500)", [uuid.uuid4()])
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("DEALLOCATE safeupdates_read")
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+    assert "safeupdates_pending" in plan, plan

@@ -38,8 +38,10 @@ def fetch_one(connection: BaseDatabaseWrapper, sql: str, params: Params = None, 
             return cursor.cursor.fetchone()
 
 
-def fetch_all(connection: BaseDatabaseWrapper, sql: str, params: Params = None) -> list[Any]:
-    """Run ``sql`` on ``connection``; every row it returns."""
+def fetch_all(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *, prepared: bool = False) -> list[Any]:
+    """Run ``sql`` on ``connection``; every row it returns. ``prepared``: as :func:`fetch_one`'s."""
+    if prepared:
+        return _run_prepared(connection, sql, params, _all_rows)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows: list[Any] = cursor.fetchall()
@@ -57,6 +59,10 @@ def execute(connection: BaseDatabaseWrapper, sql: str, params: Params = None, *,
 
 def _first_row(cursor: Any) -> Any:
     return cursor.fetchone()
+
+
+def _all_rows(cursor: Any) -> list[Any]:
+    return list(cursor.fetchall())
 
 
 def _row_count(cursor: Any) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "CURRENT_TIMESTAMP",
     "LAST_VALUE",
     "NEXTVAL",
+    "PENDING_COLUMNS",
     "PURGE_REQUESTS",
     "PURGE_TASKS",
     "SAVE_VERSION_CTE",
@@ -55,6 +56,7 @@ __all__ = [
     "insert_pending",
     "lock_timeout",
     "next_version_expression",
+    "pending_of_record",
     "per_field_check",
     "purge_batch",
     "raise_sequence",
@@ -863,6 +865,32 @@ def _insert_pending_sql(kind: str, status: str) -> str:
     return (
         f"INSERT INTO {table} AS new ({columns}) VALUES ({values}) ON CONFLICT ({request_id}) DO NOTHING "
         f"RETURNING new.{pk}, new.{version}, new.{created_at}, {others_pending}"
+    )
+
+
+#: The columns of a pending request that the apply job reads (:func:`pending_of_record`), in order.
+PENDING_COLUMNS = ("id", "request_id", "kind", "content_type", "object_id", "version", "changes")
+
+
+@cache
+def pending_of_record(status: str) -> str:
+    """The apply job's read (PostgreSQL): up to ``%(limit)s`` requests in ``status`` (pending) of the
+    record that request ``%(request_id)s`` targets, oldest version first, without a lock; the columns of
+    :data:`PENDING_COLUMNS`. The status is a literal, as in :func:`insert_pending`: a generic plan of the
+    prepared statement still reads the safeupdates_pending index."""
+    if not status.isidentifier():
+        raise SafeUpdatesError(f"not a request status: {status!r}")
+    log = request_log()
+    qn = vendor_connection("postgresql").ops.quote_name
+    table = qn(log._meta.db_table)
+    request_id, content_type, object_id, status_column, version = (
+        qn(column(log, name)) for name in ("request_id", "content_type", "object_id", "status", "version")
+    )
+    columns = ", ".join(f"r.{qn(column(log, name))}" for name in PENDING_COLUMNS)
+    return (
+        f"SELECT {columns} FROM {table} t JOIN {table} r ON r.{content_type} = t.{content_type} "
+        f"AND r.{object_id} = t.{object_id} AND r.{status_column} = '{status}' "
+        f"WHERE t.{request_id} = %(request_id)s ORDER BY r.{version} LIMIT %(limit)s"
     )
 
 
