@@ -280,7 +280,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         found = []
         for row in rows:
             request = self.model.from_db(self.db, names, row)
-            request.changes = changes.from_db_value(request.changes, None, connection)  # type: ignore[union-attr]
+            request.changes = changes.from_db_value(request.changes, None, connection)  # type: ignore[union-attr,arg-type]
             found.append(request)
         return found
 
