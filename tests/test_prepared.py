@@ -196,9 +196,10 @@ def test_a_hundred_shapes_of_save_with_rollbacks_to_savepoints_between_them() ->
             for name in shape:
                 expected[name] = SHAPE_VALUES[name](i)
                 setattr(specimen, name, expected[name])
-            before = specimen.lock_version
-            specimen.save(update_fields=shape)
-            assert specimen.lock_version > before
+            for _ in range(2):  # the second save of a shape prepares it (the first runs unprepared)
+                before = specimen.lock_version
+                specimen.save(update_fields=shape)
+                assert specimen.lock_version > before
             if connection.vendor == "postgresql":
                 assert prepared_saves() >= 1  # this shape's, prepared again after the last rollback
             with pytest.raises(IntegrityError), transaction.atomic():
@@ -334,8 +335,9 @@ def test_in_a_transaction_the_refusal_is_transient_and_the_next_transaction_prep
     and a job's retry cures it (transient: the request is retried, not rejected), since the rollback clears
     psycopg's prepared statements."""
     document = Document.objects.create(title="a")
-    document.title = "b"
-    document.save()
+    for title in ("a2", "b"):  # prepared by its second run
+        document.title = title
+        document.save()
     lock_version_as_integer()
     document.title = "c"
     with pytest.raises(DatabaseError) as refused, transaction.atomic():
@@ -358,3 +360,21 @@ def test_other_features_not_supported_are_not_transient(postgres_only: None) -> 
         cursor.execute("SELECT count(*) FROM pg_class FOR UPDATE")  # not with an aggregate
     assert getattr(refused.value.__cause__, "sqlstate", None) == "0A000", refused.value
     assert not is_transient(refused.value)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_is_prepared_on_its_second_run_on_a_connection(postgres_only: None) -> None:
+    """Preparing costs a round trip of its own (psycopg sends Parse and waits, then runs the statement):
+    on a connection that runs a statement once (an RQ work horse's, a Celery task's without
+    CONN_MAX_AGE) that doubled its cost. The first run goes unprepared, in one round trip; the second
+    prepares it for the connection's later ones."""
+    profile = Profile.objects.create(name="p")
+    connection.close()  # a connection of its own, as a work horse's
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+    assert prepared_guarded_statements() == 0
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=False)
+    assert prepared_guarded_statements() == 1
+    Profile.objects.update_if_newer(profile.pk, version=next_version(), request_id=uuid.uuid4(), active=True)
+    assert prepared_guarded_statements() == 1
+    profile.refresh_from_db()
+    assert profile.active is True

@@ -199,12 +199,13 @@ _NEVER = 2**62
 
 @lru_cache(maxsize=1)
 def prepared_cursor_class() -> type[Any] | None:
-    """A cursor class that binds on the server and prepares every statement it runs (psycopg 3).
+    """A cursor class that binds on the server and prepares each statement it runs a second time (psycopg 3).
 
     Django turns psycopg's prepared statements off (``prepare_threshold = None``, for PgBouncer in
     transaction mode), which also ignores an explicit ``prepare=True``. A threshold never reached keeps
-    automatic preparing off for every other query and lets this cursor prepare its own. None with
-    psycopg 2.
+    automatic preparing off for every other query and lets this cursor prepare its own. Not on a
+    statement's first run: psycopg prepares in a round trip of its own, which a connection that runs
+    the statement once (an RQ work horse's) would pay for nothing. None with psycopg 2.
     """
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -217,7 +218,11 @@ def prepared_cursor_class() -> type[Any] | None:
             connection: Any = self.connection  # type: ignore[attr-defined]
             if connection.prepare_threshold is None:
                 connection.prepare_threshold = _NEVER
-            return super().execute(query, params, prepare=True, **kwargs)  # type: ignore[misc]
+            seen: set[Any] = self.__dict__.setdefault("_safeupdates_seen", set())
+            again = query in seen
+            if not again:
+                seen.add(query)
+            return super().execute(query, params, prepare=again, **kwargs)  # type: ignore[misc]
 
     return PreparedCursor
 
