@@ -115,8 +115,8 @@ def statement_cursor(connection: BaseDatabaseWrapper) -> AbstractContextManager[
 
     Django binds parameters on the client, so PostgreSQL parses and plans every execution anew, and
     the recorded statement (an UPDATE and an INSERT in CTEs) spends longer in the planner than in the
-    executor. This cursor binds on the server and prepares each statement once per connection
-    (psycopg's prepared statement cache); Django still wraps it, so ``connection.execute_wrapper()``
+    executor. This cursor binds on the server and prepares each statement once per connection, on its
+    second run there (psycopg's prepared statement cache); Django still wraps it, so ``connection.execute_wrapper()``
     sees every statement. ``SAFEUPDATES_PREPARED_STATEMENTS = False`` turns this off, for poolers
     without prepared statement support (in transaction mode, PgBouncer before 1.22 or without
     ``max_prepared_statements``; system check W004).
