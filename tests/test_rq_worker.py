@@ -98,9 +98,9 @@ class HerokuLike(rq_worker.WarmUpMixin, RQWorker):
 @pytest.mark.parametrize(
     ("worker_class", "reported"),
     [
-        (None, "rq.worker.worker_classes.Worker"),  # no RQ["WORKER_CLASS"]: RQ's Worker
-        ("rq.Worker", "rq.worker.worker_classes.Worker"),
-        ("rq.worker.HerokuWorker", "rq.worker.worker_classes.HerokuWorker"),
+        (None, "rq.Worker"),  # no RQ["WORKER_CLASS"]: RQ's Worker
+        ("rq.Worker", "rq.Worker"),  # as the settings name it
+        ("rq.worker.HerokuWorker", "rq.worker.HerokuWorker"),
         ("safeupdates.delivery.rq_worker.Worker", None),
         (HerokuLike, None),
         ("rq.SimpleWorker", None),  # no fork: what one job loads, the next finds
