@@ -504,24 +504,28 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         result = Result(record, RequestStatus(record.status))
         self._announce([result], Target(model, pk, self.db), duplicate=True)
 
-    def purgeable(self, scope: str, cutoff: datetime) -> RequestLogQuerySet:
-        """The rows :meth:`purge` deletes for ``scope`` and ``cutoff``: terminal, and older than
-        ``cutoff`` (requests by ``created_at``; ``@idempotent`` task rows by ``processed_at``, the time
-        since which no run of the task needed them)."""
-        old = self.filter(status__in=TERMINAL_STATUSES)
+    def purgeable(self, scope: str, cutoff: datetime, statuses: tuple[str, ...] | None = None) -> RequestLogQuerySet:
+        """The rows :meth:`purge` deletes for ``scope`` and ``cutoff``: terminal (of ``statuses``, where
+        given: each outcome is kept for its own time), and older than ``cutoff`` (requests by
+        ``created_at``; ``@idempotent`` task rows by ``processed_at``, the time since which no run of the
+        task needed them)."""
+        old = self.filter(status__in=TERMINAL_STATUSES if statuses is None else statuses)
         if scope == statements.PURGE_TASKS:
             return old.filter(kind=RequestKind.TASK, processed_at__lt=cutoff)
         return old.exclude(kind=RequestKind.TASK).filter(created_at__lt=cutoff)
 
-    def purge(self, scope: str, cutoff: datetime, batch_size: int) -> Iterator[int]:
-        """Delete the :meth:`purgeable` rows of ``scope``, ``batch_size`` at a time; yield each batch's count.
+    def purge(
+        self, scope: str, cutoff: datetime, batch_size: int, statuses: tuple[str, ...] | None = None
+    ) -> Iterator[int]:
+        """Delete the :meth:`purgeable` rows of ``scope`` (and ``statuses``), ``batch_size`` at a time;
+        yield each batch's count.
 
         Each batch is one short statement in its own transaction (in autocommit) that skips rows another
         transaction holds (:func:`~safeupdates.database.statements.purge_batch`): writers never wait for a purge,
         and a purge stopped between batches keeps what it deleted. A pending request is never deleted.
         """
         connection = connections[self.db]
-        statement = statements.purge_batch(connection.vendor, scope)
+        statement = statements.purge_batch(connection.vendor, scope, statuses)
         cutoff_param = connection.ops.adapt_datetimefield_value(cutoff)
         after: tuple[Any, ...] = ()
         while True:
