@@ -10,9 +10,12 @@ import uuid
 import django_rq
 import pytest
 from django.db import transaction
+from django.test import override_settings
+from django_tasks_db.models import DBTaskResult
 from rq import SimpleWorker
 
 from safeupdates import enqueue_update
+from safeupdates.delivery import tasks as taskqueue
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.testapp.models import Profile
@@ -80,3 +83,16 @@ def test_a_retry_of_a_terminal_request_delivers_nothing(redis):
     work()
     enqueue_update(profile, request_id=rid, active=True)
     assert queue().count == 0
+
+
+@override_settings(SAFEUPDATES_DELIVERY="tasks", SAFEUPDATES_TASK_BACKEND="db")
+def test_with_the_tasks_backend_the_retry_delivers_a_task_on_commit():
+    """django-tasks-db: every delivery is a task row; the retry of a pending request whose task was lost
+    adds one, for the request's own id."""
+    profile = ProfileFactory(active=False)
+    rid = uuid.uuid4()
+    enqueue_update(profile, request_id=rid, active=True)
+    DBTaskResult.objects.all().delete()  # the first call's task never came to be
+    enqueue_update(profile, request_id=rid, active=True)
+    [task] = DBTaskResult.objects.filter(task_path=taskqueue.APPLY_TASK)
+    assert task.args_kwargs["args"][0] == str(rid)
