@@ -149,9 +149,28 @@ STUCK_AFTER = Setting(
 RETENTION = Setting(
     "SAFEUPDATES_RETENTION",
     30,
-    "how long safeupdates_purge keeps finished requests",
+    "how long safeupdates_purge keeps applied and stale requests",
     "a whole number of days, 0 or more; the default is {default!r}",
     _whole(0),
+)
+#: Valid values of a retention per outcome: None keeps the requests; else whole days, up to 1000 years.
+_KEPT_OR_DAYS = (
+    "a whole number of days, 0 or more, or None to keep them until they are re-driven; the default is {default!r}"
+)
+FAILED_RETENTION = Setting(
+    "SAFEUPDATES_FAILED_RETENTION",
+    90,
+    "how long safeupdates_purge keeps failed requests (their retries ran out; they can be re-driven)",
+    _KEPT_OR_DAYS,
+    lambda value: value is None or _whole(0, MAX_DAYS)(value),
+)
+REJECTED_RETENTION = Setting(
+    "SAFEUPDATES_REJECTED_RETENTION",
+    90,
+    "how long safeupdates_purge keeps rejected requests (refused for their values, or their row was gone; they "
+    "can be re-driven)",
+    _KEPT_OR_DAYS,
+    lambda value: value is None or _whole(0, MAX_DAYS)(value),
 )
 TASK_RETENTION = Setting(
     "SAFEUPDATES_TASK_RETENTION",
@@ -210,6 +229,8 @@ SETTINGS = (
     RELAY_AFTER,
     STUCK_AFTER,
     RETENTION,
+    FAILED_RETENTION,
+    REJECTED_RETENTION,
     TASK_RETENTION,
     REDUCE_ATTEMPTS,
     SWEEP_RECORDS,
@@ -305,6 +326,18 @@ def stuck_after() -> float:
 def retention() -> int:
     """``SAFEUPDATES_RETENTION``, in days."""
     return int(_read(RETENTION))
+
+
+def failed_retention() -> int | None:
+    """``SAFEUPDATES_FAILED_RETENTION``, in days; None keeps failed requests until they are re-driven."""
+    value = _read(FAILED_RETENTION)
+    return None if value is None else int(value)
+
+
+def rejected_retention() -> int | None:
+    """``SAFEUPDATES_REJECTED_RETENTION``, in days; None keeps rejected requests until they are re-driven."""
+    value = _read(REJECTED_RETENTION)
+    return None if value is None else int(value)
 
 
 def task_retention() -> int | None:

@@ -1,6 +1,7 @@
 """The job path, stage by stage (:mod:`safeupdates.pipeline`): :func:`enqueue_update` (the outbox and the
 on-commit delivery), :func:`apply_update` (the job) and :func:`relay` (redelivery of requests whose job was
-lost; :func:`relay_pending` as a scheduled job). A request's status changes only in
+lost; :func:`relay_pending` as a scheduled job), :func:`redrive` (failed and rejected requests made pending
+and delivered again). A request's status changes only in
 :mod:`safeupdates.lifecycle`; what delivers the jobs is :mod:`safeupdates.delivery`'s to say.
 
 This module keeps the public names of the job path in one place. Jobs name their function by dotted
@@ -16,11 +17,13 @@ from safeupdates.database.errors import describe_database, is_transient, unreach
 from safeupdates.exceptions import BackendUnavailable, RequestNotFound
 from safeupdates.pipeline.apply import BATCH_SIZE, apply_update
 from safeupdates.pipeline.enqueue import aenqueue_update, enqueue_update
+from safeupdates.pipeline.redrive import Redriven, redrive
 from safeupdates.pipeline.relay import RelayReport, relay, relay_pending, relay_queue, relay_steps
 
 __all__ = [
     "BATCH_SIZE",
     "BackendUnavailable",
+    "Redriven",
     "RelayReport",
     "RequestNotFound",
     "aenqueue_update",
@@ -28,6 +31,7 @@ __all__ = [
     "describe_database",
     "enqueue_update",
     "is_transient",
+    "redrive",
     "relay",
     "relay_pending",
     "relay_queue",

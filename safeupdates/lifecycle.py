@@ -8,7 +8,8 @@ tasks and batch items by :meth:`~RequestLogQuerySet.create_pending_rows`), claim
 :meth:`~RequestLogQuerySet.apply_recorded`, and with the claim too:
 :meth:`~RequestLogQuerySet.finish_at_once`), or ``failed`` once transient errors outlast its retries
 (:meth:`~RequestLogQuerySet.fail`). ``safeupdates_relay --retry-failed`` makes a failed request pending
-again (:meth:`~RequestLogQuerySet.revive`); ``safeupdates_purge`` deletes terminal ones
+again (:meth:`~RequestLogQuerySet.revive`), the admin's re-drive a failed or rejected one
+(:meth:`~RequestLogQuerySet.redrive`); ``safeupdates_purge`` deletes terminal ones
 (:meth:`~RequestLogQuerySet.purge`). A request submitted or delivered again once terminal is a
 ``duplicate``: reported (:meth:`~RequestLogQuerySet.report_duplicate`), never stored. The rows of
 ``@idempotent`` tasks and batch items end through :meth:`~RequestLogQuerySet.complete`.
@@ -574,6 +575,31 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         failed.filter(pk__in=revived).update(status=RequestStatus.PENDING, processed_at=None)
         return revived
 
+    def redrive(self) -> list[ProcessedRequest]:
+        """Make this queryset's ``failed`` and ``rejected`` update requests of a record ``pending`` again, in
+        the current transaction; return those it changed (their ids, record and queue only).
+
+        Neither outcome wrote anything, so applying the request again is safe: a failed one had its write
+        rolled back with its errors, a rejected one was refused whole. Its version stays, so it is applied
+        in version order among the record's requests, as if it were late. The rows are locked first: of two
+        concurrent re-drives of a request, only one changes it (the other finds it pending, and skips it).
+        """
+        redrivable = models.Q(
+            kind=RequestKind.UPDATE,
+            status__in=[RequestStatus.FAILED, RequestStatus.REJECTED],
+            content_type__isnull=False,
+        )
+        # The ids first: this queryset may join (an admin's select_related of the nullable content type),
+        # and FOR UPDATE cannot lock the nullable side of an outer join.
+        ids = list(self.filter(redrivable).values_list("pk", flat=True))
+        log = RequestLogQuerySet(self.model, using=self.db).filter(redrivable, pk__in=ids)
+        with transaction.atomic(using=self.db):
+            chosen = list(
+                log.select_for_update().order_by("pk").only("pk", "request_id", "content_type_id", "object_id", "queue")
+            )
+            log.filter(pk__in=[row.pk for row in chosen]).update(status=RequestStatus.PENDING, processed_at=None)
+        return chosen
+
     def complete(self, error: str = "") -> int:
         """Mark this queryset's task or batch-item rows ``applied`` (``error`` empty) or ``failed`` with
         ``error``, counting the attempt. Returns how many rows changed."""
@@ -587,24 +613,28 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         result = Result(record, RequestStatus(record.status))
         self._announce([result], Target(model, pk, self.db), duplicate=True)
 
-    def purgeable(self, scope: str, cutoff: datetime) -> RequestLogQuerySet:
-        """The rows :meth:`purge` deletes for ``scope`` and ``cutoff``: terminal, and older than
-        ``cutoff`` (requests by ``created_at``; ``@idempotent`` task rows by ``processed_at``, the time
-        since which no run of the task needed them)."""
-        old = self.filter(status__in=TERMINAL_STATUSES)
+    def purgeable(self, scope: str, cutoff: datetime, statuses: tuple[str, ...] | None = None) -> RequestLogQuerySet:
+        """The rows :meth:`purge` deletes for ``scope`` and ``cutoff``: terminal (of ``statuses``, where
+        given: each outcome is kept for its own time), and older than ``cutoff`` (requests by
+        ``created_at``; ``@idempotent`` task rows by ``processed_at``, the time since which no run of the
+        task needed them)."""
+        old = self.filter(status__in=TERMINAL_STATUSES if statuses is None else statuses)
         if scope == statements.PURGE_TASKS:
             return old.filter(kind=RequestKind.TASK, processed_at__lt=cutoff)
         return old.exclude(kind=RequestKind.TASK).filter(created_at__lt=cutoff)
 
-    def purge(self, scope: str, cutoff: datetime, batch_size: int) -> Iterator[int]:
-        """Delete the :meth:`purgeable` rows of ``scope``, ``batch_size`` at a time; yield each batch's count.
+    def purge(
+        self, scope: str, cutoff: datetime, batch_size: int, statuses: tuple[str, ...] | None = None
+    ) -> Iterator[int]:
+        """Delete the :meth:`purgeable` rows of ``scope`` (and ``statuses``), ``batch_size`` at a time;
+        yield each batch's count.
 
         Each batch is one short statement in its own transaction (in autocommit) that skips rows another
         transaction holds (:func:`~safeupdates.database.statements.purge_batch`): writers never wait for a purge,
         and a purge stopped between batches keeps what it deleted. A pending request is never deleted.
         """
         connection = connections[self.db]
-        statement = statements.purge_batch(connection.vendor, scope)
+        statement = statements.purge_batch(connection.vendor, scope, statuses)
         cutoff_param = connection.ops.adapt_datetimefield_value(cutoff)
         after: tuple[Any, ...] = ()
         while True:

@@ -33,6 +33,7 @@ __all__ = [
     "BASE_VERSION_KEY",
     "TERMINAL_STATUSES",
     "ChangesEncoder",
+    "FailedRequest",
     "LockVersionMixin",
     "NotedValues",
     "ProcessedRequest",
@@ -164,6 +165,18 @@ class ProcessedRequest(models.Model):
     def is_terminal(self) -> bool:
         """True once the request reached an outcome that will not change any more."""
         return self.status in TERMINAL_STATUSES
+
+
+class FailedRequest(ProcessedRequest):
+    """The failed and rejected requests of the log, as the admin lists them to be re-driven
+    (:mod:`safeupdates.admin.failed`): a proxy, no table of its own. Its permission ``redrive_failedrequest``
+    lets a user re-drive them (of the models the user may change)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("failed request")
+        verbose_name_plural = _("failed and rejected requests")
+        permissions = [("redrive_failedrequest", _("Can re-drive failed and rejected requests"))]
 
 
 class VersionCounter(models.Model):

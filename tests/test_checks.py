@@ -166,7 +166,8 @@ E005 = {
     ),
     "SAFEUPDATES_RETENTION": (
         float("nan"),
-        "SAFEUPDATES_RETENTION = nan is not valid. It sets how long safeupdates_purge keeps finished requests.",
+        "SAFEUPDATES_RETENTION = nan is not valid. It sets how long safeupdates_purge keeps applied "
+        "and stale requests.",
         "Set it to a whole number of days, 0 or more; the default is 30.",
     ),
     "SAFEUPDATES_TASK_RETENTION": (
@@ -174,6 +175,20 @@ E005 = {
         "SAFEUPDATES_TASK_RETENTION = 'a year' is not valid. It sets how long safeupdates_purge keeps the rows "
         "of completed @idempotent tasks (a deleted row lets its task run again).",
         "Set it to None, to keep them forever (the default), or a whole number of days, 0 or more.",
+    ),
+    "SAFEUPDATES_FAILED_RETENTION": (
+        -1,
+        "SAFEUPDATES_FAILED_RETENTION = -1 is not valid. It sets how long safeupdates_purge keeps failed "
+        "requests (their retries ran out; they can be re-driven).",
+        "Set it to a whole number of days, 0 or more, or None to keep them until they are re-driven; the "
+        "default is 90.",
+    ),
+    "SAFEUPDATES_REJECTED_RETENTION": (
+        "90",
+        "SAFEUPDATES_REJECTED_RETENTION = '90' is not valid. It sets how long safeupdates_purge keeps rejected "
+        "requests (refused for their values, or their row was gone; they can be re-driven).",
+        "Set it to a whole number of days, 0 or more, or None to keep them until they are re-driven; the "
+        "default is 90.",
     ),
     "SAFEUPDATES_REDUCE_ATTEMPTS": (
         0,
@@ -213,6 +228,8 @@ def test_e005_says_what_the_setting_means_and_what_a_valid_value_looks_like(name
         ("SAFEUPDATES_RELAY_AFTER", [0.5, "30", None]),
         ("SAFEUPDATES_RETENTION", [-2, "soon", 1.5]),
         ("SAFEUPDATES_TASK_RETENTION", [-1, float("nan"), "90"]),
+        ("SAFEUPDATES_FAILED_RETENTION", [-1, 1.5, "90", float("inf"), True, 10**9]),
+        ("SAFEUPDATES_REJECTED_RETENTION", [-1, 1.5, "90", float("nan"), False, 10**9]),
         ("SAFEUPDATES_REDUCE_ATTEMPTS", [None, -1, 2.0]),
         ("SAFEUPDATES_PREPARED_STATEMENTS", [None, 0, 1, "True"]),
         ("SAFEUPDATES_SWEEP_RECORDS", [-1, 2.5, "200", None, True]),
@@ -234,6 +251,8 @@ def test_e005_refuses_what_the_setting_cannot_use(name, values):
         ("SAFEUPDATES_MAX_CLOCK_SKEW", [0, 2.5, timedelta(minutes=5)]),
         ("SAFEUPDATES_JOB_TIMEOUT", [0, 600]),
         ("SAFEUPDATES_TASK_RETENTION", [None, 0, 365]),
+        ("SAFEUPDATES_FAILED_RETENTION", [None, 0, 7, 365_000]),
+        ("SAFEUPDATES_REJECTED_RETENTION", [None, 0, 7, 365_000]),
         ("SAFEUPDATES_REDUCE_ATTEMPTS", [1, 10]),
         ("SAFEUPDATES_PREPARED_STATEMENTS", [True, False]),
         ("SAFEUPDATES_SWEEP_RECORDS", [0, 1, 5000]),

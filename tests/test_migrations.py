@@ -88,6 +88,7 @@ def test_the_models_of_a_contrib_app_carry_their_own_label():
 
     assert [model._meta.original_attrs.get("app_label") for model in (Batch, BatchItem)] == ["safeupdates_batches"] * 2
     assert sorted(m.__name__ for m in apps.get_app_config("safeupdates").get_models()) == [
+        "FailedRequest",  # a proxy of the request log, for the admin's list of failed requests
         "ProcessedRequest",
         "VersionCounter",
     ]

@@ -124,16 +124,21 @@ def test_purge_refuses_an_unknown_database():
     assert str(excinfo.value) == "--database 'nope' is not in DATABASES."
 
 
-def test_purge_never_waits_for_a_row_another_transaction_holds(postgres_only):
+#: A purge of every outcome at once (``--older-than``), and one per retention (the settings).
+BY_RETENTION = {"SAFEUPDATES_RETENTION": 1, "SAFEUPDATES_FAILED_RETENTION": 2, "SAFEUPDATES_REJECTED_RETENTION": 2}
+
+
+@pytest.mark.parametrize(("args", "retentions"), [(["--older-than", "1"], {}), ([], BY_RETENTION)])
+def test_purge_never_waits_for_a_row_another_transaction_holds(postgres_only, args, retentions):
     """A row being changed by another transaction is left for the next run; the purge does not wait for it
     (nor, so, make the writers queued behind its lock wait)."""
     old = log_rows(20, days_old=3)
     held = old[7]
-    with RowLock(ProcessedRequest, held):
+    with RowLock(ProcessedRequest, held), override_settings(**retentions):
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")  # a purge that waited would fail here, not hang
         try:
-            out, _err = purge("--older-than", "1", "--batch-size", "5")
+            out, _err = purge(*args, "--batch-size", "5")
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("RESET lock_timeout")
@@ -197,3 +202,65 @@ def test_purge_refuses_a_pause_that_is_not_a_short_number_of_seconds(value):
         purge("--older-than", "1", "--pause", value)
     assert str(excinfo.value) == f"--pause must be a number of seconds from 0 to 60, not {float(value):g}."
     assert remaining(pks) == 3
+
+
+def of_status(count: int, status: str, *, days_old: float, kind: str = RequestKind.UPDATE) -> list[int]:
+    """``count`` request-log rows of ``status``, created (and processed) ``days_old`` days ago."""
+    at = NOW - datetime.timedelta(days=days_old)
+    rows = [
+        ProcessedRequest(kind=kind, object_id=str(index), status=status, created_at=at, processed_at=at)
+        for index in range(count)
+    ]
+    return [row.pk for row in ProcessedRequest.objects.bulk_create(rows)]
+
+
+def test_failed_and_rejected_requests_outlive_applied_and_stale_ones():
+    """By default an applied or stale request is kept 30 days, a failed or rejected one 90: it is what an
+    operator looks for weeks later (and re-drives)."""
+    applied = of_status(5, RequestStatus.APPLIED, days_old=40) + of_status(3, RequestStatus.STALE, days_old=40)
+    failed = of_status(4, RequestStatus.FAILED, days_old=40)
+    rejected = of_status(2, RequestStatus.REJECTED, days_old=40)
+    failed_item = of_status(1, RequestStatus.FAILED, days_old=40, kind=RequestKind.BATCH_ITEM)
+    older = of_status(2, RequestStatus.FAILED, days_old=100) + of_status(1, RequestStatus.REJECTED, days_old=100)
+    pending = of_status(2, RequestStatus.PENDING, days_old=100)
+
+    out, _err = purge("--batch-size", "2")
+    assert out.startswith(
+        "deleted 11 request(s): 8 applied or stale older than 30 day(s), 3 rejected or failed older than 90 "
+        "day(s); tasks kept (SAFEUPDATES_TASK_RETENTION is None); "
+    )
+    assert remaining(applied + older) == 0
+    assert remaining(failed + rejected + failed_item + pending) == 4 + 2 + 1 + 2
+
+
+def test_each_outcome_has_its_own_retention_and_none_keeps_it():
+    applied = of_status(3, RequestStatus.APPLIED, days_old=10)
+    failed = of_status(3, RequestStatus.FAILED, days_old=10)
+    rejected = of_status(3, RequestStatus.REJECTED, days_old=400)
+    retentions = {"RETENTION": 20, "FAILED_RETENTION": 5, "REJECTED_RETENTION": None}
+    with override_settings(**{f"SAFEUPDATES_{name}": days for name, days in retentions.items()}):
+        dry, _err = purge("--dry-run")
+        out, _err = purge()
+    assert dry == (
+        "would delete 3 request(s): 0 applied or stale older than 20 day(s), 3 failed older than 5 day(s); "
+        "rejected kept (SAFEUPDATES_REJECTED_RETENTION is None); tasks kept (SAFEUPDATES_TASK_RETENTION is None)\n"
+    )
+    assert out.startswith("deleted 3 request(s): ")
+    assert remaining(failed) == 0
+    assert remaining(applied + rejected) == 6
+
+
+def test_older_than_given_on_the_command_line_applies_to_every_outcome():
+    """``--older-than`` is the operator's word for this run: every outcome, as before per-outcome settings."""
+    rows = [pk for status in TERMINAL for pk in of_status(2, status, days_old=3)]
+    out, _err = purge("--older-than", "1")
+    assert out.startswith("deleted 8 request(s) older than 1 day(s); ")
+    assert remaining(rows) == 0
+
+
+@pytest.mark.parametrize("name", ["SAFEUPDATES_FAILED_RETENTION", "SAFEUPDATES_REJECTED_RETENTION"])
+def test_purge_refuses_a_retention_per_outcome_that_is_no_number_of_days(name):
+    rows = of_status(2, RequestStatus.APPLIED, days_old=100)
+    with override_settings(**{name: "forever"}), pytest.raises(CommandError, match=f"{name} is not None nor"):
+        purge()
+    assert remaining(rows) == 2

@@ -4,6 +4,8 @@ The request log's own view permission shows every request's record, status and o
 changes, and an error that may quote them) only where :func:`may_view` says so. A request of no record
 (an ``@idempotent`` task's, a batch item's) has no model to ask: its values are shown to a viewer with the
 log's permission ``safeupdates.view_recordless_values`` (:func:`may_view_recordless`; a superuser has it).
+A request is re-driven (:mod:`safeupdates.admin.failed`) by a user with ``safeupdates.redrive_failedrequest``
+who may change its record's model (:func:`may_change`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "RECORDLESS_VALUES",
     "VALUE_FIELDS",
     "hidden_values",
+    "may_change",
     "may_view",
     "may_view_recordless",
     "shown_rows",
@@ -51,6 +54,15 @@ def may_view(request: HttpRequest, model: type[models.Model], site: admin.AdminS
     return any(
         user.has_perm(f"{model._meta.app_label}.{action}_{model._meta.model_name}") for action in ("view", "change")
     )
+
+
+def may_change(request: HttpRequest, model: type[models.Model], site: admin.AdminSite) -> bool:
+    """Whether the viewer may change ``model`` in the admin (to re-drive its requests, which write its rows):
+    its ``ModelAdmin`` says; a model without one, its change permission (a superuser has them all)."""
+    if site.is_registered(model):
+        return bool(site.get_model_admin(model).has_change_permission(request))
+    user: Any = request.user
+    return bool(user.has_perm(f"{model._meta.app_label}.change_{model._meta.model_name}"))
 
 
 def may_view_recordless(request: HttpRequest) -> bool:

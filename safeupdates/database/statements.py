@@ -963,11 +963,13 @@ class PurgeBatch:
 PURGE_REQUESTS, PURGE_TASKS = "requests", "tasks"
 
 
-@lru_cache(maxsize=8)
-def purge_batch(vendor: str, scope: str) -> PurgeBatch:
+@lru_cache(maxsize=32)
+def purge_batch(vendor: str, scope: str, statuses: tuple[str, ...] | None = None) -> PurgeBatch:
     """The :class:`PurgeBatch` of ``scope`` (:data:`PURGE_REQUESTS` or :data:`PURGE_TASKS`) on ``vendor``.
 
-    Only terminal rows older than ``%(cutoff)s`` match: a pending request is never deleted.
+    Only terminal rows older than ``%(cutoff)s`` match: a pending request is never deleted. ``statuses``
+    (requests only): the terminal statuses of the rows to delete, each outcome kept for its own time; None:
+    every terminal one.
     """
     if vendor not in SUPPORTED_VENDORS:
         raise SafeUpdatesError(f"safeupdates supports PostgreSQL and SQLite, not {vendor}.")
@@ -976,9 +978,15 @@ def purge_batch(vendor: str, scope: str) -> PurgeBatch:
     table = qn(log._meta.db_table)
     pk, kind, status = (qn(column(log, name)) for name in ("pk", "kind", "status"))
     task, pending = log.Kind.TASK.value, log.Status.PENDING.value
+    terminal = [value for value in log.Status.values if value != pending]
+    if statuses is not None and (scope != PURGE_REQUESTS or not statuses or not set(statuses) <= set(terminal)):
+        raise SafeUpdatesError(f"not terminal statuses of requests to purge: {statuses!r}")
     if scope == PURGE_REQUESTS:
         keyset: tuple[str, ...] = (qn(column(log, "created_at")), pk)
-        condition = f"{kind} <> '{task}' AND {status} <> '{pending}' AND {keyset[0]} < %(cutoff)s"
+        # The statuses are literals of the log's choices (checked above), as the kinds are.
+        listed = ", ".join(f"'{value}'" for value in statuses or ())
+        chosen = f"{status} <> '{pending}'" if statuses is None else f"{status} IN ({listed})"
+        condition = f"{kind} <> '{task}' AND {chosen} AND {keyset[0]} < %(cutoff)s"
     elif scope == PURGE_TASKS:
         keyset = (qn(column(log, "key")),)
         condition = f"{kind} = '{task}' AND {status} <> '{pending}' AND {qn(column(log, 'processed_at'))} < %(cutoff)s"

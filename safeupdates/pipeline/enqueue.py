@@ -51,8 +51,10 @@ def enqueue_update(
     fields, else :class:`~safeupdates.exceptions.InvalidUpdate` is raised and nothing is written or
     enqueued. The request gets a version from the database, is written as ``pending`` in the caller's
     transaction (a rolled-back caller enqueues nothing), and its job is enqueued on commit. Passing the
-    ``request_id`` of a request already recorded returns that request and records nothing new (once it
-    has reached its outcome, that is a duplicate: signalled, see :mod:`safeupdates.signals`).
+    ``request_id`` of a request already recorded returns that request and records nothing new: while it
+    is pending (a retry after an ambiguous commit, whose first delivery may never have run), its job is
+    delivered again when the caller commits (a duplicate job finds nothing left to apply); once it has
+    reached its outcome, it is a duplicate: signalled, see :mod:`safeupdates.signals`.
 
     The request is written to database ``using``: by default the router's database for writes of the
     model (given an instance, with it as the hint, as ``save()`` does: an instance stays on its database).
@@ -104,17 +106,45 @@ def enqueue_update(
         existing = _known_request(log.get(request_id=rid), content_type, pk)
         if existing.is_terminal:
             log.report_duplicate(model, pk, existing)
+        else:
+            # A retry after an ambiguous commit: the first call's commit landed, its delivery may not have
+            # run. Deliver again on commit (a duplicate job finds nothing pending) rather than wait for the
+            # relay; on the queue the request was recorded with.
+            _deliver_on_commit(existing, pk, model, likely_queued=True, trace=trace, using=using)
         return existing
-    what = f"{model._meta.label} pk={pk}"
+    _deliver_on_commit(record, pk, model, likely_queued=others_pending, trace=trace, using=using)
+    return record
 
-    # If the broker is down at commit, the request stays pending and the relay delivers it.
+
+def _deliver_on_commit(
+    record: ProcessedRequest,
+    pk: Any,
+    model: type[models.Model],
+    *,
+    likely_queued: bool,
+    trace: dict[str, str] | None,
+    using: str,
+) -> None:
+    """Deliver pending request ``record`` (of row ``pk`` of ``model``) when the caller's transaction commits.
+    If the broker is down at commit, the request stays pending and the relay delivers it."""
+    what = f"{model._meta.label} pk={pk}"
+    queue_name = record.queue or delivery.queue_name(None)
+    request_id, content_type_id = record.request_id, record.content_type_id
+    assert content_type_id is not None  # an update request of a row
+
     def deliver_on_commit() -> None:
         delivery.deliver_or_leave_for_relay(
-            rid, content_type.pk, str(pk), queue_name, what=what, likely_queued=others_pending, trace=trace, using=using
+            request_id,
+            content_type_id,
+            str(pk),
+            queue_name,
+            what=what,
+            likely_queued=likely_queued,
+            trace=trace,
+            using=using,
         )
 
     after_commit(deliver_on_commit, using, robust=True)
-    return record
 
 
 def _check_queue(queue: Any) -> None:

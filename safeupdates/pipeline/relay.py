@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import router
+from django.db import models, router
 from django.db.models import Q
 
 from safeupdates import conf, delivery, signals
 from safeupdates.database import clock
 from safeupdates.database.errors import unreachable_database
+from safeupdates.database.registry import content_type_of
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 
 __all__ = ["MAX_AGE", "RelayReport", "relay", "relay_pending", "relay_queue", "relay_steps"]
@@ -89,7 +90,12 @@ relay_steps: list[Callable[..., Any]] = []
 
 
 def relay(
-    older_than: float | None = None, *, dry_run: bool = False, using: str | None = None, retry_failed: bool = False
+    older_than: float | None = None,
+    *,
+    dry_run: bool = False,
+    using: str | None = None,
+    retry_failed: bool = False,
+    model: type[models.Model] | None = None,
 ) -> RelayReport:
     """Deliver again every record that has a request ``pending`` for more than ``older_than`` seconds
     (default ``SAFEUPDATES_RELAY_AFTER``), and the batch items and reduces that are overdue.
@@ -104,7 +110,8 @@ def relay(
 
     ``retry_failed`` first makes every ``failed`` update request ``pending`` again: a request fails when
     transient database errors outlast the job's retries (a long outage), and its write was rolled back with
-    them, so delivering it again is safe; it is then due at once.
+    them, so delivering it again is safe; it is then due at once. ``model``: only the failed requests of that
+    model (the pass still delivers every overdue record, as any pass does).
     """
     seconds = conf.relay_after() if older_than is None else older_than
     if not valid_age(seconds):
@@ -116,6 +123,8 @@ def relay(
     due = Q(created_at__lte=cutoff)
     if retry_failed:
         log = ProcessedRequest.objects.using(using)
+        if model is not None:
+            log = log.filter(content_type=content_type_of(model, using))
         with unreachable_database(using):
             if dry_run:
                 revived = list(

@@ -13,7 +13,7 @@ from django.db import connections, router
 from safeupdates import conf
 from safeupdates.database import statements
 from safeupdates.database.clock import database_now
-from safeupdates.models import ProcessedRequest
+from safeupdates.models import ProcessedRequest, RequestStatus
 
 #: The oldest cutoff a purge takes (:data:`safeupdates.conf.MAX_DAYS`: 1000 years).
 MAX_DAYS = conf.MAX_DAYS
@@ -40,20 +40,35 @@ def _valid_days(days: float) -> bool:
     return 0 <= days <= MAX_DAYS
 
 
-def _setting_days(name: str, read: Callable[[], float]) -> float:
+def outcomes() -> tuple[tuple[str, str, Callable[[], float | None]], ...]:
+    """Each outcome of a request, in the order the summary names them, with its retention's setting and
+    getter: a failed or rejected request is what an operator looks for weeks later (and re-drives), an
+    applied or stale one is not."""
+    return (
+        (RequestStatus.APPLIED.value, conf.RETENTION.name, conf.retention),
+        (RequestStatus.STALE.value, conf.RETENTION.name, conf.retention),
+        (RequestStatus.REJECTED.value, conf.REJECTED_RETENTION.name, conf.rejected_retention),
+        (RequestStatus.FAILED.value, conf.FAILED_RETENTION.name, conf.failed_retention),
+    )
+
+
+def _setting_days(name: str, read: Callable[[], float | None]) -> float:
     try:
         days = read()
     except (TypeError, ValueError, OverflowError) as exc:
         raise CommandError(f"{name} is not a number of days; run manage.py check, which says what it takes.") from exc
-    if not _valid_days(days):
+    if days is None or not _valid_days(days):
         raise CommandError(f"{name} must be a number of days from 0 to {MAX_DAYS}, not {days!r}.")
     return days
 
 
 class Command(BaseCommand):
     help = (
-        "Delete terminal requests (applied, stale, rejected, failed) created more than DAYS days ago, in "
-        "batches. Pending requests are never deleted. Versions stay monotonic: they come from a sequence. "
+        "Delete terminal requests created more than DAYS days ago, in batches: by default each outcome "
+        "after its own retention (applied and stale: SAFEUPDATES_RETENTION; rejected: "
+        "SAFEUPDATES_REJECTED_RETENTION; failed: SAFEUPDATES_FAILED_RETENTION; None keeps them); --older-than "
+        "DAYS applies to every outcome. Pending requests are never deleted. Versions stay monotonic: they come "
+        "from a sequence. "
         "The rows of @idempotent tasks are kept, as long as SAFEUPDATES_TASK_RETENTION is None (the "
         "default): a deleted row would let its side effect run again. With SAFEUPDATES_TASK_RETENTION set "
         "to a number of days, task rows completed longer ago than that are deleted too (whatever DAYS is). "
@@ -63,7 +78,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--older-than", type=float, default=None, metavar="DAYS", help="Default: SAFEUPDATES_RETENTION."
+            "--older-than",
+            type=float,
+            default=None,
+            metavar="DAYS",
+            help="For every outcome (default: each outcome's retention, SAFEUPDATES_RETENTION for applied and "
+            "stale requests, SAFEUPDATES_REJECTED_RETENTION and SAFEUPDATES_FAILED_RETENTION).",
         )
         parser.add_argument(
             "--batch-size",
@@ -101,11 +121,11 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         if older_than is None:
-            days = _setting_days("SAFEUPDATES_RETENTION", conf.retention)
+            groups, kept = _retention_groups()
         elif not _valid_days(older_than):
             raise CommandError(f"--older-than must be a number of days from 0 to {MAX_DAYS}, not {older_than:g}.")
         else:
-            days = older_than
+            groups, kept = [(older_than, None)], []
         if batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
         if batch_size > MAX_BATCH_SIZE:  # a bigint's LIMIT at most, and memory long before that
@@ -122,36 +142,48 @@ class Command(BaseCommand):
         # The database's clock decides what is old, never this process's; once, so that a purge deletes
         # one fixed set of rows, whatever is written meanwhile.
         now = database_now(using)
-        scopes = [(statements.PURGE_REQUESTS, now - timedelta(days=days))]
-        task_days = _task_retention()
+        scopes: list[tuple[str, datetime, tuple[str, ...] | None]] = [
+            (statements.PURGE_REQUESTS, now - timedelta(days=days), statuses) for days, statuses in groups
+        ]
+        task_days = _optional_days(conf.TASK_RETENTION.name, conf.task_retention)
         if task_days is not None:
             # Age from completion: the time since which no run of the task has been needed.
-            scopes.append((statements.PURGE_TASKS, now - timedelta(days=task_days)))
-        counts = [self._count(using, scope, cutoff) for scope, cutoff in scopes]
+            scopes.append((statements.PURGE_TASKS, now - timedelta(days=task_days), None))
+        counts = [self._count(using, *scope) for scope in scopes]
         if dry_run:
-            self.stdout.write(f"would delete {self._summary(counts, days, task_days)}")
+            self.stdout.write(f"would delete {self._summary(counts, groups, kept, task_days)}")
             return
         self.batches, self.longest = 0, 0.0
         started = time.monotonic()
         deleted = [
-            self._purge(using, scope, cutoff, batch_size, total, pause)
-            for (scope, cutoff), total in zip(scopes, counts, strict=True)
+            self._purge(using, scope, batch_size, total, pause) for scope, total in zip(scopes, counts, strict=True)
         ]
         self.stdout.write(
-            f"deleted {self._summary(deleted, days, task_days)}; {self.batches} batch(es) in "
+            f"deleted {self._summary(deleted, groups, kept, task_days)}; {self.batches} batch(es) in "
             f"{time.monotonic() - started:.1f} s, longest batch {self.longest * 1000:.1f} ms"
         )
 
     @staticmethod
-    def _count(using: str, scope: str, cutoff: datetime) -> int:
-        """How many rows of ``scope`` are older than ``cutoff`` (what the batches of :meth:`_purge` match)."""
-        return ProcessedRequest.objects.using(using).purgeable(scope, cutoff).count()
+    def _count(using: str, scope: str, cutoff: datetime, statuses: tuple[str, ...] | None) -> int:
+        """How many rows of ``scope`` (and ``statuses``) are older than ``cutoff`` (what the batches of
+        :meth:`_purge` match)."""
+        return ProcessedRequest.objects.using(using).purgeable(scope, cutoff, statuses).count()
 
-    def _purge(self, using: str, scope: str, cutoff: datetime, batch_size: int, total: int, seconds: float) -> int:
-        """Delete the rows of ``scope`` older than ``cutoff``, batch by batch, waiting ``seconds`` after each
-        full one (a batch that deleted fewer rows was most likely the last); return how many."""
+    def _purge(
+        self,
+        using: str,
+        of: tuple[str, datetime, tuple[str, ...] | None],
+        batch_size: int,
+        total: int,
+        seconds: float,
+    ) -> int:
+        """Delete the rows of ``of`` (a scope, its cutoff, its statuses), batch by batch, waiting ``seconds``
+        after each full one (a batch that deleted fewer rows was most likely the last); return how many."""
+        scope, cutoff, statuses = of
         deleted, last_line = 0, time.monotonic()
-        batches = ProcessedRequest.objects.using(using).purge(scope, cutoff, batch_size)
+        batches = ProcessedRequest.objects.using(using).purge(scope, cutoff, batch_size, statuses)
+        if statuses is not None:
+            scope = f"{scope} ({' or '.join(statuses)})"
         while True:
             started = time.monotonic()
             count = next(batches, None)
@@ -172,21 +204,58 @@ class Command(BaseCommand):
         return f"{deleted:,} of {total:,} deleted{share}"
 
     @staticmethod
-    def _summary(counts: list[int], days: float, task_days: int | None) -> str:
-        text = f"{counts[0]} request(s) older than {days:g} day(s)"
+    def _summary(
+        counts: list[int],
+        groups: list[tuple[float, tuple[str, ...] | None]],
+        kept: list[tuple[str, str]],
+        task_days: float | None,
+    ) -> str:
+        """``counts``: of each group of requests, then of the tasks."""
+        requests = counts[: len(groups)]
+        if len(groups) == 1 and groups[0][1] is None:
+            text = f"{requests[0]} request(s) older than {groups[0][0]:g} day(s)"
+        else:
+            parts = [
+                f"{count} {' or '.join(statuses or ())} older than {days:g} day(s)"
+                for count, (days, statuses) in zip(requests, groups, strict=True)
+            ]
+            text = f"{sum(requests)} request(s): {', '.join(parts)}"
+        for status, setting in kept:
+            text += f"; {status} kept ({setting} is None)"
         if task_days is None:
             return f"{text}; tasks kept (SAFEUPDATES_TASK_RETENTION is None)"
-        return f"{text} and {counts[1]} task(s) completed more than {task_days} day(s) ago (SAFEUPDATES_TASK_RETENTION)"
+        return (
+            f"{text} and {counts[-1]} task(s) completed more than {task_days:g} day(s) ago (SAFEUPDATES_TASK_RETENTION)"
+        )
 
 
-def _task_retention() -> int | None:
+def _retention_groups() -> tuple[list[tuple[float, tuple[str, ...] | None]], list[tuple[str, str]]]:
+    """The requests to purge by the settings: ``(days, statuses)`` per retention, in the order of
+    :func:`outcomes` (None: every terminal status, where they all share one), and ``(status, setting)`` of
+    each outcome kept for good (its retention is None)."""
+    by_days: dict[float, list[str]] = {}
+    kept: list[tuple[str, str]] = []
+    every = outcomes()
+    for status, setting, read in every:
+        days = _setting_days(setting, read) if setting == conf.RETENTION.name else _optional_days(setting, read)
+        if days is None:
+            kept.append((status, setting))
+        else:
+            by_days.setdefault(days, []).append(status)
+    groups: list[tuple[float, tuple[str, ...] | None]] = [
+        (days, None if len(statuses) == len(every) else tuple(statuses)) for days, statuses in by_days.items()
+    ]
+    return groups, kept
+
+
+def _optional_days(name: str, read: Callable[[], float | None]) -> float | None:
+    """The retention ``name`` (None: kept for good), or a :class:`CommandError` saying what is wrong with it."""
     try:
-        days = conf.task_retention()
+        days = read()
     except (TypeError, ValueError, OverflowError) as exc:
         raise CommandError(
-            "SAFEUPDATES_TASK_RETENTION is not None nor a number of days; run manage.py check, which says what it "
-            "takes."
+            f"{name} is not None nor a number of days; run manage.py check, which says what it takes."
         ) from exc
     if days is not None and not _valid_days(days):
-        raise CommandError(f"SAFEUPDATES_TASK_RETENTION must be None or a number of days from 0 to {MAX_DAYS}.")
+        raise CommandError(f"{name} must be None or a number of days from 0 to {MAX_DAYS}.")
     return days

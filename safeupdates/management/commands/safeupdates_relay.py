@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, models
 
 from safeupdates import conf
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.jobs import relay
+from safeupdates.models import LockVersionMixin
 from safeupdates.pipeline.relay import MAX_AGE, valid_age
 
 #: The longest ``--interval``, in seconds: a day (``time.sleep()`` overflows near 2**63 nanoseconds).
@@ -49,6 +51,13 @@ class Command(BaseCommand):
             "outage; nothing of them was written), so that this pass delivers them.",
         )
         parser.add_argument(
+            "--model",
+            default=None,
+            metavar="APP_LABEL.MODEL",
+            help="With --retry-failed: only the failed requests of that model (the pass still delivers every "
+            "overdue record).",
+        )
+        parser.add_argument(
             "--database",
             default=None,
             help="The database whose request log to scan (default: where the router writes the request log).",
@@ -62,10 +71,12 @@ class Command(BaseCommand):
         dry_run: bool,
         retry_failed: bool,
         database: str | None = None,
+        model: str | None = None,
         **options: Any,
     ) -> None:
         if database is not None and database not in connections:
             raise CommandError(f"--database {database!r} is not in DATABASES.")
+        chosen = None if model is None else _model(model, retry_failed)
         # float() accepts "nan" and "inf": a NaN compares false with everything, so test for what is valid.
         # Beyond the bounds, the date arithmetic and time.sleep() overflow.
         if older_than is not None and not valid_age(older_than):
@@ -86,7 +97,7 @@ class Command(BaseCommand):
                 # A connection that broke in the last pass (the database restarted) is replaced, not reused.
                 close_old_connections()
             try:
-                report = relay(older_than, dry_run=dry_run, using=database, retry_failed=retry_failed)
+                report = relay(older_than, dry_run=dry_run, using=database, retry_failed=retry_failed, model=chosen)
             except BackendUnavailable as exc:
                 if interval is None:
                     raise CommandError(f"safeupdates relay: {exc}") from None
@@ -103,3 +114,16 @@ class Command(BaseCommand):
             # pass's line is there as the pass ends, not when the process exits (a SIGTERM never lets it).
             self.stdout.flush()
             time.sleep(interval)
+
+
+def _model(label: str, retry_failed: bool) -> type[models.Model]:
+    """The model ``--model`` names (``app_label.Model``, any case), or a :class:`CommandError` saying why not."""
+    if not retry_failed:
+        raise CommandError("--model goes with --retry-failed: it says whose failed requests to make pending again.")
+    try:
+        model = apps.get_model(label)
+    except (LookupError, ValueError):
+        raise CommandError(f"--model {label!r} is not an installed model; name it app_label.Model.") from None
+    if not issubclass(model, LockVersionMixin):
+        raise CommandError(f"--model {label!r} is not updated through safeupdates: it has no request to retry.")
+    return model._meta.concrete_model or model
