@@ -75,6 +75,15 @@ class ErrorFilter(admin.SimpleListFilter):
         return queryset.filter(error=value, safeupdates_shown=True) if value else queryset
 
 
+class FailedModelsFilter(SafeUpdateModelsFilter):
+    """ "By model", among the models that have failed or rejected requests only (a project's other
+    models would be a long list of choices that show nothing)."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        present = set(model_admin.get_queryset(request).order_by().values_list("content_type", flat=True).distinct())
+        return [choice for choice in super().field_choices(field, request, model_admin) if int(choice[0]) in present]
+
+
 @admin.register(FailedRequest)
 class FailedRequestAdmin(ProcessedRequestAdmin):
     """The failed and rejected requests, newest outcome first, and the action that re-drives them."""
@@ -83,13 +92,12 @@ class FailedRequestAdmin(ProcessedRequestAdmin):
         "request_id",
         "target_link",
         "wanted",
-        "version",
         "status",
         "last_error",
         "attempts",
         "processed_at",
     ]
-    list_filter = [OutcomeFilter, ("content_type", SafeUpdateModelsFilter), ErrorFilter]
+    list_filter = [OutcomeFilter, ("content_type", FailedModelsFilter), ErrorFilter]
     ordering = ["-processed_at", "-id"]
     actions = ["redrive"]
 
