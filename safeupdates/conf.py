@@ -319,6 +319,8 @@ def stuck_after() -> float:
     retries = int(arguments.get("max") or 0)
     interval = arguments.get("interval", 0)
     intervals = list(interval) if isinstance(interval, list | tuple) else [interval] * retries
+    # As the retries take them: the last interval for every retry past the list's end (RQ's Retry does so).
+    intervals += intervals[-1:] * (retries - len(intervals))
     backoff = sum(float(seconds) for seconds in intervals[:retries])
     return float(2 * relay_after() + job_timeout() + backoff)
 

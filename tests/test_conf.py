@@ -11,6 +11,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from django.test import override_settings
 
 from safeupdates import conf
@@ -127,3 +128,25 @@ def test_the_package_reads_settings_through_the_public_api():
         and node.attr.startswith("_")
     ]
     assert private == []
+
+
+@pytest.mark.parametrize(
+    ("retry", "backoff"),
+    [
+        ({"max": 5, "interval": [1, 5]}, 1 + 5 + 5 + 5 + 5),  # the last interval for every later retry, as RQ
+        ({"max": 2, "interval": [1, 5, 15]}, 1 + 5),
+        ({"max": 3, "interval": 4}, 12),
+        ({"max": 3, "interval": []}, 0),
+        ({"max": 0, "interval": [1]}, 0),
+    ],
+)
+def test_stuck_after_counts_every_retry_s_wait_as_the_retries_take_it(settings, retry, backoff):
+    """A request is stuck only once every retry's wait has passed: each wait as the backends take it
+    (``delivery.retry_delay``, RQ's ``Retry``), not only the waits the list spells out."""
+    from safeupdates import delivery
+
+    settings.SAFEUPDATES_RETRY = retry
+    settings.SAFEUPDATES_RELAY_AFTER = 30
+    settings.SAFEUPDATES_JOB_TIMEOUT = 60
+    assert sum(delivery.retry_delay(number) for number in range(retry["max"])) == backoff
+    assert conf.stuck_after() == 2 * 30 + 60 + backoff
