@@ -1,6 +1,7 @@
-"""The admin's conflict page and the request log in headless Chromium, against the live server.
+"""The admin's conflict page, the request log and the re-drive of a failed request in headless Chromium,
+against the live server.
 
-Screenshots of both are taken on every run; with ``SAFEUPDATES_SCREENSHOTS=1`` they replace those in
+Screenshots are taken on every run; with ``SAFEUPDATES_SCREENSHOTS=1`` they replace those in
 ``docs/screenshots/`` (shown in ``docs/admin.md``), else they go to the test's temporary directory.
 """
 
@@ -12,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import django.contrib.admin
+import django_rq
 import pytest
 from django.apps import apps
+from django.db.models.functions import Now
 
 if not apps.is_installed("demo_project.toggles"):
     pytest.skip(
@@ -22,9 +25,11 @@ if not apps.is_installed("demo_project.toggles"):
     )
 
 from playwright.sync_api import Browser, Page, expect
+from rq import SimpleWorker
 
 from demo_project.toggles.factories import PASSWORD, ProfileFactory, UserFactory
 from demo_project.toggles.models import Profile
+from safeupdates import enqueue_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
 
@@ -165,3 +170,45 @@ def test_the_request_log_explains_a_stale_request(page: Page, screenshots: Path)
     page.click("#toggle-nav-sidebar")
     row.locator(".field-outcome a").click()
     expect(page.locator(".field-request_id .readonly")).to_have_text(str(holder.request_id))
+
+
+def test_an_operator_re_drives_a_failed_request_and_sees_it_applied(page: Page, screenshots: Path, redis) -> None:
+    boss = UserFactory.superuser(username="boss")
+    profile = ProfileFactory(user__username="ann", active=False)
+    request = enqueue_update(profile, active=True)
+    redis.flushdb()  # its job ran out of retries: nothing left on the queue
+    ProcessedRequest.objects.filter(pk=request.pk).update(
+        status="failed",
+        error="OperationalError: server closed the connection unexpectedly",
+        attempts=4,
+        processed_at=Now(),
+    )
+
+    page.goto("/admin/login/?next=/admin/safeupdates/failedrequest/")
+    page.fill("#id_username", boss.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/safeupdates/failedrequest/")
+    row = page.locator("#result_list tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("server closed the connection unexpectedly")
+    # The model filter offers the models with failed requests, not every model of the project.
+    models = page.locator("#changelist-filter").get_by_role("link", name="Toggles (demo) | profile")
+    expect(models).to_have_count(1)
+    expect(page.locator("#changelist-filter").get_by_role("link", name="Testapp | profile")).to_have_count(0)
+    page.screenshot(path=str(screenshots / "admin-failed-requests.png"), full_page=True)
+
+    row.locator("input[name=_selected_action]").check()
+    page.select_option("select[name=action]", "redrive")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("1")
+    expect(page.locator("#result_list tbody tr")).to_have_count(0)  # pending now: off the list
+    assert ProcessedRequest.objects.get(pk=request.pk).status == "pending"
+
+    queue = django_rq.get_queue("default")
+    assert queue.count == 1  # delivered on commit
+    SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    page.goto(f"/admin/safeupdates/processedrequest/{request.pk}/change/")
+    expect(page.locator("body")).to_contain_text("applied")
+    page.screenshot(path=str(screenshots / "admin-redriven-request.png"), full_page=True)
+    assert Profile.objects.get(pk=profile.pk).active is True
