@@ -186,3 +186,19 @@ def slow_trigger(postgres_only):
     _create_profile_trigger("safeupdates_test_slow", "IF NEW.name = 'slow' THEN PERFORM pg_sleep(3); END IF;")
     yield
     _drop_profile_trigger("safeupdates_test_slow")
+
+
+@pytest.fixture
+def refused() -> Iterator[list[dict[str, Any]]]:
+    """Every ``stale_save_refused`` sent during the test: its arguments, ``sender`` included."""
+    from safeupdates import signals
+
+    got: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        kwargs.pop("signal")
+        got.append({"sender": sender, **kwargs})
+
+    signals.stale_save_refused.connect(receiver, weak=False, dispatch_uid="tests.refused")
+    yield got
+    signals.stale_save_refused.disconnect(dispatch_uid="tests.refused")

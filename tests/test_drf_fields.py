@@ -20,7 +20,6 @@ pytest.importorskip(
 from django.db.models.signals import post_save, pre_save
 from rest_framework.test import APIClient
 
-from safeupdates import signals
 from safeupdates.http import etag_for
 from safeupdates.versions import next_version
 from tests import drf_urls
@@ -55,19 +54,6 @@ def saves() -> Iterator[list[tuple[str, frozenset[str] | None]]]:
     yield got
     pre_save.disconnect(sender=Profile, dispatch_uid="tests.drf_fields.pre")
     post_save.disconnect(sender=Profile, dispatch_uid="tests.drf_fields.post")
-
-
-@pytest.fixture
-def refused() -> Iterator[list[dict[str, Any]]]:
-    got: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **kwargs: Any) -> None:
-        kwargs.pop("signal")
-        got.append({"sender": sender, **kwargs})
-
-    signals.stale_save_refused.connect(receiver, weak=False, dispatch_uid="tests.drf_fields.refused")
-    yield got
-    signals.stale_save_refused.disconnect(dispatch_uid="tests.drf_fields.refused")
 
 
 def etag(profile: Profile) -> str:

@@ -36,20 +36,6 @@ PROFILE_FIELDS = ("active", "dark_mode", "last_synced_at", "name", "newsletter",
 
 
 @pytest.fixture
-def refused() -> Iterator[list[dict[str, Any]]]:
-    """Every ``stale_save_refused`` sent: its arguments, ``sender`` included."""
-    got: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **kwargs: Any) -> None:
-        kwargs.pop("signal")
-        got.append({"sender": sender, **kwargs})
-
-    signals.stale_save_refused.connect(receiver, weak=False, dispatch_uid="tests.refused")
-    yield got
-    signals.stale_save_refused.disconnect(dispatch_uid="tests.refused")
-
-
-@pytest.fixture
 def raising_receiver(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """A receiver of ``stale_save_refused`` that raises: logged (``django.dispatch``), nothing else."""
 
