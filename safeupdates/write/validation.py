@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
@@ -115,14 +115,10 @@ def clean_changes(
 
 
 class _Plan:
-    """How one field of one model is checked, found once per model (and name given): the field, the
-    prefix of its refusals and the head and tail of its "is invalid" one (:func:`_refused`), the check of
-    :func:`storable` (less a custom field's reading back where the value is not ``recorded`` in the
-    request log: ``save()``), how :func:`_clean_value` validates, and ``fast``: the one type of value its
-    ``to_python()`` returns unchanged and no check before or after the conversion can refuse (None where
-    there is none: that value takes every step). For :func:`check_saved`: the type its values must have
-    where Django's save passes them on unconverted, a CharField's ``max_length``, and whether None may
-    make the save fail (a NOT NULL column saved as the instance holds it)."""
+    """How one field of one model is checked, found once per model: the prefixes of its refusals, the
+    check of :func:`storable` (less a custom field's reading back unless ``recorded``), how it validates,
+    ``fast`` (:func:`_fast_type`), and for :func:`check_saved` what Django's save passes on unconverted,
+    a CharField's ``max_length`` and whether None may fail the save (a NOT NULL column)."""
 
     __slots__ = (
         *("check", "fast", "field", "file", "invalid", "max_length", "prefix", "required", "unconverted"),
@@ -162,11 +158,9 @@ _save_plans: dict[type[models.Model], tuple[_Plan, ...]] = {}
 
 
 def _fast_type(field: models.Field[Any, Any]) -> type | None:
-    """The type whose values ``field``'s own ``to_python()`` returns as they are, and which the checks
-    before and after the conversion (:func:`_refuse_before_conversion`, :func:`_refuse_after_conversion`)
-    refuse only for what :func:`storable` refuses too (a NUL character, checked first): a bool for a
-    BooleanField, an int for an integer column, a str for Django's CharField and TextField. None for a
-    relation, a field that converts its own way (:func:`is_custom`), and the others."""
+    """The type whose values ``field``'s ``to_python()`` returns as they are and only :func:`storable`
+    can refuse (a NUL character aside, checked first): a bool for a BooleanField, an int for an integer
+    column, a str for Django's CharField and TextField; None for the others."""
     if field.is_relation or is_custom(field):
         return None
     to_python = type(field).to_python
@@ -182,14 +176,10 @@ def _fast_type(field: models.Field[Any, Any]) -> type | None:
 def _clean_value(plan: _Plan, value: Any, using: str | None = None) -> Any:
     """Return ``value`` converted by the field of ``plan``, or raise InvalidUpdate naming it.
 
-    Beyond ``field.clean()``: a value is refused when converting it would change it (a fraction for an
-    integer column is truncated by ``int()``, and by Django's own lookups), when the column cannot hold
-    it (out of range, NUL), when the request log's JSON cannot carry it (NaN, infinity), or when it is
-    an expression. None is accepted wherever the column is nullable (``null=True``), blank or not.
-
-    A value of the plan's ``fast`` type (a bool for a BooleanField, an int for an integer column, a str
-    for a text column) skips the steps that cannot change or refuse it: the checks before and after
-    the conversion (but a NUL character's, which comes first), and the conversion itself.
+    Beyond ``field.clean()``: refused when converting would change it (a fraction for an integer
+    column), the column or the request log's JSON cannot hold it, or it is an expression. None is
+    accepted where ``null=True``. A value of the plan's ``fast`` type skips the conversion and the
+    checks around it (but a NUL character's).
     """
     field = plan.field
     what = _Named(plan.prefix, value)
@@ -333,10 +323,8 @@ def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: s
             f"{what} is a date, and the column holds datetimes while USE_TZ=True; pass an aware datetime "
             "(for example datetime(2026, 1, 2, tzinfo=timezone.utc))."
         )
-    if _has_nul(value):
-        raise InvalidUpdate(
-            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in text; remove it."
-        )
+    if isinstance(value, str) and "\x00" in value:  # one in a JSON value or an array: storable() finds it
+        _refuse_nul(what, "text")
 
 
 def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: str | _Named) -> None:
@@ -397,10 +385,8 @@ def _is_whole(value: float | Decimal) -> bool:
     return value.is_integer()
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether ``value`` is a string with a NUL character (one inside a JSON value or an array is found
-    after conversion, by :func:`storable`)."""
-    return isinstance(value, str) and "\x00" in value
+def _refuse_nul(what: Any, kind: str) -> NoReturn:
+    raise InvalidUpdate(f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in {kind}; remove it.")
 
 
 def clean_version(version: Any) -> int:
@@ -468,14 +454,12 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     integer key (``2.5`` would be truncated to ``2``, another row; ``2.0`` and ``"2"`` are ``2``), a key
     out of the column's range, NaN and infinity, a NUL character, a value that is no text for a text key.
     """
-    if pk is None:
-        raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
     plan = _pk_plans.get(model)
     if plan is None:
         field = model._meta.pk
         assert field is not None
         plan = _pk_plans[model] = _Plan(model, field, pk=True)
-    python = _clean_value(plan, pk)
+    python = None if pk is None else _clean_value(plan, pk)
     if python is None:
         raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
     return python
@@ -590,9 +574,7 @@ def check_text(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
         if not value.isascii():
             _refuse_surrogates(value, what)
         if "\x00" in value:
-            raise InvalidUpdate(
-                f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in text; remove it."
-            )
+            _refuse_nul(what, "text")
         limit = _unchecked_lengths.get(field, -1)
         if limit == -1:
             limit = _unchecked_lengths[field] = _unchecked_length(field)
@@ -667,9 +649,7 @@ def check_json(
     if not text.isascii():
         _refuse_surrogates(text, what)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
-        raise InvalidUpdate(
-            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in JSON; remove it."
-        )
+        _refuse_nul(what, "JSON")
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise InvalidUpdate(f"{what} is nested too deeply: at most {MAX_JSON_DEPTH} levels of arrays and objects.")
     return value
