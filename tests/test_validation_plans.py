@@ -15,6 +15,8 @@ import pytest
 from django.core.validators import MaxValueValidator, MinLengthValidator
 from django.db import models
 from django.test.utils import isolate_apps
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.write import validation
@@ -184,3 +186,41 @@ def test_the_versions_model_is_kept_per_model() -> None:
             versions_model(Van)
         assert [f.model for f in _version_fields(Restaurant)] == [Place, Place]
         assert [f.model for f in _version_fields(Truck)] == [Truck, Truck]
+
+
+class Upper(models.CharField):  # type: ignore[type-arg]
+    """A text field whose ``to_python()`` upper-cases text and fails its own way (AttributeError) on the rest."""
+
+    def to_python(self, value: Any) -> Any:
+        return value.upper()
+
+
+@settings(max_examples=30, deadline=None)
+@given(value=st.one_of(st.integers(), st.floats(allow_nan=False), st.lists(st.integers(), max_size=3)))
+def test_what_a_field_raises_is_refused_alike_everywhere(value: Any) -> None:
+    """Whatever a field's conversion raises (here an AttributeError), clean_changes(), clean_pk() and
+    check_saved() refuse the value with one translation: an InvalidUpdate with the field's reason."""
+    with isolate_apps("tests.testapp"):
+
+        class Odd(models.Model):
+            code = Upper(max_length=10, primary_key=True)
+            name = Upper(max_length=10)
+
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return self.name
+
+    reason = f"{type(value).__name__!r} object has no attribute 'upper'"
+    shown = validation.shown(value)
+    with pytest.raises(InvalidUpdate) as refused:
+        clean_changes(Odd, {"name": value})
+    assert str(refused.value) == f"testapp.Odd.name={shown} is invalid: {reason}"
+    assert (refused.value.field, refused.value.reason) == ("name", f"is invalid: {reason}")
+    with pytest.raises(InvalidUpdate) as refused:
+        check_saved(Odd(code="A", name=value), None)
+    assert str(refused.value) == f"testapp.Odd.name={shown} is invalid: {reason}"
+    with pytest.raises(InvalidUpdate) as refused:
+        clean_pk(Odd, value)
+    assert str(refused.value) == f"testapp.Odd: invalid primary key {shown}: {reason}"

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
@@ -27,6 +27,8 @@ from safeupdates.database.internals import in_storage, range_bounds
 from safeupdates.database.registry import request_log
 from safeupdates.exceptions import InvalidUpdate
 from safeupdates.versions import MAX_VERSION
+from safeupdates.write.recording import is_array, is_custom, is_range, needs_text_form, value_field, written_out
+from safeupdates.write.recording import recorded_changes as recorded_changes  # imported from here too
 
 #: Fields that only safeupdates itself writes.
 MANAGED_FIELDS = frozenset({"lock_version", "field_versions", "last_synced_at"})
@@ -93,8 +95,8 @@ def clean_changes(
     cleaned: dict[str, Any] = {}
     for name, value in changes.items():
         plan = plans.get(name)
-        if plan is None:
-            plan = _plan_of(model, name, plans)
+        if plan is None:  # a refusal is not kept: it is raised again on every call
+            plan = plans[name] = _Plan(model, writable_field(model, name))
         field = plan.field
         if allowed_names is not None and field.name not in allowed_names:
             label = model._meta.label
@@ -104,29 +106,41 @@ def clean_changes(
             )
         if field.name in cleaned:
             raise InvalidUpdate(f"{model._meta.label}.{field.name} is given twice.")
-        what = _Named(plan.prefix, value)
         try:
-            cleaned[field.name] = _clean_value(plan, value, what, using)
+            cleaned[field.name] = _clean_value(plan, value, using)
         except InvalidUpdate as exc:
-            exc.located(model._meta.label, field.name, str(what))  # which field, for a surface to tell
+            exc.located(model._meta.label, field.name, str(_Named(plan.prefix, value)))  # for a surface to tell
             raise
     return cleaned
 
 
 class _Plan:
-    """How :func:`clean_changes` checks the values of one field of one model, found once per model and
-    name (:func:`_plan_of`): the field, the prefix of its refusals, the check of :func:`storable`, how it
-    validates, and ``fast``: the one type of value its ``to_python()`` returns unchanged and no check
-    before or after the conversion can refuse (None where there is none: that value takes every step)."""
+    """How one field of one model is checked, found once per model: the prefixes of its refusals, the
+    check of :func:`storable` (less a custom field's reading back unless ``recorded``), how it validates,
+    ``fast`` (:func:`_fast_type`), and for :func:`check_saved` what Django's save passes on unconverted,
+    a CharField's ``max_length`` and whether None may fail the save (a NOT NULL column)."""
 
-    __slots__ = ("check", "fast", "field", "prefix", "validation")
+    __slots__ = (
+        *("check", "fast", "field", "file", "invalid", "max_length", "prefix", "required", "unconverted"),
+        "validation",
+    )
 
-    def __init__(self, model: type[models.Model], field: models.Field[Any, Any], prefix: str = "") -> None:
+    def __init__(
+        self, model: type[models.Model], field: models.Field[Any, Any], *, recorded: bool = True, pk: bool = False
+    ) -> None:
+        label = model._meta.label
         self.field = field
-        self.prefix = prefix or f"{model._meta.label}.{field.name}="
-        self.check = _checker(field)
-        self.fast = _fast_type(field)
-        if isinstance(field, models.ForeignKey):
+        self.prefix = f"{label}: primary key " if pk else f"{label}.{field.name}="
+        self.invalid = (f"{label}: invalid primary key ", ": ") if pk else (self.prefix, " is invalid: ")
+        self.check = _checker(field, recorded=recorded)
+        self.file = isinstance(field, models.FileField)
+        self.unconverted = _PASSED_ON_UNCONVERTED.get(field.get_internal_type())
+        self.fast = None if self.unconverted is not None or self.file else _fast_type(field)
+        self.max_length = field.max_length if isinstance(field, models.CharField) else None
+        self.required = not field.null and type(field).pre_save is models.Field.pre_save and not field.is_relation
+        if pk:
+            self.validation = _UNVALIDATED
+        elif isinstance(field, models.ForeignKey):
             self.validation = _FOREIGN_KEY
         elif isinstance(field, models.JSONField) and type(field).validate is models.JSONField.validate:
             self.validation = _JSON
@@ -134,25 +148,20 @@ class _Plan:
             self.validation = _VALIDATE
 
 
-_VALIDATE, _FOREIGN_KEY, _JSON = range(3)
+_VALIDATE, _FOREIGN_KEY, _JSON, _UNVALIDATED = range(4)
 #: The plans of clean_changes(), by model and by the name given (a field's name or attname).
 _plans: dict[type[models.Model], dict[str, _Plan]] = {}
-
-
-def _plan_of(model: type[models.Model], name: str, plans: dict[str, _Plan]) -> _Plan:
-    """The plan of field ``name`` of ``model``, made and kept in ``plans`` (a refusal is not kept: it
-    is raised again on every call)."""
-    plan = plans[name] = _Plan(model, writable_field(model, name))
-    return plan
+#: The plans of clean_pk(), by model: its primary key's.
+_pk_plans: dict[type[models.Model], _Plan] = {}
+#: The plans of check_saved(), by model: of each field a save() may write.
+_save_plans: dict[type[models.Model], tuple[_Plan, ...]] = {}
 
 
 def _fast_type(field: models.Field[Any, Any]) -> type | None:
-    """The type whose values ``field``'s own ``to_python()`` returns as they are, and which the checks
-    before and after the conversion (:func:`_refuse_before_conversion`, :func:`_refuse_after_conversion`)
-    refuse only for what :func:`storable` refuses too (a NUL character, checked first): a bool for a
-    BooleanField, an int for an integer column, a str for Django's CharField and TextField. None for a
-    relation, a field that converts its own way (:func:`_custom`), and the others."""
-    if field.is_relation or _custom(field):
+    """The type whose values ``field``'s ``to_python()`` returns as they are and only :func:`storable`
+    can refuse (a NUL character aside, checked first): a bool for a BooleanField, an int for an integer
+    column, a str for Django's CharField and TextField; None for the others."""
+    if field.is_relation or is_custom(field):
         return None
     to_python = type(field).to_python
     if to_python is models.BooleanField.to_python:
@@ -164,33 +173,16 @@ def _fast_type(field: models.Field[Any, Any]) -> type | None:
     return None
 
 
-def _validate(plan: _Plan, python: Any, using: str | None) -> None:
-    """The field's ``validate()`` (a foreign key's target on ``using``) and its validators, as
-    :func:`_clean_value` runs them."""
-    field = plan.field
-    if plan.validation == _FOREIGN_KEY and using is not None:
-        _validate_foreign_key(field, python, using)  # type: ignore[arg-type]
-    elif plan.validation == _JSON:
-        models.Field.validate(field, python, None)  # type: ignore[arg-type]
-    else:
-        field.validate(python, None)  # type: ignore[arg-type]
-    if field.validators:
-        field.run_validators(python)
+def _clean_value(plan: _Plan, value: Any, using: str | None = None) -> Any:
+    """Return ``value`` converted by the field of ``plan``, or raise InvalidUpdate naming it.
 
-
-def _clean_value(plan: _Plan, value: Any, what: str | _Named, using: str | None = None) -> Any:
-    """Return ``value`` converted by the field of ``plan``, or raise InvalidUpdate naming ``what``.
-
-    Beyond ``field.clean()``: a value is refused when converting it would change it (a fraction for an
-    integer column is truncated by ``int()``, and by Django's own lookups), when the column cannot hold
-    it (out of range, NUL), when the request log's JSON cannot carry it (NaN, infinity), or when it is
-    an expression. None is accepted wherever the column is nullable (``null=True``), blank or not.
-
-    A value of the plan's ``fast`` type (a bool for a BooleanField, an int for an integer column, a str
-    for a text column) skips the steps that cannot change or refuse it: the checks before and after
-    the conversion (but a NUL character's, which comes first), and the conversion itself.
+    Beyond ``field.clean()``: refused when converting would change it (a fraction for an integer
+    column), the column or the request log's JSON cannot hold it, or it is an expression. None is
+    accepted where ``null=True``. A value of the plan's ``fast`` type skips the conversion and the
+    checks around it (but a NUL character's).
     """
     field = plan.field
+    what = _Named(plan.prefix, value)
     fast = type(value) is plan.fast
     if not fast:
         _refuse_before_conversion(field, value, what)
@@ -204,15 +196,35 @@ def _clean_value(plan: _Plan, value: Any, what: str | _Named, using: str | None 
         else:
             python = field.to_python(value)
             _refuse_after_conversion(field, python, what)
-            python = storable(field, python, what)
-        _validate(plan, python, using)
+            python = None if python is None else plan.check(field, python, what)
+        validation = plan.validation
+        if validation == _UNVALIDATED:
+            return python
+        if validation == _FOREIGN_KEY and using is not None:
+            _validate_foreign_key(field, python, using)  # type: ignore[arg-type]
+        elif validation == _JSON:
+            models.Field.validate(field, python, None)  # type: ignore[arg-type]
+        else:
+            field.validate(python, None)  # type: ignore[arg-type]
+        if field.validators:
+            field.run_validators(python)
     except InvalidUpdate:
         raise
-    except ValidationError as exc:
-        raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-    except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:  # some to_python() do
-        raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+    except _FIELD_ERRORS as exc:
+        raise _refused(plan, value, exc) from exc
     return python
+
+
+#: What a field's conversion or validation raises for a value it refuses (some to_python() raise more
+#: than ValidationError; a custom field's get_prep_value() anything).
+_FIELD_ERRORS = (ValidationError, TypeError, ValueError, AttributeError, OverflowError, ArithmeticError, RecursionError)
+
+
+def _refused(plan: _Plan, value: Any, exc: Exception) -> InvalidUpdate:
+    """The refusal of ``value`` for what its field raised (``exc``, one of :data:`_FIELD_ERRORS`)."""
+    reason = _messages(exc) if isinstance(exc, ValidationError) else short_message(exc)
+    head, tail = plan.invalid
+    return InvalidUpdate(f"{head}{shown(value)}{tail}{reason}")
 
 
 def _validate_foreign_key(field: models.ForeignKey[Any, Any], value: Any, using: str) -> None:
@@ -279,13 +291,6 @@ def _messages(exc: ValidationError) -> str:
     return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in messages)
 
 
-def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
-    """The field whose column type ``field`` stores: the target field of a (chain of) relations."""
-    while field.is_relation and getattr(field, "target_field", None) is not None:
-        field = field.target_field  # type: ignore[attr-defined]
-    return field
-
-
 _NUMBER_FIELDS = (models.IntegerField, models.FloatField, models.DecimalField)
 #: Values Django's own CharField and TextField would store as their ``str()``: ``"[1]"``, ``"b'x'"``, ``"True"``.
 _NOT_TEXT = (bool, bytes, bytearray, memoryview, list, tuple, dict, set, frozenset)
@@ -299,7 +304,7 @@ def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: s
             f"{what} is an expression; an update writes values, with a version each: compute the value "
             "first (or write expressions with QuerySet.update(), outside safeupdates)."
         )
-    target = _value_field(field)
+    target = value_field(field)
     if isinstance(value, bool) and isinstance(target, _NUMBER_FIELDS):
         raise InvalidUpdate(f"{what} is a bool, and the column holds numbers; pass a number (1 or 0, if you mean it).")
     if isinstance(target, models.IntegerField) and isinstance(value, float | Decimal) and not _is_whole(value):
@@ -318,14 +323,12 @@ def _refuse_before_conversion(field: models.Field[Any, Any], value: Any, what: s
             f"{what} is a date, and the column holds datetimes while USE_TZ=True; pass an aware datetime "
             "(for example datetime(2026, 1, 2, tzinfo=timezone.utc))."
         )
-    if _has_nul(value):
-        raise InvalidUpdate(
-            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in text; remove it."
-        )
+    if isinstance(value, str) and "\x00" in value:  # one in a JSON value or an array: storable() finds it
+        _refuse_nul(what, "text")
 
 
 def _refuse_after_conversion(field: models.Field[Any, Any], python: Any, what: str | _Named) -> None:
-    target = _value_field(field)
+    target = value_field(field)
     if isinstance(target, models.DateTimeField) and isinstance(python, datetime):
         # The rule of synced_at: Django would make a naive value aware in TIME_ZONE (ambiguous around a
         # clock change) with a warning; SQLite refuses an aware one without USE_TZ (a raw ValueError)
@@ -345,7 +348,7 @@ _FLOAT_INTS = 2**1000
 def _check_number(field: models.Field[Any, Any], python: Any, what: Any) -> Any:
     """An integer within its column's portable range; a float or decimal finite."""
     if isinstance(python, int) and not isinstance(python, bool):
-        target = _value_field(field)
+        target = value_field(field)
         if isinstance(target, models.FloatField) and not -_FLOAT_INTS < python < _FLOAT_INTS:
             try:
                 float(python)
@@ -382,10 +385,8 @@ def _is_whole(value: float | Decimal) -> bool:
     return value.is_integer()
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether ``value`` is a string with a NUL character (one inside a JSON value or an array is found
-    after conversion, by :func:`storable`)."""
-    return isinstance(value, str) and "\x00" in value
+def _refuse_nul(what: Any, kind: str) -> NoReturn:
+    raise InvalidUpdate(f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in {kind}; remove it.")
 
 
 def clean_version(version: Any) -> int:
@@ -453,38 +454,15 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     integer key (``2.5`` would be truncated to ``2``, another row; ``2.0`` and ``"2"`` are ``2``), a key
     out of the column's range, NaN and infinity, a NUL character, a value that is no text for a text key.
     """
-    if pk is None:
-        raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
     plan = _pk_plans.get(model)
     if plan is None:
         field = model._meta.pk
         assert field is not None
-        plan = _pk_plans[model] = _Plan(model, field, f"{model._meta.label}: primary key ")
-    if type(pk) is plan.fast and not (plan.fast is str and "\x00" in pk):
-        # An int for an integer key (a str for a text key): its to_python() returns it as it is, and
-        # only storable()'s check can refuse it.
-        return plan.check(plan.field, pk, _Named(plan.prefix, pk))
-    field = plan.field
-    label = model._meta.label
-    what = _Named(plan.prefix, pk)
-    _refuse_before_conversion(field, pk, what)
-    try:
-        python = field.to_python(pk)
-        _refuse_after_conversion(field, python, what)
-        python = storable(field, python, what)
-    except InvalidUpdate:
-        raise
-    except ValidationError as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {shown(pk)}: {_messages(exc)}") from exc
-    except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:
-        raise InvalidUpdate(f"{label}: invalid primary key {shown(pk)}: {exc}") from exc
+        plan = _pk_plans[model] = _Plan(model, field, pk=True)
+    python = None if pk is None else _clean_value(plan, pk)
     if python is None:
-        raise InvalidUpdate(f"{label}: a primary key is required.")
+        raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
     return python
-
-
-#: The plans of clean_pk(), by model: its primary key's (:class:`_Plan`).
-_pk_plans: dict[type[models.Model], _Plan] = {}
 
 
 def clean_object_id(model: type[models.Model], pk: Any) -> str:
@@ -531,8 +509,6 @@ _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 #: What storable() does for a field, by field: found once (:func:`_checker`).
 _Checker = Callable[[Any, Any, Any], Any]
 _checkers: dict[models.Field[Any, Any], _Checker] = {}
-#: Fields whose values the request log records as the field writes them out (``value_to_string()``).
-_text_form: dict[models.Field[Any, Any], bool] = {}
 
 
 def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> Any:
@@ -556,95 +532,16 @@ def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> A
     return checker(field, value, what)
 
 
-def needs_text_form(field: models.Field[Any, Any]) -> bool:
-    """Whether the request log records ``field``'s values as the field writes them out
-    (``value_to_string()``, which its ``to_python()`` reads back): bytes, arrays and ranges of them,
-    values of a custom field; the others as JSON writes them (:class:`~safeupdates.models.ChangesEncoder`)."""
-    known = _text_form.get(field)
-    if known is None:
-        known = _text_form[field] = _find_text_form(field)
-    return known
-
-
-def recorded_changes(model: type[models.Model], cleaned: Mapping[str, Any]) -> dict[str, Any]:
-    """``cleaned`` (from :func:`clean_changes`) as the request log records it: a value the log's JSON
-    does not know as the field writes it out (:func:`needs_text_form`)."""
-    fields = model._meta
-    changes = dict(cleaned)
-    for name, value in cleaned.items():
-        if value is not None:
-            field: Any = fields.get_field(name)
-            if needs_text_form(field):
-                changes[name] = _written_out(field, value)
-            elif (encoder := _own_json_encoder(field)) is not None:
-                # The JSON the column holds: the log's encoder may know no type the field's knows (a set),
-                # or write one otherwise (a decimal as a string); the job writes back what the column held.
-                changes[name] = json.loads(json.dumps(value, cls=encoder, allow_nan=False, ensure_ascii=False))
-    return changes
-
-
-def _own_json_encoder(field: models.Field[Any, Any]) -> type[json.JSONEncoder] | None:
-    """The encoder of a ``JSONField(encoder=...)`` (None for any other field, and for a JSONField without
-    one): its values are recorded as the JSON it writes of them (:func:`recorded_changes`)."""
-    if field not in _own_encoders:
-        target = _value_field(field)
-        _own_encoders[field] = getattr(target, "encoder", None) if isinstance(target, models.JSONField) else None
-    return _own_encoders[field]
-
-
-#: The encoder of each field met whose values the request log records (:func:`_own_json_encoder`).
-_own_encoders: dict[models.Field[Any, Any], type[json.JSONEncoder] | None] = {}
-
-
-def _written_out(field: models.Field[Any, Any], value: Any) -> Any:
-    return field.value_to_string(_Holder(field.attname, value))  # type: ignore[arg-type]
-
-
-class _Holder:
-    """What ``value_to_string(obj)`` reads a value from, for a value on no instance."""
-
-    def __init__(self, name: str, value: Any) -> None:
-        setattr(self, name, value)
-
-
-def _defined_by_django(cls: type, name: str) -> bool:
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__module__.startswith("django.")
-    return True
-
-
-def _custom(field: models.Field[Any, Any]) -> bool:
-    """Whether ``field`` converts values its own way (a ``to_python`` or ``get_prep_value`` not Django's)."""
-    cls = type(field)
-    return not (_defined_by_django(cls, "to_python") and _defined_by_django(cls, "get_prep_value"))
-
-
-def _find_text_form(field: models.Field[Any, Any]) -> bool:
-    base = getattr(field, "base_field", None)
-    if _is_array(field):
-        return base is not None and needs_text_form(base)
-    return isinstance(field, models.BinaryField) or _is_range(field) or _custom(field)
-
-
-def _is_array(field: models.Field[Any, Any]) -> bool:
-    return type(field).__module__.startswith("django.contrib.postgres") and field.get_internal_type() == "ArrayField"
-
-
-def _is_range(field: models.Field[Any, Any]) -> bool:
-    return type(field).__module__.startswith("django.contrib.postgres") and hasattr(field, "range_type")
-
-
 def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checker:
     """The check of ``field``'s values, by its kind; a custom field's conversion is checked on top where
     the value is ``recorded`` in the request log."""
-    target = _value_field(field)
+    target = value_field(field)
     check: _Checker
     if isinstance(target, models.JSONField):
         check = _check_json
-    elif _is_array(target):
+    elif is_array(target):
         check = _check_array
-    elif _is_range(target):
+    elif is_range(target):
         check = _check_range
     elif _is_hstore(target):
         check = _check_hstore
@@ -662,7 +559,7 @@ def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checke
         check = _check_number
     else:
         check = check_text
-    if recorded and _custom(target):
+    if recorded and is_custom(target):
         plain = check
 
         def check(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
@@ -677,9 +574,7 @@ def check_text(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
         if not value.isascii():
             _refuse_surrogates(value, what)
         if "\x00" in value:
-            raise InvalidUpdate(
-                f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in text; remove it."
-            )
+            _refuse_nul(what, "text")
         limit = _unchecked_lengths.get(field, -1)
         if limit == -1:
             limit = _unchecked_lengths[field] = _unchecked_length(field)
@@ -693,7 +588,7 @@ _unchecked_lengths: dict[models.Field[Any, Any], int | None] = {}
 
 
 def _unchecked_length(field: models.Field[Any, Any]) -> int | None:
-    target = _value_field(field)
+    target = value_field(field)
     if not isinstance(target, models.CharField | models.FileField | models.FilePathField):
         return None  # max_length of another kind (a UUIDField's 32) is no length of its text
     if target.max_length is None or any(isinstance(v, MaxLengthValidator) for v in target.validators):
@@ -728,7 +623,7 @@ def _refuse_surrogates(text: str, what: Any) -> None:
 def _check_json(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A JSON value, encoded once as the column encodes it: at any depth, no NaN or infinity, no integer
     beyond the int-to-str limit, no lone surrogate, no NUL, no nesting deeper than :data:`MAX_JSON_DEPTH`."""
-    target = _value_field(field)
+    target = value_field(field)
     return check_json(value, what, encoder=getattr(target, "encoder", None), invalid=target.error_messages["invalid"])
 
 
@@ -754,9 +649,7 @@ def check_json(
     if not text.isascii():
         _refuse_surrogates(text, what)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
-        raise InvalidUpdate(
-            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store in JSON; remove it."
-        )
+        _refuse_nul(what, "JSON")
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise InvalidUpdate(f"{what} is nested too deeply: at most {MAX_JSON_DEPTH} levels of arrays and objects.")
     return value
@@ -828,7 +721,7 @@ def _check_array(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     (PostgreSQL refuses a multidimensional array whose sub-arrays differ in length)."""
     if not isinstance(value, list | tuple):
         raise InvalidUpdate(f"{what} is a {type(value).__name__}; an array field takes a list.")
-    base: Any = _value_field(field).base_field  # type: ignore[attr-defined]
+    base: Any = value_field(field).base_field  # type: ignore[attr-defined]
     items: list[Any] = []
     for item in value:
         if item is None:
@@ -839,7 +732,7 @@ def _check_array(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
         _refuse_after_conversion(base, python, what)
         items.append(storable(base, python, what))
     # An array of arrays must be rectangular; a list in an array of JSON is one jsonb value.
-    nested = [item for item in items if isinstance(item, list)] if _is_array(_value_field(base)) else []
+    nested = [item for item in items if isinstance(item, list)] if is_array(value_field(base)) else []
     if nested and (len(nested) != len(items) or len({_shape(item) for item in nested}) != 1):
         raise InvalidUpdate(f"{what} is not rectangular: the arrays of a multidimensional array have one length.")
     return items
@@ -870,7 +763,7 @@ def _check_hstore(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
 
 def _check_range(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A range's bounds converted and checked by its base field, the lower not above the upper."""
-    target: Any = _value_field(field)
+    target: Any = value_field(field)
     range_type = target.range_type
     if not isinstance(value, range_type):
         raise InvalidUpdate(f"{what} is a {type(value).__name__}; the field takes a {range_type.__name__}.")
@@ -891,22 +784,15 @@ def _check_range(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
 def _check_custom(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
     """A custom field's value: its ``get_prep_value()`` takes it (and gives storable text, if text), and
     the text the request log records of it reads back as the same value."""
-    try:
-        prepared = field.get_prep_value(value)
-        check_text(field, prepared, what) if isinstance(prepared, str) else None
-        if needs_text_form(field):
-            back = field.to_python(_written_out(field, value))
-            if field.get_prep_value(back) != prepared:
-                raise InvalidUpdate(
-                    f"{what} does not read back as itself from the text its field writes out "
-                    "(value_to_string(), then to_python()), so the request log cannot record it."
-                )
-    except InvalidUpdate:
-        raise
-    except ValidationError as exc:
-        raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-    except (TypeError, ValueError, AttributeError, OverflowError, ArithmeticError, RecursionError) as exc:
-        raise InvalidUpdate(f"{what} is refused by its field: {short_message(exc)}") from exc
+    prepared = field.get_prep_value(value)
+    check_text(field, prepared, what) if isinstance(prepared, str) else None
+    if needs_text_form(field):
+        back = field.to_python(written_out(field, value))
+        if field.get_prep_value(back) != prepared:
+            raise InvalidUpdate(
+                f"{what} does not read back as itself from the text its field writes out "
+                "(value_to_string(), then to_python()), so the request log cannot record it."
+            )
     return value
 
 
@@ -929,7 +815,11 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
     model = type(instance)
     plans = _save_plans.get(model)
     if plans is None:
-        plans = _save_plans[model] = _save_plans_of(model)
+        plans = _save_plans[model] = tuple(
+            _Plan(model, f, recorded=False)
+            for f in model._meta.concrete_fields
+            if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
+        )
     wanted = None if names is None else frozenset(names)
     values = instance.__dict__
     unsure = False
@@ -969,18 +859,14 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
                 raise InvalidUpdate(f"{what} is a {type(value).__name__}; save() writes {unconverted[1]} only.")
             try:
                 python = field.to_python(value)
-            except ValidationError as exc:
-                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-            except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
-                raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
+                if python is not None:  # an array's item or a range's bound its base field may refuse
+                    plan.check(field, python, what)
+            except InvalidUpdate:
+                raise
+            except _FIELD_ERRORS as exc:
+                raise _refused(plan, value, exc) from exc
             if python is None:
                 continue
-            try:
-                plan.check(field, python, what)
-            except ValidationError as exc:  # an array's item or a range's bound its base field refuses
-                raise InvalidUpdate(f"{what} is invalid: {_messages(exc)}") from exc
-            except (TypeError, ValueError, OverflowError, ArithmeticError, RecursionError) as exc:
-                raise InvalidUpdate(f"{what} is invalid: {short_message(exc)}") from exc
             if isinstance(field, models.DecimalField) and isinstance(python, Decimal) and python.is_finite():
                 # The column rounds to its places, as Django's save does; more whole digits than it holds,
                 # the database refuses (numeric field overflow).
@@ -993,42 +879,6 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
             exc.located(model._meta.label, field.name, str(what))
         raise
     return unsure
-
-
-class _SavePlan:
-    """How :func:`check_saved` checks one field of a model, found once per model (:func:`_save_plans_of`):
-    the prefix of its refusals; the check of :func:`storable` less what only the request log needs (a
-    custom field's value read back from its text form: ``save()`` records no request); the type its
-    values must have where Django's save passes them on unconverted; a CharField's ``max_length``;
-    whether None may make the save fail (a NOT NULL column saved as the instance holds it); and
-    ``fast``, as :class:`_Plan`'s."""
-
-    __slots__ = ("check", "fast", "field", "file", "max_length", "prefix", "required", "unconverted")
-
-    def __init__(self, model: type[models.Model], field: models.Field[Any, Any]) -> None:
-        self.field = field
-        self.prefix = f"{model._meta.label}.{field.name}="
-        self.check = _checker(field, recorded=False)
-        self.fast = _fast_type(field)
-        self.file = isinstance(field, models.FileField)
-        self.unconverted = _PASSED_ON_UNCONVERTED.get(field.get_internal_type())
-        self.max_length = field.max_length if isinstance(field, models.CharField) else None
-        self.required = not field.null and type(field).pre_save is models.Field.pre_save and not field.is_relation
-        if self.unconverted is not None or self.file:
-            self.fast = None
-
-
-def _save_plans_of(model: type[models.Model]) -> tuple[_SavePlan, ...]:
-    """The plans of the fields a save() of ``model`` may write (:func:`check_saved`)."""
-    return tuple(
-        _SavePlan(model, f)
-        for f in model._meta.concrete_fields
-        if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
-    )
-
-
-#: The plans of check_saved(), by model.
-_save_plans: dict[type[models.Model], tuple[_SavePlan, ...]] = {}
 
 
 def _refuse_whole_digits(field: models.DecimalField[Any, Any], value: Decimal, what: _Named) -> None:

@@ -1,0 +1,98 @@
+"""How the request log records a change's values: as JSON writes them, or as their field writes them out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import models
+
+
+def recorded_changes(model: type[models.Model], cleaned: Mapping[str, Any]) -> dict[str, Any]:
+    """``cleaned`` (from :func:`~safeupdates.write.validation.clean_changes`) as the request log records
+    it: a value the log's JSON does not know as the field writes it out (:func:`needs_text_form`)."""
+    fields = model._meta
+    changes = dict(cleaned)
+    for name, value in cleaned.items():
+        if value is not None:
+            field: Any = fields.get_field(name)
+            if needs_text_form(field):
+                changes[name] = written_out(field, value)
+            elif (encoder := _own_json_encoder(field)) is not None:
+                # The JSON the column holds: the log's encoder may know no type the field's knows (a set),
+                # or write one otherwise (a decimal as a string); the job writes back what the column held.
+                changes[name] = json.loads(json.dumps(value, cls=encoder, allow_nan=False, ensure_ascii=False))
+    return changes
+
+
+def needs_text_form(field: models.Field[Any, Any]) -> bool:
+    """Whether the request log records ``field``'s values as the field writes them out
+    (``value_to_string()``, which its ``to_python()`` reads back): bytes, arrays and ranges of them,
+    values of a custom field; the others as JSON writes them (:class:`~safeupdates.models.ChangesEncoder`)."""
+    known = _text_form.get(field)
+    if known is None:
+        base = getattr(field, "base_field", None)
+        if is_array(field):
+            known = base is not None and needs_text_form(base)
+        else:
+            known = isinstance(field, models.BinaryField) or is_range(field) or is_custom(field)
+        _text_form[field] = known
+    return known
+
+
+#: Fields whose values the request log records as the field writes them out (``value_to_string()``).
+_text_form: dict[models.Field[Any, Any], bool] = {}
+
+
+def written_out(field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` as ``field`` writes it out (``value_to_string()``)."""
+    return field.value_to_string(_Holder(field.attname, value))  # type: ignore[arg-type]
+
+
+class _Holder:
+    """What ``value_to_string(obj)`` reads a value from, for a value on no instance."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
+
+def _own_json_encoder(field: models.Field[Any, Any]) -> type[json.JSONEncoder] | None:
+    """The encoder of a ``JSONField(encoder=...)`` (None for any other field, and for a JSONField without
+    one): its values are recorded as the JSON it writes of them (:func:`recorded_changes`)."""
+    if field not in _own_encoders:
+        target = value_field(field)
+        _own_encoders[field] = getattr(target, "encoder", None) if isinstance(target, models.JSONField) else None
+    return _own_encoders[field]
+
+
+#: The encoder of each field met whose values the request log records (:func:`_own_json_encoder`).
+_own_encoders: dict[models.Field[Any, Any], type[json.JSONEncoder] | None] = {}
+
+
+def value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
+    """The field whose column type ``field`` stores: the target field of a (chain of) relations."""
+    while field.is_relation and getattr(field, "target_field", None) is not None:
+        field = field.target_field  # type: ignore[attr-defined]
+    return field
+
+
+def is_custom(field: models.Field[Any, Any]) -> bool:
+    """Whether ``field`` converts values its own way (a ``to_python`` or ``get_prep_value`` not Django's)."""
+    cls = type(field)
+    return not (_defined_by_django(cls, "to_python") and _defined_by_django(cls, "get_prep_value"))
+
+
+def _defined_by_django(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__module__.startswith("django.")
+    return True
+
+
+def is_array(field: models.Field[Any, Any]) -> bool:
+    return type(field).__module__.startswith("django.contrib.postgres") and field.get_internal_type() == "ArrayField"
+
+
+def is_range(field: models.Field[Any, Any]) -> bool:
+    return type(field).__module__.startswith("django.contrib.postgres") and hasattr(field, "range_type")
