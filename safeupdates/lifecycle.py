@@ -453,12 +453,11 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
             winners=[winners[name][1] for name in fields],
             recorded=_CLAIMED,
         )
-        whole, after, before, recorded = fetch_one(connection, statement.claimed_sql, params, prepared=True)
+        whole, after, before, recorded, row_exists = fetch_one(connection, statement.claimed_sql, params, prepared=True)
         if not whole:
             return None
-        stored = None
-        if after is not None or before is not None:
-            stored = statement.load_versions(after if after is not None else before)
+        versions = after if after is not None else before
+        stored = None if versions is None else statement.load_versions(versions)
         written = None
         if after is not None:
             assert stored is not None
@@ -466,7 +465,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
         statuses = {pk_: RequestStatus(status) for pk_, status, _seconds in recorded}
         results = [
             result if result.status == statuses[result.request.pk] else _with_status(result, statuses)
-            for result in conclude(written, stored, stored is not None)
+            for result in conclude(written, stored, bool(row_exists))
         ]
         latencies = {pk_: max(0.0, float(seconds)) for pk_, _status, seconds in recorded}
         self._announce(results, target, latencies=latencies)

@@ -727,8 +727,8 @@ def _claimed(update_sql: str, table: str, pk_column: str, log: str, versions_col
     and outcomes commit together or not at all.
 
     It returns whether all were claimed, the row's new ``field_versions`` (NULL: nothing written), the
-    row's ``field_versions`` before the statement (NULL: no row), and per recorded request ``[primary
-    key, status, seconds from created to processed]``, as JSON.
+    row's ``field_versions`` before the statement, per recorded request ``[primary key, status, seconds
+    from created to processed]`` as JSON, and whether the row exists.
     """
     exists = f"EXISTS (SELECT 1 FROM {table} WHERE {pk_column} = %(pk)s)"
     return (
@@ -747,7 +747,7 @@ def _claimed(update_sql: str, table: str, pk_column: str, log: str, versions_col
         f"RETURNING id, status, EXTRACT(EPOCH FROM now() - created_at) AS seconds) "
         f"SELECT (SELECT ok FROM whole), (SELECT {versions_column} FROM upd), "
         f"(SELECT {versions_column} FROM {table} WHERE {pk_column} = %(pk)s), "
-        f"(SELECT json_agg(json_build_array(id, status, seconds)) FROM fin)"
+        f"(SELECT json_agg(json_build_array(id, status, seconds)) FROM fin), {exists}"
     )
 
 
