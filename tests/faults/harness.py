@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import environ
 import psycopg
@@ -149,11 +149,25 @@ class SupervisedTaskWorkers(SupervisedWorkers, TaskWorkers):
         return self.alive()
 
 
-def database_url(postgres: OwnPostgres, port: int | None = None, application_name: str = "") -> str:
+class Postgres(Protocol):
+    """What a site runs on: an :class:`~tests.servers.OwnPostgres`, or a
+    :class:`~tests.patroni.PatroniCluster` (whose ``url`` names every node)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def init(self) -> object: ...
+
+    def destroy(self) -> None: ...
+
+
+def database_url(postgres: Postgres, port: int | None = None, application_name: str = "") -> str:
     """The URL of ``postgres`` (through ``port``, a proxy, if given), naming the client in
     ``pg_stat_activity`` so that a scenario can find its connections."""
-    url = f"postgres://postgres@127.0.0.1:{port or postgres.port}/postgres"
-    return f"{url}?application_name={application_name}" if application_name else url
+    url = postgres.url if port is None else f"postgres://postgres@127.0.0.1:{port}/postgres"
+    if not application_name:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
 
 
 #: The deliveries a site can run on, by name: the settings of the web process, workers and relay.
@@ -170,14 +184,18 @@ class Site:
     """One scenario's world: its own PostgreSQL cluster (migrated, with an audit trigger), its own Redis
     (one server, or a primary, a replica and Sentinels), the test process pointed at them as the web
     process, workers and a relay as subprocesses. :meth:`close` tears everything down. ``delivery`` (a
-    key of :data:`DELIVERIES`) is how apply jobs travel: RQ, or Django tasks on either task backend."""
+    key of :data:`DELIVERIES`) is how apply jobs travel: RQ, or Django tasks on either task backend.
+    ``postgres``: what it runs on instead of a new :class:`OwnPostgres`
+    (a :class:`~tests.patroni.PatroniCluster`); the site initialises and destroys it."""
 
-    def __init__(self, tmp_path: Path, *, sentinel: bool = False, delivery: str = "rq") -> None:
+    def __init__(
+        self, tmp_path: Path, *, sentinel: bool = False, delivery: str = "rq", postgres: Postgres | None = None
+    ) -> None:
         self.tmp_path = tmp_path
         self.delivery = delivery
         self.delivery_env = DELIVERIES[delivery]
         self.cleanup = contextlib.ExitStack()
-        self.postgres = OwnPostgres()
+        self.postgres: Postgres = postgres or OwnPostgres()
         self.cleanup.callback(self.postgres.destroy)
         self.redis: OwnRedis | None = None
         self.failover: OwnRedisFailover | None = None
