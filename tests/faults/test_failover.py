@@ -144,6 +144,7 @@ def wait_for_leader(cluster: PatroniCluster, *, other_than: Any, timeout: float 
     ("synchronous", "delivery"),
     [
         pytest.param(True, "rq", id="synchronous-rq"),
+        pytest.param(True, "celery", id="synchronous-celery"),
         pytest.param(False, "rq", id="asynchronous-rq"),
     ],
 )
