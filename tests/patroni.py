@@ -20,6 +20,7 @@ of docs/deployment.md: a client reaches whichever node is the primary.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -63,11 +64,15 @@ def ensure_installed() -> tuple[str, str]:
         return _program("patroni") or "", _program("etcd") or ""
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise RuntimeError("patroni and etcd are not installed: apt-get install -y patroni etcd-server (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]
-    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, check=True)
-        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
+    # One install at a time: both xdist workers may get here at once (the second finds them installed).
+    with open(Path(tempfile.gettempdir()) / "safeupdates-patroni-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all(_program(name) for name in _PROGRAMS):
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]
+            if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode != 0:
+                subprocess.run(["apt-get", "update", "-qq"], env=env, check=True)
+                subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
     patroni, etcd = _program("patroni"), _program("etcd")
     if patroni is None or etcd is None:
         raise RuntimeError("apt-get installed patroni and etcd-server, but their programs are not on PATH")

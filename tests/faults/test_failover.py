@@ -145,6 +145,7 @@ def wait_for_leader(cluster: PatroniCluster, *, other_than: Any, timeout: float 
     [
         pytest.param(True, "rq", id="synchronous-rq"),
         pytest.param(True, "celery", id="synchronous-celery"),
+        pytest.param(True, "tasks-db", id="synchronous-tasks-db"),
         pytest.param(False, "rq", id="asynchronous-rq"),
     ],
 )
