@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.db import connections, router
+from django.db import ProgrammingError, connections, router, transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
@@ -31,6 +31,7 @@ from safeupdates import conf, delivery
 from safeupdates.database import statements
 from safeupdates.database.clock import database_now, older_than
 from safeupdates.database.cursors import fetch_one
+from safeupdates.database.errors import is_permission_denied
 from safeupdates.database.registry import model_of
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
@@ -293,12 +294,20 @@ def relay_due(seconds: float, using: str | None = None) -> int:
 def replication(using: str | None = None) -> Replication | None:
     """How the primary (the request log's database) replicates: ``pg_stat_replication`` and the settings
     that decide whether a commit waits for a standby (:data:`~safeupdates.database.statements.REPLICATION`).
-    None on another database than PostgreSQL, or when the database is itself a standby."""
+    None on another database than PostgreSQL, when the database is itself a standby, or when the user may
+    not read ``pg_stat_replication`` (a hardened server revokes it from PUBLIC): in a savepoint, so that a
+    caller's transaction goes on."""
     using = using or router.db_for_write(ProcessedRequest)
     connection = connections[using]
     if connection.vendor != "postgresql":
         return None
-    standby, names, commit, standbys, synchronous, hidden = fetch_one(connection, statements.REPLICATION)
+    try:
+        with transaction.atomic(using=using):
+            standby, names, commit, standbys, synchronous, hidden = fetch_one(connection, statements.REPLICATION)
+    except ProgrammingError as exc:
+        if not is_permission_denied(exc):
+            raise
+        return None
     if standby:
         return None
     return Replication(

@@ -18,12 +18,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
-from django.db import connections
+from django.db import connections, transaction
 from django.urls import reverse
 
 from safeupdates import status
 from tests.servers import OwnPostgres, OwnPostgresReplica, _accepts, missing_servers
-from tests.workers import ROOT, subprocess_env, wait_until
+from tests.workers import ROOT, still_usable, subprocess_env, wait_until
 
 pytestmark = [pytest.mark.faults]
 
@@ -148,3 +148,27 @@ def test_a_synchronous_standby_that_is_gone_is_a_warning(on_primary):
     assert found is not None and (found.standbys, found.synchronous) == (0, 0)
     assert "no synchronous standby is connected" in found.warning()
     assert found.warning() in status.collect().warnings()
+
+
+def test_a_user_who_may_not_read_the_replication_views_gets_no_replication_and_no_error(on_primary):
+    """A hardened server where PUBLIC may not read pg_stat_replication: the status says nothing of
+    replication, instead of failing; inside a transaction (ATOMIC_REQUESTS, the admin's page), the
+    transaction goes on."""
+    server, _ = on_primary
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS hardened")
+        conn.execute("CREATE ROLE hardened LOGIN")
+        conn.execute("REVOKE SELECT ON pg_stat_replication FROM PUBLIC")
+    default = connections["default"]
+    default.close()
+    default.settings_dict = {**default.settings_dict, "USER": "hardened"}
+    try:
+        with transaction.atomic():
+            assert status.replication() is None
+            still_usable()
+    finally:
+        default.close()
+        default.settings_dict = {**default.settings_dict, "USER": "postgres"}
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute("GRANT SELECT ON pg_stat_replication TO PUBLIC")
+            conn.execute("DROP ROLE hardened")
