@@ -34,7 +34,7 @@ from django.db import connections
 
 from safeupdates import status
 from tests.faults.harness import Burst, Converged, Site, join, run_in_thread, verify, wait_for
-from tests.patroni import PatroniCluster, missing
+from tests.patroni import PatroniCluster, PatroniNode, missing
 from tests.servers import missing_servers
 
 # Transactional: the test process's connection moves to the cluster (Site), outside any test transaction.
@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.workers, pytest.mark.django_db(tra
 RECORDS = 12
 #: The burst: one transaction (1 to 3 toggles) per PACE seconds at most, the faults after FAULT_AT
 #: toggles; the burst goes on while they last, then AFTER more toggles on the healed cluster.
-TOGGLES, FAULT_AT, AFTER, PACE = 400, 150, 150, 0.05
+TOGGLES, FAULT_AT, AFTER, PACE = 300, 100, 100, 0.05
 #: How long the new primary's walsender is stopped before the primary is killed.
 WALSENDER_STOPPED = 2.0
 #: How long to wait at most for every request to be terminal (a liveness bound, not a measurement).
@@ -123,11 +123,13 @@ class Faults:
 
 
 def wait_until_healthy(cluster: PatroniCluster, timeout: float = 90) -> bool:
+    """Wait until the cluster is whole again: a leader, and its standby streaming from it."""
     return wait_for(cluster.healthy, timeout)
 
 
-def wait_for_leader(cluster: PatroniCluster, *, other_than: Any, timeout: float = 60) -> Any:
-    found: list[Any] = []
+def wait_for_leader(cluster: PatroniCluster, *, other_than: PatroniNode, timeout: float = 60) -> PatroniNode:
+    """The node that took over from ``other_than``, once it accepts writes."""
+    found: list[PatroniNode] = []
 
     def promoted() -> bool:
         leader = cluster.leader()
