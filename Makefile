@@ -36,6 +36,8 @@ PYTEST_XDIST := $(if $(filter 0,$(XDIST)),-p no:xdist,-n $(XDIST) --dist workste
 
 # --durations: the slowest tests, in every log. The fault scenarios (marked `faults`: they restart, kill
 # or cut off servers of their own mid-burst) run in `make test-faults`, which `make test-all` and CI add.
+# Their PostgreSQL failovers run on a Patroni cluster of their own: Debian's patroni and etcd-server
+# packages are installed first if they are missing, as root (tests/patroni.py; docs/testing.md).
 pytest: install
 	$(VENV)/bin/pytest $(PYTEST_XDIST) -m "not faults and not topologies" --cov --cov-report=term-missing --durations=25
 

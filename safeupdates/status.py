@@ -8,6 +8,12 @@ app registry: the core never imports ``safeupdates.contrib``), and what the deli
 queue (:func:`safeupdates.delivery.health`; RQ: jobs waiting, workers, and whether a scheduler runs).
 ``manage.py safeupdates_status`` prints it and the request log's admin shows it; :meth:`Status.problems`
 is what makes either call the system unhealthy.
+
+On PostgreSQL it also reads how the primary replicates (:func:`replication`): a primary whose standbys
+replicate asynchronously, or that has no synchronous standby connected, is a warning (an acknowledged
+request can be lost in a failover, or commits wait for a standby), never a problem. A single node, with no
+standby streaming from it, gets no warning: it is not highly available at all, or its replication is below
+PostgreSQL (RDS Multi-AZ, Cloud SQL HA), which the database cannot show; the status says so in a line.
 """
 
 from __future__ import annotations
@@ -17,18 +23,31 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.db import router
+from django.db import ProgrammingError, connections, router, transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
 from safeupdates import conf, delivery
+from safeupdates.database import statements
 from safeupdates.database.clock import database_now, older_than
+from safeupdates.database.cursors import fetch_one
+from safeupdates.database.errors import is_permission_denied
 from safeupdates.database.registry import model_of
 from safeupdates.exceptions import BackendUnavailable
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
 from safeupdates.models import ProcessedRequest, RequestKind
 
-__all__ = ["Backlog", "FailedRequest", "Status", "backlog", "collect", "model_label", "relay_due"]
+__all__ = [
+    "Backlog",
+    "FailedRequest",
+    "Replication",
+    "Status",
+    "backlog",
+    "collect",
+    "model_label",
+    "relay_due",
+    "replication",
+]
 
 #: The window of :attr:`Status.outcomes`, in seconds.
 RECENT = 3600
@@ -56,6 +75,59 @@ class FailedRequest:
     error: str
     attempts: int
     processed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How the primary replicates, as it sees it (:func:`replication`)."""
+
+    #: Physical standbys streaming from the primary (``pg_stat_replication``, base backups and logical
+    #: replication left out), and how many of them are synchronous (``sync`` or ``quorum``).
+    standbys: int
+    synchronous: int
+    #: Standbys whose state the database user may not see (it needs ``pg_monitor``).
+    hidden: int
+    synchronous_standby_names: str
+    #: This session's ``synchronous_commit``: ``off`` and ``local`` do not wait for any standby.
+    synchronous_commit: str
+
+    def warning(self) -> str:
+        """Why an acknowledged request may be lost in a failover (or a commit wait), or ``""``."""
+        where = "docs/deployment.md, High availability"
+        if self.standbys == 0 and not self.synchronous_standby_names:
+            return ""  # a single node: see summary()
+        if self.synchronous_commit in {"off", "local"} and self.standbys:
+            return (
+                f"synchronous_commit is {self.synchronous_commit!r}: a commit does not wait for any of the "
+                f"{self.standbys} standby(s), so requests acknowledged just before a failover can be lost with "
+                f"their data ({where})."
+            )
+        if not self.synchronous_standby_names:
+            return (
+                f"the primary replicates asynchronously to its {self.standbys} standby(s) (synchronous_standby_names "
+                "is empty): requests acknowledged just before a failover can be lost with their data; Patroni's "
+                f"synchronous_mode (with synchronous_mode_strict) prevents it ({where})."
+            )
+        if self.synchronous == 0 and self.hidden == 0:
+            return (
+                f"no synchronous standby is connected (synchronous_standby_names is "
+                f"{self.synchronous_standby_names!r}, {self.standbys} standby(s) streaming): commits wait until one "
+                f"is, or, where the cluster manager drops the setting, are acknowledged without a copy ({where})."
+            )
+        return ""
+
+    def summary(self) -> str:
+        """One line for the status: what replicates, and how."""
+        if self.standbys == 0 and not self.synchronous_standby_names:
+            return (
+                "no standby streams from this database: a single node, or replication below PostgreSQL "
+                "(RDS Multi-AZ, Cloud SQL HA) that it cannot show"
+            )
+        hidden = f", {self.hidden} whose state this user may not see (grant pg_monitor)" if self.hidden else ""
+        return (
+            f"{self.standbys} standby(s), {self.synchronous} synchronous{hidden}; synchronous_standby_names "
+            f"{self.synchronous_standby_names!r}, synchronous_commit {self.synchronous_commit!r}"
+        )
 
 
 @dataclass
@@ -88,6 +160,8 @@ class Status:
     #: seconds): waiting for the relay, whose next pass delivers them again (their job may be lost).
     relay_due: int = 0
     relay_after: int = 0
+    #: How the primary replicates (PostgreSQL; None elsewhere, or when the database is a standby).
+    replication: Replication | None = None
 
     @property
     def pending(self) -> int:
@@ -110,6 +184,8 @@ class Status:
                 )
         if self.batches and self.batches.get("reduce_failed"):
             found.append(f"{self.batches['reduce_failed']} batch(es) whose reduce gave up (reduce_failed).")
+        if self.replication is not None and self.replication.warning():
+            found.append(self.replication.warning())
         return found
 
     def problems(self, *, max_age: float | None = None, max_failed: int | None = None) -> list[str]:
@@ -165,6 +241,8 @@ class Status:
         for state, entry in zip(self.queues, data["queues"], strict=True):
             entry["scheduler_gone"] = state.scheduler_gone
         data["warnings"] = self.warnings()
+        if self.replication is not None:
+            data["replication"]["summary"] = self.replication.summary()
         return data
 
 
@@ -213,6 +291,34 @@ def relay_due(seconds: float, using: str | None = None) -> int:
     )
 
 
+def replication(using: str | None = None) -> Replication | None:
+    """How the primary (the request log's database) replicates: ``pg_stat_replication`` and the settings
+    that decide whether a commit waits for a standby (:data:`~safeupdates.database.statements.REPLICATION`).
+    None on another database than PostgreSQL, when the database is itself a standby, or when the user may
+    not read ``pg_stat_replication`` (a hardened server revokes it from PUBLIC): in a savepoint, so that a
+    caller's transaction goes on."""
+    using = using or router.db_for_write(ProcessedRequest)
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    try:
+        with transaction.atomic(using=using):
+            standby, names, commit, standbys, synchronous, hidden = fetch_one(connection, statements.REPLICATION)
+    except ProgrammingError as exc:
+        if not is_permission_denied(exc):
+            raise
+        return None
+    if standby:
+        return None
+    return Replication(
+        standbys=standbys,
+        synchronous=synchronous,
+        hidden=hidden,
+        synchronous_standby_names=names,
+        synchronous_commit=commit,
+    )
+
+
 def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = True) -> Status:
     """Read the :class:`Status` of the job path: a few indexed queries and, with ``ask_rq``, the delivery
     backend's view of its queues (:func:`safeupdates.delivery.health`; RQ: every queue of ``RQ_QUEUES``).
@@ -246,6 +352,7 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
         failed_requests=failed_requests,
         batches=_batches(using),
         relay_after=conf.relay_after(),
+        replication=replication(using),
     )
     status.relay_due = relay_due(status.relay_after, using)
     chosen = delivery.backend()

@@ -102,7 +102,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if starts_processes is None:
         return
     marker = starts_processes.get_closest_marker("django_db")
-    kwargs = dict(marker.kwargs) if marker else {}
+    # A test that asked for no database access (the fault scenarios: they point the connection at servers
+    # of their own) is made transactional, not wrapped in a transaction it never expected: a Site closes
+    # and re-points the connection, which inside the test's atomic block breaks every later query.
+    kwargs = dict(marker.kwargs) if marker else {"transaction": True}
     if kwargs.get("databases") != "__all__":
         starts_processes.add_marker(pytest.mark.django_db(**{**kwargs, "databases": "__all__"}), append=False)
 

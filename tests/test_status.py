@@ -15,6 +15,7 @@ import django_rq
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -352,3 +353,32 @@ def test_tasks_delivery_with_every_worker_stopped_is_unhealthy(transactional_db,
         assert ProcessedRequest.objects.get(pk=stuck.pk).status == "pending"
     finally:
         pool.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_node_gets_a_replication_line_and_no_warning(postgres_only, redis, admin_client):
+    """The suite's PostgreSQL has no standby: not highly available, or replicated below PostgreSQL (RDS
+    Multi-AZ), which it cannot show; said in a line, not warned of (a primary with standbys:
+    tests/faults/test_replication_status.py)."""
+    found = status.replication()
+    assert found is not None and (found.standbys, found.synchronous, found.synchronous_standby_names) == (0, 0, "")
+    assert found.warning() == ""
+    code, out = run_status()
+    assert code == 0 and "warning" not in out, out
+    line = (
+        "Replication: no standby streams from this database: a single node, or replication below PostgreSQL "
+        "(RDS Multi-AZ, Cloud SQL HA) that it cannot show"
+    )
+    assert line in out.splitlines(), out
+    data = json.loads(run_status("--json")[1])
+    assert data["warnings"] == []
+    assert data["replication"]["standbys"] == 0 and data["replication"]["summary"] in line
+    html = admin_client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
+    assert '<p id="safeupdates-replication">Replication: no standby streams from this database' in html, html
+
+
+def test_no_replication_is_read_on_sqlite(db):
+    if connection.vendor != "sqlite":
+        pytest.skip("what other databases than PostgreSQL get")
+    assert status.replication() is None
+    assert status.collect(ask_rq=False).replication is None

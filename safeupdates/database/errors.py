@@ -17,9 +17,11 @@ from safeupdates.exceptions import BackendUnavailable
 
 __all__ = [
     "FEATURE_NOT_SUPPORTED",
+    "INSUFFICIENT_PRIVILEGE",
     "LOCK_NOT_AVAILABLE",
     "describe_database",
     "is_lock_unavailable",
+    "is_permission_denied",
     "is_replanned",
     "is_transient",
     "unreachable_database",
@@ -27,6 +29,8 @@ __all__ = [
 
 #: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
 LOCK_NOT_AVAILABLE = "55P03"
+#: PostgreSQL's SQLSTATE for "permission denied".
+INSUFFICIENT_PRIVILEGE = "42501"
 
 # SQLSTATE classes and codes of errors that are not about the values written: the same statement may
 # succeed when it runs again, so RQ retries the job. Every other error with a SQLSTATE (a trigger's RAISE
@@ -94,6 +98,11 @@ def is_transient(exc: BaseException) -> bool:
 def is_lock_unavailable(exc: BaseException) -> bool:
     """True if ``exc`` (a Django ``OperationalError``) says a row lock could not be had."""
     return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
+
+def is_permission_denied(exc: BaseException) -> bool:
+    """True if ``exc`` (a Django ``DatabaseError``) says the user may not read or write what it named."""
+    return getattr(exc.__cause__, "sqlstate", None) == INSUFFICIENT_PRIVILEGE
 
 
 def describe_database(using: str) -> str:

@@ -36,6 +36,7 @@ __all__ = [
     "PENDING_COLUMNS",
     "PURGE_REQUESTS",
     "PURGE_TASKS",
+    "REPLICATION",
     "SAVE_VERSION_CTE",
     "SEQUENCE_NAME",
     "SQLITE_NOW",
@@ -137,6 +138,32 @@ def next_version_expression() -> RawSQL:
 CURRENT_TIMESTAMP = "SELECT CURRENT_TIMESTAMP"
 #: SQLite's CURRENT_TIMESTAMP has whole seconds; this has the milliseconds of the timestamps ``Now()`` stores.
 SQLITE_NOW = "SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW')"
+
+# --- Replication, as the primary sees it (the status) ----------------------------------------------------
+
+#: Whether this server is a standby; its ``synchronous_standby_names`` and this session's
+#: ``synchronous_commit``; and its physical standbys: how many stream from it, how many of them are
+#: synchronous (``sync``, or ``quorum`` under ``ANY n (...)``), and how many it does not show the state of
+#: (a user without ``pg_monitor`` sees the rows of ``pg_stat_replication``, not their columns). Base
+#: backups (``state = 'backup'``) and logical replication's walsenders (change data capture: no standby
+#: to fail over to) are not standbys.
+REPLICATION = """
+WITH standbys AS (
+    SELECT sync_state
+    FROM pg_stat_replication
+    WHERE state IS DISTINCT FROM 'backup'
+      AND pid NOT IN (
+          SELECT active_pid FROM pg_replication_slots WHERE slot_type = 'logical' AND active_pid IS NOT NULL
+      )
+)
+SELECT pg_is_in_recovery(),
+       current_setting('synchronous_standby_names'),
+       current_setting('synchronous_commit'),
+       count(*),
+       count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')),
+       count(*) FILTER (WHERE sync_state IS NULL)
+FROM standbys
+"""
 
 
 @dataclass(frozen=True)

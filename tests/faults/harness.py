@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import environ
 import psycopg
@@ -34,6 +34,9 @@ from tests.servers import OwnPostgres, OwnRedis, OwnRedisFailover
 from tests.settings import RQ_QUEUES as TEST_QUEUES
 from tests.testapp.models import Profile
 from tests.workers import ROOT, Workers, subprocess_env, wait_until
+
+if TYPE_CHECKING:
+    from tests.celery_harness import RabbitVhost
 
 FIELDS = ("active", "newsletter", "dark_mode")
 #: SAFEUPDATES_RELAY_AFTER of the scenarios, and the relay's --interval: together, the relay window.
@@ -149,11 +152,25 @@ class SupervisedTaskWorkers(SupervisedWorkers, TaskWorkers):
         return self.alive()
 
 
-def database_url(postgres: OwnPostgres, port: int | None = None, application_name: str = "") -> str:
+class Postgres(Protocol):
+    """What a site runs on: an :class:`~tests.servers.OwnPostgres`, or a
+    :class:`~tests.patroni.PatroniCluster` (whose ``url`` names every node)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def init(self) -> object: ...
+
+    def destroy(self) -> None: ...
+
+
+def database_url(postgres: Postgres, port: int | None = None, application_name: str = "") -> str:
     """The URL of ``postgres`` (through ``port``, a proxy, if given), naming the client in
     ``pg_stat_activity`` so that a scenario can find its connections."""
-    url = f"postgres://postgres@127.0.0.1:{port or postgres.port}/postgres"
-    return f"{url}?application_name={application_name}" if application_name else url
+    url = postgres.url if port is None else f"postgres://postgres@127.0.0.1:{port}/postgres"
+    if not application_name:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
 
 
 #: The deliveries a site can run on, by name: the settings of the web process, workers and relay.
@@ -163,6 +180,8 @@ DELIVERIES: dict[str, dict[str, str]] = {
     "tasks-db": {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": "db"},
     # Django tasks on django-tasks-rq's backend, with rqworkers (tests.settings sets its job class).
     "tasks-rq": {"SAFEUPDATES_DELIVERY": "tasks", "SAFEUPDATES_TASK_BACKEND": "rq"},
+    # Celery on a RabbitMQ vhost of the site's own, with prefork workers (tests.celery_harness).
+    "celery": {"SAFEUPDATES_DELIVERY": "celery"},
 }
 
 
@@ -170,15 +189,20 @@ class Site:
     """One scenario's world: its own PostgreSQL cluster (migrated, with an audit trigger), its own Redis
     (one server, or a primary, a replica and Sentinels), the test process pointed at them as the web
     process, workers and a relay as subprocesses. :meth:`close` tears everything down. ``delivery`` (a
-    key of :data:`DELIVERIES`) is how apply jobs travel: RQ, or Django tasks on either task backend."""
+    key of :data:`DELIVERIES`) is how apply jobs travel: RQ, Django tasks on either task backend, or Celery
+    on a RabbitMQ vhost of its own. ``postgres``: what it runs on instead of a new :class:`OwnPostgres`
+    (a :class:`~tests.patroni.PatroniCluster`); the site initialises and destroys it."""
 
-    def __init__(self, tmp_path: Path, *, sentinel: bool = False, delivery: str = "rq") -> None:
+    def __init__(
+        self, tmp_path: Path, *, sentinel: bool = False, delivery: str = "rq", postgres: Postgres | None = None
+    ) -> None:
         self.tmp_path = tmp_path
         self.delivery = delivery
         self.delivery_env = DELIVERIES[delivery]
         self.cleanup = contextlib.ExitStack()
-        self.postgres = OwnPostgres()
+        self.postgres: Postgres = postgres or OwnPostgres()
         self.cleanup.callback(self.postgres.destroy)
+        self.vhost: RabbitVhost | None = None
         self.redis: OwnRedis | None = None
         self.failover: OwnRedisFailover | None = None
         if sentinel:
@@ -195,6 +219,13 @@ class Site:
         (tmp_path / "workers").mkdir(parents=True)
         if delivery == "tasks-db":
             self.workers: SupervisedWorkers = SupervisedTaskWorkers(tmp_path / "workers", backend="db")
+        elif delivery == "celery":
+            from tests.celery_harness import RabbitVhost, SupervisedCeleryWorkers  # it imports this module
+
+            self.vhost = RabbitVhost()
+            self.cleanup.callback(self.vhost.delete)
+            self.delivery_env = {**self.delivery_env, "CELERY_BROKER_URL": self.vhost.url()}
+            self.workers = SupervisedCeleryWorkers(tmp_path / "workers")
         else:
             self.workers = SupervisedWorkers(tmp_path / "workers")
         self.cleanup.callback(self.workers.stop)
@@ -204,6 +235,8 @@ class Site:
 
     def start(self, django_db_blocker: Any) -> Site:
         self.postgres.init()
+        if self.vhost is not None:
+            self.vhost.create()
         if self.failover is not None:
             self.failover.start()
         else:
@@ -257,6 +290,7 @@ class Site:
                     SAFEUPDATES_RETRY=SAFEUPDATES_RETRY,
                     **self.delivery_env,
                 ),
+                self._celery_app(),
             ):
                 yield
         finally:
@@ -264,10 +298,19 @@ class Site:
             connection.settings_dict = saved
             ContentType.objects.clear_cache()
 
+    def _celery_app(self) -> contextlib.AbstractContextManager[object]:
+        """With the ``celery`` delivery, this process publishes through an app on the site's vhost."""
+        if self.vhost is None:
+            return contextlib.nullcontext()
+        from tests.celery_harness import celery_delivery
+
+        return celery_delivery(self.vhost.url())
+
     def start_workers(self, count: int, *, name: str = "worker", numbered: bool = False, **env: str) -> None:
         """``count`` times ``rqworker default --with-scheduler``, as the README starts them (with the
-        ``tasks-db`` delivery, ``db_worker --queue-name default``). ``numbered``: worker ``i`` of the site
-        is ``{name}-{i}`` in ``pg_stat_activity`` (see :meth:`worker_waiting_for_a_lock`), else ``name``."""
+        ``tasks-db`` delivery, ``db_worker --queue-name default``; with ``celery``, a prefork worker).
+        ``numbered``: worker ``i`` of the site is ``{name}-{i}`` in ``pg_stat_activity`` (see
+        :meth:`worker_waiting_for_a_lock`), else ``name``."""
         for _ in range(count if numbered else 1):
             application_name = f"{name}-{len(self.workers.procs)}" if numbered else name
             url = env.get("DATABASE_URL") or database_url(self.postgres, application_name=application_name)

@@ -87,6 +87,8 @@ def render(snapshot: status.Status, problems: list[str]) -> list[str]:
             for entry in snapshot.failed_requests
         ),
     ]
+    if snapshot.replication is not None:
+        lines.append(f"Replication: {snapshot.replication.summary()}")
     if snapshot.batches is not None:
         lines.append("Batches: " + ", ".join(f"{count} {name}" for name, count in snapshot.batches.items()))
     if snapshot.backend_error:
