@@ -30,6 +30,7 @@ DATABASES = {{
     }}
 }}
 RQ_QUEUES = {{"default": {{"URL": os.environ["REDIS_URL"]}}}}
+RQ = {{"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"}}  # as the README says (check W008)
 """
 
 

@@ -316,7 +316,9 @@ class CheckedSave:
         params: dict[str, Any] = {f"value{index}": value for index, value in enumerate(values)}
         params["expected"] = expected_versions(self.vendor, expected)
         if self.per_field:
-            params["read"] = expected[0] if expected else None
+            # The oldest version it may carry: one the instance read, before any save of its that a
+            # rollback undid (a rolled-back save's version stays on the instance, and the row never had it).
+            params["read"] = min((v for v in expected if v is not None), default=None)
             params.update({f"seen{index}": value for index, value in enumerate(seen)})
         keys = (BASE_VERSION_KEY,) if self.names is None else self.names
         params.update({f"key{index}": name for index, name in enumerate(keys)})
