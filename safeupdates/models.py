@@ -11,8 +11,10 @@ import datetime
 import uuid
 from typing import Any, ClassVar
 
+from django.apps import apps
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
@@ -28,6 +30,21 @@ from safeupdates.write.mixins import (
     checked_per_row,
     only_changes,
 )
+
+
+def _require_installed() -> None:
+    """Refuse to define the app's tables outside an installed ``safeupdates``: Django would end every command
+    in a RuntimeError about ``ProcessedRequest``'s app_label, which does not say what to add. (Before the app
+    registry is populated Django raises its own AppRegistryNotReady, which says enough.)"""
+    if apps.apps_ready and not any(config.name == "safeupdates" for config in apps.get_app_configs()):
+        raise ImproperlyConfigured(
+            "'safeupdates' is not in INSTALLED_APPS, but safeupdates.models is imported (by a model of the "
+            "project, or an import of safeupdates'). Add 'safeupdates' to INSTALLED_APPS, after "
+            "'django.contrib.contenttypes'."
+        )
+
+
+_require_installed()
 
 __all__ = [
     "BASE_VERSION_KEY",

@@ -127,8 +127,9 @@ def queue_problem() -> tuple[str, str, str] | None:
     if not apps.is_installed("django_rq"):
         return (
             "django_rq is not in INSTALLED_APPS.",
-            "safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
-            "and configure RQ_QUEUES.",
+            "SAFEUPDATES_DELIVERY is 'rq' (the default): safeupdates delivers its jobs through django-rq. "
+            "Add 'django_rq' to INSTALLED_APPS and configure RQ_QUEUES, or set SAFEUPDATES_DELIVERY to 'celery' "
+            "or 'tasks' (docs/delivery.md).",
             "safeupdates.E001",
         )
     queues = getattr(settings, "RQ_QUEUES", {}) or {}
