@@ -456,7 +456,7 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             Error(
                 'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
                 hint="Use Django 6.0 or later (django.tasks), or install the django-tasks backport on Django 5.2 "
-                "(pip install django-safeupdates[tasks]).",
+                "(the [tasks] extra of django-safeupdates, or pip install django-tasks).",
                 id="safeupdates.E021",
             )
         ]
@@ -545,7 +545,7 @@ def check_celery() -> list[CheckMessage]:
         return [
             Error(
                 'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
-                hint='Install it with its Redis support (pip install "django-safeupdates[celery]"), or set '
+                hint='Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "celery[redis]"), or set '
                 'SAFEUPDATES_DELIVERY to "rq" or "tasks".',
                 id="safeupdates.E025",
             )

@@ -335,7 +335,8 @@ def test_e024_celery_not_installed(monkeypatch):
     assert checks.check_delivery() == [
         Error(
             'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
-            hint='Install it with its Redis support (pip install "django-safeupdates[celery]"), or set '
+            hint='Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install '
+            '"celery[redis]"), or set '
             'SAFEUPDATES_DELIVERY to "rq" or "tasks".',
             id="safeupdates.E025",
         )
