@@ -36,6 +36,7 @@ from django.urls import reverse
 
 from safeupdates import checks, delivery, enqueue_update
 from safeupdates.contrib import check_tools_need_rq
+from safeupdates.delivery import QueueHealth
 from safeupdates.delivery import celery as celery_backend_module
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 from safeupdates.jobs import relay
@@ -528,6 +529,34 @@ def test_status_shows_the_celery_queue(db, rabbit, django_capture_on_commit_call
     ]
 
 
+def test_a_request_pending_on_a_queue_no_worker_consumes_is_a_problem_at_once(
+    db, rabbit, django_capture_on_commit_callbacks
+):
+    """Not only the apply tasks' default queue: every queue with pending requests is asked for its
+    consumers, so a request routed to a queue that no worker was started with -Q for is flagged at once,
+    not after SAFEUPDATES_STUCK_AFTER."""
+    with django_capture_on_commit_callbacks(execute=True):
+        enqueue_update(ProfileFactory(), active=True, queue="toggles")
+    snapshot = collect()
+    assert [(h.name, h.queued, h.workers) for h in snapshot.queues] == [("default", 0, 0), ("toggles", 1, 0)]
+    assert snapshot.problems() == [
+        "queue 'toggles': 1 request(s) pending, and no worker is registered on it (no worker consumes it: none "
+        "runs, or none was started with -Q for it): start or restart one: celery -A tests.celery_harness worker -Q "
+        "toggles."
+    ]
+    take_messages(rabbit, "toggles")
+
+
+def test_the_status_text_counts_consumers_without_a_busy_count(db, rabbit):
+    """Celery tells how many consume a queue, not how many are busy: no "None busy"."""
+    from safeupdates.management.commands.safeupdates_status import render
+
+    snapshot = collect()
+    snapshot.queues = [QueueHealth(name="default", queued=3, workers=2)]
+    assert "Queue default: 3 queued; 2 worker(s)" in render(snapshot, [])
+    assert not [line for line in render(snapshot, []) if "None" in line]
+
+
 def test_the_admin_status_page_shows_the_celery_queue(db, rabbit, admin_client, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         enqueue_update(ProfileFactory(), active=True)
@@ -621,37 +650,39 @@ def test_a_request_is_applied_by_a_prefork_worker(transactional_db, broker, cele
 
 @pytest.mark.workers
 @pytest.mark.parametrize("broker", ["redis"], indirect=True)
-def test_on_a_redis_broker_the_worker_count_is_unknown_never_0(transactional_db, broker, celery_workers, admin_client):
-    """kombu's Redis transport counts no consumers (its queue_declare answers 0 whoever consumes): with a
-    worker live on the queue and a request pending there, the verdict says the workers are unknown, never 0,
-    which would call the system unhealthy ("no worker consumes it") while one does. RabbitMQ's count is
-    tested above (test_status_shows_the_celery_queue)."""
-    celery_workers.start(1, env=worker_env(broker.url))
-    assert celery_workers.wait_ready(), celery_workers.logs()
+def test_on_a_redis_broker_the_workers_answer_for_their_queues(transactional_db, broker, celery_workers, admin_client):
+    """kombu's Redis transport counts no consumers (its queue_declare answers 0 whoever consumes): the
+    workers are asked which queues they consume (Celery's inspect().active_queues()). With none, a pending
+    request is a problem at once; with one live on the queue, the system is healthy and the count is 1.
+    RabbitMQ's count is tested above (test_status_shows_the_celery_queue)."""
     profile = ProfileFactory(active=False)
     with celery_delivery(broker.url):
         with transaction.atomic():  # the request pending, its message published at the commit
+            enqueue_update(profile, active=True)
+            alone = collect()
+        assert [(h.name, h.workers) for h in alone.queues] == [("default", 0)]
+        assert [problem.split(" (")[0] for problem in alone.problems()] == [
+            "queue 'default': 1 request(s) pending, and no worker is registered on it"
+        ]
+        celery_workers.start(1, env=worker_env(broker.url))
+        assert celery_workers.wait_ready(), celery_workers.logs()
+        with transaction.atomic():
             request = enqueue_update(profile, active=True)
             snapshot = collect()
             as_json, as_text = StringIO(), StringIO()
             call_command("safeupdates_status", "--json", stdout=as_json)  # SystemExit(1) if unhealthy
             call_command("safeupdates_status", stdout=as_text)
             page = admin_client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
-        assert snapshot.pending == 1 and snapshot.backend_error == ""
-        assert [(h.name, h.workers, h.busy_workers) for h in snapshot.queues] == [("default", None, None)]
+        assert snapshot.backend_error == ""
+        assert [(h.name, h.workers, h.busy_workers) for h in snapshot.queues] == [("default", 1, None)]
         assert snapshot.problems() == []
         shown = json.loads(as_json.getvalue())
         assert shown["healthy"] is True and shown["problems"] == []
-        assert [(q["name"], q["workers"]) for q in shown["queues"]] == [("default", None)]
-        assert "Queue default: 0 queued; workers not shown by this backend" in as_text.getvalue()
+        assert [(q["name"], q["workers"]) for q in shown["queues"]] == [("default", 1)]
+        assert "worker(s)" in as_text.getvalue() and "None" not in as_text.getvalue()
         assert "<strong>Unhealthy</strong>" not in page
-        [row] = re.findall(r'<table id="safeupdates-queues">.*?<tbody>\s*(<tr>.*?</tr>)', page, re.S)
-        cells = [html_text.unescape(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-        assert cells[0] == "default" and cells[4] == NOT_TOLD, row  # the workers' column
-        # A worker did consume the queue meanwhile: it applies the request once it is published.
         log = ProcessedRequest.objects.filter(pk=request.pk)
         assert wait_until(lambda: log.get().status == "applied", 60), celery_workers.logs()
-        assert [h.workers for h in collect().queues] == [None]
 
 
 @pytest.mark.workers

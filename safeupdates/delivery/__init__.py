@@ -197,9 +197,10 @@ class Backend:
         :attr:`can_take_waiting`); for each record, whether one was taken."""
         return [False] * len(records)
 
-    def health(self) -> list[QueueHealth]:
-        """Each queue it serves, as far as it can tell. Raises
-        :class:`~safeupdates.exceptions.BackendUnavailable` if the broker cannot be asked."""
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
+        """Each queue it serves, as far as it can tell, and each of ``queues`` (those with pending requests)
+        that it cannot list by itself. Raises :class:`~safeupdates.exceptions.BackendUnavailable` if the
+        broker cannot be asked."""
         return []
 
     def worker_hint(self, queue: str) -> str:
@@ -322,6 +323,6 @@ def take_waiting(records: Sequence[tuple[int, str]], using: str) -> list[bool]:
     return chosen.take_waiting(records, using) if chosen.can_take_waiting else [False] * len(records)
 
 
-def health() -> list[QueueHealth]:
-    """What the backend tells of its queues (see :meth:`Backend.health`)."""
-    return backend().health()
+def health(queues: Sequence[str] = ()) -> list[QueueHealth]:
+    """What the backend tells of its queues and of ``queues`` (see :meth:`Backend.health`)."""
+    return backend().health(queues)

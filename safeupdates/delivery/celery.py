@@ -61,6 +61,7 @@ from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 __all__ = [
     "APPLY_TASK",
+    "INSPECT_TIMEOUT",
     "PUBLISH_RETRY_POLICY",
     "RELAY_TASK",
     "CeleryBackend",
@@ -378,27 +379,26 @@ class CeleryBackend(Backend):
         if state is not None:
             state.no_retry = True
 
-    def health(self) -> list[QueueHealth]:
-        """The apply tasks' queue: messages waiting in it and, on RabbitMQ, its consumers (workers' pool
-        connections, one per worker); Redis cannot tell consumers. Raises ``BackendUnavailable`` if the
-        broker cannot be reached."""
-        name = default_queue()
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
+        """The apply tasks' default queue and each of ``queues`` (those with pending requests): messages
+        waiting in it and its consumers. RabbitMQ counts a queue's consumers (workers' pool connections, one
+        per worker); kombu's Redis transport cannot, so there the workers are asked which queues they
+        consume (``inspect().active_queues()``, which waits :data:`INSPECT_TIMEOUT` for their answers).
+        Raises ``BackendUnavailable`` if the broker cannot be reached."""
+        names = sorted({default_queue(), *queues})
         app = celery_app()
         try:
             with app.connection_for_read() as connection:
                 connection.ensure_connection(max_retries=1)
-                channel = connection.channel()
-                try:
-                    _name, queued, consumers = channel.queue_declare(queue=name, passive=True)
-                except connection.channel_errors:
-                    queued, consumers = 0, 0  # no such queue yet: nothing waits in it
-                workers = int(consumers) if _counts_consumers(connection) else None
+                depths = _depths(connection, names)
+                counted = _counts_consumers(connection)
+            consumers = {name: depths[name][1] for name in names} if counted else _consumers_answered(app)
         except Exception as exc:
             where = _broker_down(exc)
             if where is None:
                 raise
             raise BackendUnavailable("Celery broker", where, exc) from exc
-        return [QueueHealth(name=name, queued=int(queued), workers=workers)]
+        return [QueueHealth(name=name, queued=depths[name][0], workers=consumers.get(name, 0)) for name in names]
 
     def worker_hint(self, queue: str) -> str:
         path = conf.celery_app()
@@ -537,6 +537,36 @@ def _check_queue(app: Any) -> list[CheckMessage]:
             id="safeupdates.W024",
         )
     ]
+
+
+#: Seconds ``safeupdates_status`` waits for the workers' answers on a Redis broker (Celery's inspect default: 1).
+INSPECT_TIMEOUT = 1.0
+
+
+def _depths(connection: Any, names: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``{queue: (messages waiting, consumers)}`` of each of ``names``, by a passive declare (a queue that
+    does not exist yet: nothing waits in it, nobody consumes it)."""
+    depths: dict[str, tuple[int, int]] = {}
+    channel = connection.channel()
+    for name in names:
+        try:
+            _name, queued, consumers = channel.queue_declare(queue=name, passive=True)
+        except connection.channel_errors:
+            queued, consumers = 0, 0
+            channel = connection.channel()  # AMQP closes a channel whose passive declare found no queue
+        depths[name] = (int(queued), int(consumers))
+    return depths
+
+
+def _consumers_answered(app: Any) -> dict[str, int]:
+    """``{queue: workers consuming it}``, as the live workers answer (Celery's remote control); a worker
+    that does not answer within :data:`INSPECT_TIMEOUT` is not counted."""
+    answers = app.control.inspect(timeout=INSPECT_TIMEOUT).active_queues() or {}
+    counts: dict[str, int] = {}
+    for consumed in answers.values():
+        for name in {str(queue.get("name")) for queue in consumed or ()}:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _counts_consumers(connection: Any) -> bool:

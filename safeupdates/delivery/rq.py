@@ -684,7 +684,8 @@ class RQBackend(Backend):
     def take_waiting(self, records: Sequence[tuple[int, str]], using: str) -> list[bool]:
         return take_waiting(records, using)
 
-    def health(self) -> list[QueueHealth]:
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
+        """Every queue of ``RQ_QUEUES`` (a queue outside it takes no request: ``queues`` adds nothing)."""
         return queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
 
     def worker_hint(self, queue: str) -> str:

@@ -333,7 +333,7 @@ class TasksBackend(Backend):
     def worker_hint(self, queue: str) -> str:
         return traits().worker.format(queue=queue)
 
-    def health(self) -> list[QueueHealth]:
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
         """django-tasks-rq: RQ's view of its queues (their workers' heartbeats); django-tasks-db: the tasks
         waiting per queue; any other backend cannot tell."""
         known = traits()
