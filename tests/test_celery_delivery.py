@@ -137,6 +137,20 @@ def test_the_message_carries_ids_never_the_changes(db, rabbit, django_capture_on
     assert request.queue == "default"
 
 
+def test_deliver_returns_the_id_of_the_task_it_published(db, rabbit):
+    """As RQ's delivery returns its job's id: the task id is what Celery's tools (inspect, revoke, the
+    worker's log) name the message by."""
+    profile = ProfileFactory()
+    request = ProcessedRequest.objects.create(
+        content_type_id=content_type_id(), object_id=str(profile.pk), version=1, changes={"active": True}
+    )
+    found = delivery.backend().deliver(
+        delivery.Delivery(str(request.request_id), content_type_id(), str(profile.pk), "default")
+    )
+    [message] = take_messages(rabbit)
+    assert isinstance(found, str) and found == message.headers["id"]
+
+
 def test_every_request_gets_a_message(db, rabbit, django_capture_on_commit_callbacks):
     """Celery cannot say whether a record's task waits: a burst of one record costs a message per request."""
     profile = ProfileFactory()

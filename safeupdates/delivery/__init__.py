@@ -157,9 +157,11 @@ class Backend:
         a warning if that is not ``wanted``: a request must not wait for a queue no worker serves."""
         raise NotImplementedError
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
-        """Make sure a job will apply ``delivery.request_id``: True if a job was enqueued, False if the
-        record's job was found waiting. ``likely_queued``: other requests of the record are pending (a
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
+        """Make sure a job will apply ``delivery.request_id``: the id of the job (or task, or message) it
+        enqueued, or None if the record's job was found waiting (it will read the request). ``likely_queued``: other requests of the record are pending (a
         burst). ``trace``: a trace context for the job to continue. Raises what the broker raises."""
         raise NotImplementedError
 

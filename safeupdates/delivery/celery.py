@@ -308,14 +308,16 @@ class CeleryBackend(Backend):
             return None
         return set(app.amqp.queues)
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
         """Publish an apply task for ``delivery`` (always: Celery cannot say whether the record's task
         waits, so ``likely_queued`` changes nothing). Raises what the broker raises when it is unreachable
         (kombu's ``OperationalError``), after one reconnect at once."""
-        self._publish(delivery, trace=trace)
-        return True
+        return self._publish(delivery, trace=trace)
 
-    def _publish(self, delivery: Delivery, *, trace: dict[str, str] | None = None, relayed: bool = False) -> None:
+    def _publish(self, delivery: Delivery, *, trace: dict[str, str] | None = None, relayed: bool = False) -> str:
+        """Publish an apply task for ``delivery``; its task id."""
         kwargs: dict[str, Any] = {
             "content_type_id": delivery.content_type_id,
             "object_id": delivery.object_id,
@@ -326,7 +328,7 @@ class CeleryBackend(Backend):
         if relayed:
             kwargs["relayed"] = True
         timeout = conf.job_timeout()
-        celery_app().send_task(
+        sent = celery_app().send_task(
             APPLY_TASK,
             args=(str(delivery.request_id),),
             kwargs=kwargs,
@@ -337,6 +339,7 @@ class CeleryBackend(Backend):
             retry_policy=PUBLISH_RETRY_POLICY,
             ignore_result=True,
         )
+        return str(sent.id)
 
     def unreachable(self, error: Exception, delivery: Delivery | None = None) -> str | None:
         """If ``error`` is a connection error of the broker's transport or kombu's ``OperationalError``

@@ -610,7 +610,9 @@ class RQBackend(Backend):
             f"{default!r}: not delivered. Fix RQ_QUEUES (system check safeupdates.E002)."
         )
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
         meta = {tracing.TRACE_META_KEY: trace} if trace else None
         job = deliver(
             delivery.request_id,
@@ -621,7 +623,7 @@ class RQBackend(Backend):
             meta=meta,
             using=delivery.using,
         )
-        return job is not None
+        return None if job is None else str(job.id)
 
     def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
         if not isinstance(error, RedisConnectionError | RedisTimeoutError):
