@@ -545,8 +545,8 @@ def check_celery() -> list[CheckMessage]:
         return [
             Error(
                 'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
-                hint='Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "celery[redis]"), or set '
-                'SAFEUPDATES_DELIVERY to "rq" or "tasks".',
+                hint="Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "
+                '"celery[redis]"), or set SAFEUPDATES_DELIVERY to "rq" or "tasks".',
                 id="safeupdates.E025",
             )
         ]

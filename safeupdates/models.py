@@ -59,6 +59,7 @@ __all__ = [
     "SafeUpdateModel",
     "SyncedAtMixin",
     "VersionCounter",
+    "WaitingMessage",
     "checked_per_row",
     "only_changes",
 ]
@@ -193,3 +194,28 @@ class VersionCounter(models.Model):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+class WaitingMessage(models.Model):
+    """A record's apply message that is published and not yet started (Celery delivery: one per record).
+
+    Written by the delivery before it publishes the message, deleted by the message's task when it starts,
+    before it reads the pending requests: a request committed while the row exists is read by that message,
+    so it publishes nothing. A row whose message was lost (a broker restarted empty, a crash between the
+    row and the publish) only makes later requests of the record wait for the relay, which delivers every
+    overdue pending request whatever this table says; the relay's message deletes the row.
+    """
+
+    content_type_id = models.IntegerField()
+    object_id = models.CharField(max_length=255)
+    task_id = models.CharField(max_length=64)
+    published_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = _("waiting apply message")
+        constraints = [
+            models.UniqueConstraint(fields=["content_type_id", "object_id"], name="safeupdates_one_waiting_message")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.content_type_id}:{self.object_id} ({self.task_id})"

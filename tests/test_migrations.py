@@ -90,4 +90,5 @@ def test_the_models_of_a_contrib_app_carry_their_own_label():
     assert sorted(m.__name__ for m in apps.get_app_config("safeupdates").get_models()) == [
         "ProcessedRequest",
         "VersionCounter",
+        "WaitingMessage",
     ]

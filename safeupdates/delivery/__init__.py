@@ -161,8 +161,9 @@ class Backend:
         self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
     ) -> str | None:
         """Make sure a job will apply ``delivery.request_id``: the id of the job (or task, or message) it
-        enqueued, or None if the record's job was found waiting (it will read the request). ``likely_queued``: other requests of the record are pending (a
-        burst). ``trace``: a trace context for the job to continue. Raises what the broker raises."""
+        enqueued, or None if the record's job was found waiting (it will read the request).
+        ``likely_queued``: other requests of the record are pending (a burst). ``trace``: a trace context
+        for the job to continue. Raises what the broker raises."""
         raise NotImplementedError
 
     def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
