@@ -7,7 +7,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/celery_bench.py [--broker rabbitmq|redis] [--rounds 3] [--toggles 2000]
         [--records 20] [--calls 600]
 
-``--broker redis`` uses ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``), flushed first.
+``--broker redis`` uses the Redis database of ``BENCH_REDIS_URL``, which must be given: it is flushed first.
 
 1. Drain: a burst of toggles piled up behind gates (one per pool process), then drained by 2 prefork
    workers (``-c 2``): one naive Celery task per toggle (load, set, ``save()``) against ``enqueue_update()``
@@ -75,7 +75,9 @@ def main() -> None:
     parser.add_argument("--broker", choices=["rabbitmq", "redis"], default="rabbitmq")
     args = parser.parse_args()
     if args.broker == "redis":
-        url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+        url = os.environ.get("BENCH_REDIS_URL")
+        if not url:
+            sys.exit("--broker redis needs BENCH_REDIS_URL: a Redis database of the benchmark's own (it is flushed).")
         import redis
 
         redis.Redis.from_url(url).flushdb()
@@ -242,7 +244,7 @@ def bench_drain(report: Any, rounds: int, toggle_count: int, records: int) -> No
             rows["messages"].figures.append(float(messages))
 
     try:
-        wait_for(lambda: len(app.control.inspect(timeout=1.0).ping() or {}) == 4, "the workers to start", 180, 0.5)
+        wait_for(lambda: len(app.control.inspect(timeout=1.0).ping() or {}) == 2, "the workers to start", 180, 0.5)
         for round_ in range(rounds):
             for kind in bench._rotate(["naive", "safe"], round_):
                 drain(kind, round_)

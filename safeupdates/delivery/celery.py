@@ -156,16 +156,26 @@ def _retries(state: _Running, error: BaseException | None) -> bool:
 # -- one message per record in flight ------------------------------------------------------------------
 
 
-def _claim(delivery: Delivery, task_id: str) -> bool:
+def _claim(delivery: Delivery, task_id: str, *, likely_waiting: bool = False) -> bool:
     """Note that ``delivery``'s record has an apply message waiting, to be published as ``task_id``
     (:class:`safeupdates.models.WaitingMessage`, in the request's database): True if this delivery is to
     publish it, False if one waits already, published and not started, which will read the request
-    (committed before this call). A database error here is no reason to publish nothing: True."""
+    (committed before this call). A database error here is no reason to publish nothing: True.
+
+    ``likely_waiting`` (a burst: other requests of the record are pending) looks for the note first, one
+    read instead of an insert that fails and its transaction rolled back: a note seen after the request's
+    commit was not yet deleted by its task, which reads the pending requests only after that delete."""
+    notes = waiting_messages().objects.using(delivery.using)
+    record = {"content_type_id": delivery.content_type_id, "object_id": delivery.object_id}
+    if likely_waiting:
+        try:
+            if notes.filter(**record).exists():
+                return False
+        except DatabaseError:
+            pass  # the insert below says it again, or publishes all the same
     try:
         with transaction.atomic(using=delivery.using):
-            waiting_messages().objects.using(delivery.using).create(
-                content_type_id=delivery.content_type_id, object_id=delivery.object_id, task_id=task_id
-            )
+            notes.create(**record, task_id=task_id)
     except IntegrityError:
         return False
     except DatabaseError:
@@ -302,7 +312,7 @@ class CeleryBackend(Backend):
         None. Raises what the broker raises when it is unreachable (kombu's ``OperationalError``), after one
         reconnect at once; the record then has no message waiting."""
         task_id = str(uuid.uuid4())
-        if not _claim(delivery, task_id):
+        if not _claim(delivery, task_id, likely_waiting=likely_queued):
             return None
         try:
             return self._publish(delivery, trace=trace, task_id=task_id)
