@@ -151,10 +151,17 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 600, pol
         time.sleep(poll)
 
 
-def tasks_run(app: Any, names: tuple[str, ...]) -> int:
-    """Tasks of ``names`` the workers have run so far (their own counters; each ask waits 0.3 s for answers)."""
-    stats = app.control.inspect(timeout=0.3).stats() or {}
-    return sum(worker.get("total", {}).get(name, 0) for worker in stats.values() for name in names)
+def tasks_run(app: Any, names: tuple[str, ...], workers: int = 2) -> int:
+    """Tasks of ``names`` the workers have run so far (their own counters), once all ``workers`` answer: each
+    ask waits 0.3 s for answers, and a worker that answers late (on a loaded machine, on Redis) would make the
+    count too low, and a drain look done before it is."""
+    deadline = time.monotonic() + 120
+    while True:
+        stats = app.control.inspect(timeout=0.3).stats() or {}
+        if len(stats) >= workers:
+            return sum(worker.get("total", {}).get(name, 0) for worker in stats.values() for name in names)
+        if time.monotonic() > deadline:
+            sys.exit(f"Only {len(stats)} of {workers} workers answer inspect().stats().")
 
 
 #: The contenders of the drain, the naive task and enqueue_update, share one queue and one pool of workers.
