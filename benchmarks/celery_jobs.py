@@ -20,7 +20,11 @@ def naive_toggle(pk: int, field: str, value: bool) -> None:
     row.save()
 
 
-@shared_task(name="benchmarks.gate", ignore_result=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+# acks_late: a worker then holds no more gates than it has pool processes (CELERY_WORKER_PREFETCH_MULTIPLIER 1
+# counts unacknowledged messages). Acknowledged on receipt, a gate frees its prefetch slot at once: on a Redis
+# broker two runs of three timed out waiting for the four gates to hold a process each (a worker holding a
+# third gate in its buffer is the likely cause); with acks_late the next run did not.
+@shared_task(name="benchmarks.gate", ignore_result=True, acks_late=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def gate() -> None:
     """Hold a pool process until the benchmark lets go of :data:`GATE_LOCK`, so that a backlog piles up."""
     with connection.cursor() as cursor:

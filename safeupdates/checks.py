@@ -471,7 +471,7 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             Error(
                 'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
                 hint="Use Django 6.0 or later (django.tasks), or install the django-tasks backport on Django 5.2 "
-                "(pip install django-safeupdates[tasks]).",
+                "(the [tasks] extra of django-safeupdates, or pip install django-tasks).",
                 id="safeupdates.E021",
             )
         ]
@@ -527,6 +527,32 @@ def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     return messages
 
 
+@register(Tags.compatibility)
+def check_delivery_chosen(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """W025: ``SAFEUPDATES_DELIVERY`` is unset (RQ, the default) in a project that configures Celery (a
+    ``CELERY_*`` setting, as Celery's Django guide names them) or Django's Tasks framework (``TASKS``): its
+    apply jobs would go to a Redis that nothing of the project reads."""
+    if hasattr(settings, conf.DELIVERY.name):
+        return []
+    celery = sorted(name for name in dir(settings) if name.startswith("CELERY_"))
+    if celery:
+        named = "CELERY_BROKER_URL" if "CELERY_BROKER_URL" in celery else celery[0]
+        what, chosen = f"Celery ({named})", conf.DELIVERY_CELERY
+    elif getattr(settings, "TASKS", None):
+        what, chosen = "Django's Tasks framework (TASKS)", conf.DELIVERY_TASKS
+    else:
+        return []
+    return [
+        Warning(
+            f"This project configures {what} but leaves SAFEUPDATES_DELIVERY unset, so safeupdates delivers its "
+            "apply jobs through RQ (django-rq), the default.",
+            hint=f'Set SAFEUPDATES_DELIVERY = "{chosen}" to deliver apply jobs through it (docs/delivery.md), or '
+            'SAFEUPDATES_DELIVERY = "rq" to keep RQ and silence this warning.',
+            id="safeupdates.W025",
+        )
+    ]
+
+
 def check_celery() -> list[CheckMessage]:
     """With ``SAFEUPDATES_DELIVERY = "celery"``: E025, Celery cannot be imported; else the backend's own
     checks (:meth:`safeupdates.delivery.celery.CeleryBackend.check`: E026 ... W024)."""
@@ -534,8 +560,8 @@ def check_celery() -> list[CheckMessage]:
         return [
             Error(
                 'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
-                hint='Install it with its Redis support (pip install "django-safeupdates[celery]"), or set '
-                'SAFEUPDATES_DELIVERY to "rq" or "tasks".',
+                hint="Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "
+                '"celery[redis]"), or set SAFEUPDATES_DELIVERY to "rq" or "tasks".',
                 id="safeupdates.E025",
             )
         ]

@@ -11,8 +11,10 @@ import datetime
 import uuid
 from typing import Any, ClassVar
 
+from django.apps import apps
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
@@ -29,6 +31,21 @@ from safeupdates.write.mixins import (
     only_changes,
 )
 
+
+def _require_installed() -> None:
+    """Refuse to define the app's tables outside an installed ``safeupdates``: Django would end every command
+    in a RuntimeError about ``ProcessedRequest``'s app_label, which does not say what to add. (Before the app
+    registry is populated Django raises its own AppRegistryNotReady, which says enough.)"""
+    if apps.apps_ready and not any(config.name == "safeupdates" for config in apps.get_app_configs()):
+        raise ImproperlyConfigured(
+            "'safeupdates' is not in INSTALLED_APPS, but safeupdates.models is imported (by a model of the "
+            "project, or an import of safeupdates'). Add 'safeupdates' to INSTALLED_APPS, after "
+            "'django.contrib.contenttypes'."
+        )
+
+
+_require_installed()
+
 __all__ = [
     "BASE_VERSION_KEY",
     "TERMINAL_STATUSES",
@@ -43,6 +60,7 @@ __all__ = [
     "SafeUpdateModel",
     "SyncedAtMixin",
     "VersionCounter",
+    "WaitingMessage",
     "checked_per_row",
     "only_changes",
 ]
@@ -189,3 +207,28 @@ class VersionCounter(models.Model):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+class WaitingMessage(models.Model):
+    """A record's apply message that is published and not yet started (Celery delivery: one per record).
+
+    Written by the delivery before it publishes the message, deleted by the message's task when it starts,
+    before it reads the pending requests: a request committed while the row exists is read by that message,
+    so it publishes nothing. A row whose message was lost (a broker restarted empty, a crash between the
+    row and the publish) only makes later requests of the record wait for the relay, which delivers every
+    overdue pending request whatever this table says; the relay's message deletes the row.
+    """
+
+    content_type_id = models.IntegerField()
+    object_id = models.CharField(max_length=255)
+    task_id = models.CharField(max_length=64)
+    published_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = _("waiting apply message")
+        constraints = [
+            models.UniqueConstraint(fields=["content_type_id", "object_id"], name="safeupdates_one_waiting_message")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.content_type_id}:{self.object_id} ({self.task_id})"

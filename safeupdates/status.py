@@ -212,16 +212,8 @@ class Status:
             found.append(f"{self.failed} failed request(s) (more than --max-failed {max_failed}).")
         if self.backend_error:
             found.append(f"{self.backend_label} cannot be asked: {self.backend_error}")
-        pending: dict[str, int] = {}
-        for entry in self.backlog:
-            pending[entry.queue] = pending.get(entry.queue, 0) + entry.pending
+        found += self.unconsumed()
         for state in self.queues:
-            waiting = pending.get(state.name, 0)
-            if waiting and state.workers == 0:
-                found.append(
-                    f"queue {state.name!r}: {waiting} request(s) pending, and no worker is registered on it "
-                    f"({self.no_worker}): start or restart one: {self.hints.get(state.name, '')}."
-                )
             if state.scheduled and state.scheduler is False:
                 found.append(
                     f"queue {state.name!r}: {state.scheduled} job(s) wait in its scheduled registry (retries), and "
@@ -229,6 +221,20 @@ class Status:
                     f"(python manage.py rqworker {state.name} --with-scheduler)."
                 )
         return found
+
+    def unconsumed(self) -> list[str]:
+        """A problem per queue with pending requests that no worker consumes, as its backend counts them
+        (RQ: registered workers; Celery: the broker's consumers, or on Redis the workers' answers), at once:
+        a queue the backend cannot count (``workers`` None) waits for :attr:`stuck_after` instead."""
+        pending: dict[str, int] = {}
+        for entry in self.backlog:
+            pending[entry.queue] = pending.get(entry.queue, 0) + entry.pending
+        return [
+            f"queue {state.name!r}: {pending[state.name]} request(s) pending, and no worker is registered on it "
+            f"({self.no_worker}): start or restart one: {self.hints.get(state.name, '')}."
+            for state in self.queues
+            if pending.get(state.name) and state.workers == 0
+        ]
 
     def as_json(self) -> dict[str, Any]:
         """The snapshot as JSON-ready data (``--json``)."""
@@ -361,7 +367,7 @@ def collect(*, using: str | None = None, failed_limit: int = 20, ask_rq: bool = 
     status.hints = {entry.queue: chosen.worker_hint(entry.queue) for entry in status.backlog}
     if ask_rq:
         try:
-            status.queues = chosen.health()
+            status.queues = chosen.health(sorted({entry.queue for entry in status.backlog} - {"-"}))
         except BackendUnavailable as exc:
             status.backend_error = str(exc)
     return status

@@ -36,10 +36,11 @@ from django.urls import reverse
 
 from safeupdates import checks, delivery, enqueue_update
 from safeupdates.contrib import check_tools_need_rq
+from safeupdates.delivery import QueueHealth
 from safeupdates.delivery import celery as celery_backend_module
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 from safeupdates.jobs import relay
-from safeupdates.models import ProcessedRequest
+from safeupdates.models import ProcessedRequest, WaitingMessage
 from safeupdates.status import collect
 from tests.celery_harness import (
     CeleryWorkers,
@@ -136,13 +137,92 @@ def test_the_message_carries_ids_never_the_changes(db, rabbit, django_capture_on
     assert request.queue == "default"
 
 
-def test_every_request_gets_a_message(db, rabbit, django_capture_on_commit_callbacks):
-    """Celery cannot say whether a record's task waits: a burst of one record costs a message per request."""
+def test_deliver_returns_the_id_of_the_task_it_published(db, rabbit):
+    """As RQ's delivery returns its job's id: the task id is what Celery's tools (inspect, revoke, the
+    worker's log) name the message by."""
     profile = ProfileFactory()
+    request = ProcessedRequest.objects.create(
+        content_type_id=content_type_id(), object_id=str(profile.pk), version=1, changes={"active": True}
+    )
+    found = delivery.backend().deliver(
+        delivery.Delivery(str(request.request_id), content_type_id(), str(profile.pk), "default")
+    )
+    [message] = take_messages(rabbit)
+    assert isinstance(found, str) and found == message.headers["id"]
+
+
+def run_here(message: Any) -> str:
+    """Run an apply message taken off the broker in this process, as a worker would (eagerly)."""
+    args, kwargs, _embed = message.decode()
+    return str(celery_backend_module.apply_update.apply(args=args, kwargs=kwargs, task_id=message.headers["id"]).get())
+
+
+def waiting_notes() -> list[tuple[str, str]]:
+    return list(WaitingMessage.objects.values_list("object_id", "task_id"))
+
+
+def test_a_burst_of_one_record_costs_one_message(db, rabbit, django_capture_on_commit_callbacks):
+    """A request whose record has an apply message waiting (published, not started) publishes nothing:
+    that message reads it. Another record gets its own."""
+    profile, other = ProfileFactory(), ProfileFactory()
+    requests = []
     for value in (True, False, True):
         with django_capture_on_commit_callbacks(execute=True):
-            enqueue_update(profile, active=value)
-    assert queued(rabbit) == 3
+            requests.append(enqueue_update(profile, active=value))
+    with django_capture_on_commit_callbacks(execute=True):
+        enqueue_update(other, active=True)
+    messages = take_messages(rabbit)
+    assert [message.decode()[1]["object_id"] for message in messages] == [str(profile.pk), str(other.pk)]
+    assert sorted(waiting_notes()) == sorted((m.decode()[1]["object_id"], m.headers["id"]) for m in messages)
+    assert run_here(messages[0]) == "1 applied, 2 stale"
+    assert [ProcessedRequest.objects.get(pk=r.pk).status for r in requests] == ["stale", "stale", "applied"]
+    assert waiting_notes() == [(str(other.pk), messages[1].headers["id"])]  # the started one's note is gone
+
+
+def test_a_request_after_its_records_message_started_gets_a_follow_up(db, rabbit, django_capture_on_commit_callbacks):
+    """A message that started may have read the pending requests already: the next request of its record
+    publishes a message of its own, which again takes the requests after it."""
+    profile = ProfileFactory()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = enqueue_update(profile, active=True)
+    [message] = take_messages(rabbit)
+    run_here(message)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = enqueue_update(profile, active=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        third = enqueue_update(profile, newsletter=True)
+    [follow_up] = take_messages(rabbit)
+    assert follow_up.decode()[0] == [str(second.request_id)]
+    run_here(follow_up)
+    statuses = [ProcessedRequest.objects.get(pk=r.pk).status for r in (first, second, third)]
+    assert statuses == ["applied", "applied", "applied"] and waiting_notes() == []
+
+
+def test_the_relay_delivers_what_a_lost_message_left(db, rabbit, django_capture_on_commit_callbacks):
+    """The broker lost the record's message (a Redis broker restarted empty): its note stays, so the next
+    request publishes nothing, and the relay, which trusts the request log alone, delivers both."""
+    profile = ProfileFactory()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = enqueue_update(profile, active=True)
+    take_messages(rabbit)  # lost
+    with django_capture_on_commit_callbacks(execute=True):
+        second = enqueue_update(profile, active=False)
+    assert queued(rabbit) == 0 and len(waiting_notes()) == 1
+    relay(0)
+    [relayed] = take_messages(rabbit)
+    run_here(relayed)
+    assert [ProcessedRequest.objects.get(pk=r.pk).status for r in (first, second)] == ["stale", "applied"]
+    assert waiting_notes() == []
+
+
+def test_a_publish_that_failed_leaves_no_note(db, vhost, caplog):
+    """The broker unreachable: the request is left for the relay, and its record has no message waiting,
+    so its next request publishes again."""
+    profile = ProfileFactory()
+    with celery_delivery(vhost.url(free_port())):
+        delivery.deliver_or_leave_for_relay(uuid.uuid4(), content_type_id(), str(profile.pk), "default", what="x")
+    assert "the relay will deliver it" in caplog.text
+    assert waiting_notes() == []
 
 
 @override_settings(SAFEUPDATES_CELERY_QUEUE="fast")
@@ -335,7 +415,8 @@ def test_e024_celery_not_installed(monkeypatch):
     assert checks.check_delivery() == [
         Error(
             'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
-            hint='Install it with its Redis support (pip install "django-safeupdates[celery]"), or set '
+            hint="Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "
+            '"celery[redis]"), or set '
             'SAFEUPDATES_DELIVERY to "rq" or "tasks".',
             id="safeupdates.E025",
         )
@@ -527,6 +608,34 @@ def test_status_shows_the_celery_queue(db, rabbit, django_capture_on_commit_call
     ]
 
 
+def test_a_request_pending_on_a_queue_no_worker_consumes_is_a_problem_at_once(
+    db, rabbit, django_capture_on_commit_callbacks
+):
+    """Not only the apply tasks' default queue: every queue with pending requests is asked for its
+    consumers, so a request routed to a queue that no worker was started with -Q for is flagged at once,
+    not after SAFEUPDATES_STUCK_AFTER."""
+    with django_capture_on_commit_callbacks(execute=True):
+        enqueue_update(ProfileFactory(), active=True, queue="toggles")
+    snapshot = collect()
+    assert [(h.name, h.queued, h.workers) for h in snapshot.queues] == [("default", 0, 0), ("toggles", 1, 0)]
+    assert snapshot.problems() == [
+        "queue 'toggles': 1 request(s) pending, and no worker is registered on it (no worker consumes it: none "
+        "runs, or none was started with -Q for it): start or restart one: celery -A tests.celery_harness worker -Q "
+        "toggles."
+    ]
+    take_messages(rabbit, "toggles")
+
+
+def test_the_status_text_counts_consumers_without_a_busy_count(db, rabbit):
+    """Celery tells how many consume a queue, not how many are busy: no "None busy"."""
+    from safeupdates.management.commands.safeupdates_status import render
+
+    snapshot = collect()
+    snapshot.queues = [QueueHealth(name="default", queued=3, workers=2)]
+    assert "Queue default: 3 queued; 2 worker(s)" in render(snapshot, [])
+    assert not [line for line in render(snapshot, []) if "None" in line]
+
+
 def test_the_admin_status_page_shows_the_celery_queue(db, rabbit, admin_client, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         enqueue_update(ProfileFactory(), active=True)
@@ -620,37 +729,39 @@ def test_a_request_is_applied_by_a_prefork_worker(transactional_db, broker, cele
 
 @pytest.mark.workers
 @pytest.mark.parametrize("broker", ["redis"], indirect=True)
-def test_on_a_redis_broker_the_worker_count_is_unknown_never_0(transactional_db, broker, celery_workers, admin_client):
-    """kombu's Redis transport counts no consumers (its queue_declare answers 0 whoever consumes): with a
-    worker live on the queue and a request pending there, the verdict says the workers are unknown, never 0,
-    which would call the system unhealthy ("no worker consumes it") while one does. RabbitMQ's count is
-    tested above (test_status_shows_the_celery_queue)."""
-    celery_workers.start(1, env=worker_env(broker.url))
-    assert celery_workers.wait_ready(), celery_workers.logs()
+def test_on_a_redis_broker_the_workers_answer_for_their_queues(transactional_db, broker, celery_workers, admin_client):
+    """kombu's Redis transport counts no consumers (its queue_declare answers 0 whoever consumes): the
+    workers are asked which queues they consume (Celery's inspect().active_queues()). With none, a pending
+    request is a problem at once; with one live on the queue, the system is healthy and the count is 1.
+    RabbitMQ's count is tested above (test_status_shows_the_celery_queue)."""
     profile = ProfileFactory(active=False)
     with celery_delivery(broker.url):
         with transaction.atomic():  # the request pending, its message published at the commit
+            enqueue_update(profile, active=True)
+            alone = collect()
+        assert [(h.name, h.workers) for h in alone.queues] == [("default", 0)]
+        assert [problem.split(" (")[0] for problem in alone.problems()] == [
+            "queue 'default': 1 request(s) pending, and no worker is registered on it"
+        ]
+        celery_workers.start(1, env=worker_env(broker.url))
+        assert celery_workers.wait_ready(), celery_workers.logs()
+        with transaction.atomic():
             request = enqueue_update(profile, active=True)
             snapshot = collect()
             as_json, as_text = StringIO(), StringIO()
             call_command("safeupdates_status", "--json", stdout=as_json)  # SystemExit(1) if unhealthy
             call_command("safeupdates_status", stdout=as_text)
             page = admin_client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
-        assert snapshot.pending == 1 and snapshot.backend_error == ""
-        assert [(h.name, h.workers, h.busy_workers) for h in snapshot.queues] == [("default", None, None)]
+        assert snapshot.backend_error == ""
+        assert [(h.name, h.workers, h.busy_workers) for h in snapshot.queues] == [("default", 1, None)]
         assert snapshot.problems() == []
         shown = json.loads(as_json.getvalue())
         assert shown["healthy"] is True and shown["problems"] == []
-        assert [(q["name"], q["workers"]) for q in shown["queues"]] == [("default", None)]
-        assert "Queue default: 0 queued; workers not shown by this backend" in as_text.getvalue()
+        assert [(q["name"], q["workers"]) for q in shown["queues"]] == [("default", 1)]
+        assert "worker(s)" in as_text.getvalue() and "None" not in as_text.getvalue()
         assert "<strong>Unhealthy</strong>" not in page
-        [row] = re.findall(r'<table id="safeupdates-queues">.*?<tbody>\s*(<tr>.*?</tr>)', page, re.S)
-        cells = [html_text.unescape(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-        assert cells[0] == "default" and cells[4] == NOT_TOLD, row  # the workers' column
-        # A worker did consume the queue meanwhile: it applies the request once it is published.
         log = ProcessedRequest.objects.filter(pk=request.pk)
         assert wait_until(lambda: log.get().status == "applied", 60), celery_workers.logs()
-        assert [h.workers for h in collect().queues] == [None]
 
 
 @pytest.mark.workers
@@ -866,6 +977,11 @@ def test_chaos_on_rabbitmq_kills_duplicates_and_a_cut_off_broker(audited, broker
     def faults(run: Chaos) -> dict[int, Callable[[], None]]:
         def cut() -> None:
             assert broker.proxy is not None
+            # The records toggled while the broker is cut off must have no message waiting, else their
+            # requests publish nothing (that message reads them) and no publish is lost: their messages
+            # run first.
+            quiet = WaitingMessage.objects.filter(object_id__in=[str(pk) for pk in run.pks[6:]])
+            assert wait_until(lambda: not quiet.exists(), 60, interval=0.05), run.logs()
             run.lost.count = 0
             broker.proxy.stop()
             # The toggles made while the broker is cut off go to two records that get none afterwards: a
@@ -947,33 +1063,6 @@ def test_the_celery_beat_entry_runs_the_relay(transactional_db, vhost, celery_wo
         beat.wait(10)
     assert applied, (tmp_path / "beat.log").read_text() + celery_workers.logs()
     assert "safeupdates.jobs.relay_pending" in celery_workers.logs()
-
-
-def test_a_worker_process_remembers_only_requests_done_for_good(db, django_capture_on_commit_callbacks):
-    """The memory that lets a worker process skip the later messages of a burst: after an apply of a
-    record, its applied, stale and rejected requests are known done; a pending or failed one never (a
-    failed request is revived by ``safeupdates_relay --retry-failed``, and its message must then run)."""
-    from safeupdates.jobs import apply_update
-
-    profile = ProfileFactory()
-    with django_capture_on_commit_callbacks(execute=False):  # published nowhere: applied here, by hand
-        older = enqueue_update(profile, active=True)
-        newer = enqueue_update(profile, active=False)
-    apply_update(str(older.request_id))
-    failed = enqueue_update(profile, newsletter=True)
-    ProcessedRequest.objects.filter(pk=failed.pk).update(status="failed")
-    pending = enqueue_update(profile, dark_mode=True)
-    ProcessedRequest.objects.filter(pk=pending.pk).update(status="pending")
-    celery_backend_module._learn("default", content_type_id(), str(profile.pk))
-    statuses = dict(ProcessedRequest.objects.values_list("request_id", "status"))
-    known = {
-        str(request.request_id)
-        for request in (older, newer, failed, pending)
-        if celery_backend_module.done_here("default", str(request.request_id))
-    }
-    assert (statuses[older.request_id], statuses[newer.request_id]) == ("stale", "applied")
-    assert known == {str(older.request_id), str(newer.request_id)}
-    assert not celery_backend_module.done_here("tenant", str(older.request_id))  # per database
 
 
 @pytest.mark.workers

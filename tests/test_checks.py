@@ -24,8 +24,9 @@ def test_e001_django_rq_not_installed():
     assert check_django_rq() == [
         Error(
             "django_rq is not in INSTALLED_APPS.",
-            hint="safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
-            "and configure RQ_QUEUES.",
+            hint="SAFEUPDATES_DELIVERY is 'rq' (the default): safeupdates delivers its jobs through django-rq. "
+            "Add 'django_rq' to INSTALLED_APPS and configure RQ_QUEUES, or set SAFEUPDATES_DELIVERY to 'celery' "
+            "or 'tasks' (docs/delivery.md).",
             id="safeupdates.E001",
         )
     ]
@@ -696,3 +697,80 @@ class TestW008WorkerClass:
 
         with override_settings(RQ={}, SAFEUPDATES_DELIVERY="tasks"):
             assert check_rq_worker() == []
+
+
+# -- the delivery a project configures but does not choose (issue 54) -------------------------------------
+
+W025_HINT = (
+    'Set SAFEUPDATES_DELIVERY = "{chosen}" to deliver apply jobs through it (docs/delivery.md), or '
+    'SAFEUPDATES_DELIVERY = "rq" to keep RQ and silence this warning.'
+)
+
+
+def unset_deliveries(settings):
+    """The suite's settings without SAFEUPDATES_DELIVERY, TASKS and the CELERY_* settings."""
+    from django.conf import settings as current  # pytest-django's wrapper lists no settings
+
+    for name in [name for name in dir(current) if name.startswith("CELERY_")]:
+        delattr(settings, name)
+    for name in ("SAFEUPDATES_DELIVERY", "TASKS"):
+        delattr(settings, name)
+
+
+@pytest.mark.parametrize(
+    "configured, chosen, what",
+    [
+        ({"CELERY_BROKER_URL": "amqp://guest@localhost//"}, "celery", "Celery (CELERY_BROKER_URL)"),
+        ({"TASKS": {"default": {"BACKEND": "x"}}}, "tasks", "Django's Tasks framework (TASKS)"),
+    ],
+)
+def test_w025_a_project_on_celery_or_tasks_that_leaves_the_delivery_unset(settings, configured, chosen, what):
+    """The default (RQ) would send apply jobs to a Redis nothing reads: say which setting chooses."""
+    from safeupdates.checks import check_delivery_chosen
+
+    unset_deliveries(settings)
+    for name, value in configured.items():
+        setattr(settings, name, value)
+    assert check_delivery_chosen() == [
+        Warning(
+            f"This project configures {what} but leaves SAFEUPDATES_DELIVERY unset, so safeupdates delivers its "
+            "apply jobs through RQ (django-rq), the default.",
+            hint=W025_HINT.format(chosen=chosen),
+            id="safeupdates.W025",
+        )
+    ]
+    settings.SAFEUPDATES_DELIVERY = "rq"  # chosen on purpose: nothing to say
+    assert check_delivery_chosen() == []
+
+
+def test_w025_is_silent_for_a_project_on_rq_alone(settings):
+    from safeupdates.checks import check_delivery_chosen
+
+    unset_deliveries(settings)
+    assert check_delivery_chosen() == []
+
+
+def test_a_project_without_safeupdates_in_installed_apps_is_told_so(tmp_path):
+    """A model of the project imports ``safeupdates.models``: instead of Django's RuntimeError about
+    ProcessedRequest's app_label, every command says what to add."""
+    from tests.projects import Project, last_line
+
+    project = Project(tmp_path, ["django.contrib.contenttypes", "django.contrib.auth", "django_rq", "shop"])
+    project.app(
+        "shop",
+        models="""
+        from django.db import models
+        from safeupdates.models import SafeUpdateModel
+
+        class Item(SafeUpdateModel):
+            name = models.CharField(max_length=20)
+            safe_update_fields = ("name",)
+        """,
+    )
+    ran = project.manage("check")
+    assert ran.returncode == 1
+    assert last_line(ran.stderr) == (
+        "django.core.exceptions.ImproperlyConfigured: 'safeupdates' is not in INSTALLED_APPS, but "
+        "safeupdates.models is imported (by a model of the project, or an import of safeupdates'). Add "
+        "'safeupdates' to INSTALLED_APPS, after 'django.contrib.contenttypes'."
+    )

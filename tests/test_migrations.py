@@ -91,4 +91,5 @@ def test_the_models_of_a_contrib_app_carry_their_own_label():
         "FailedRequest",  # a proxy of the request log, for the admin's list of failed requests
         "ProcessedRequest",
         "VersionCounter",
+        "WaitingMessage",
     ]

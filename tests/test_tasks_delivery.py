@@ -303,7 +303,7 @@ def test_e021_tasks_framework_missing(monkeypatch):
         Error(
             'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
             hint="Use Django 6.0 or later (django.tasks), or install the django-tasks backport on Django 5.2 "
-            "(pip install django-safeupdates[tasks]).",
+            "(the [tasks] extra of django-safeupdates, or pip install django-tasks).",
             id="safeupdates.E021",
         )
     ]

@@ -44,6 +44,16 @@ TASKS = {{"default": {{"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": [
 SAFEUPDATES_DELIVERY = "tasks"
 """
 
+# The project on Celery, as docs/delivery.md makes it: its broker is a real one, which the page's test settings
+# must replace (a publish there would fail: the vhost does not exist).
+CELERY_SETTINGS = """
+
+# --- added by tests/test_testing_plugin.py: SAFEUPDATES_DELIVERY = "celery" (docs/delivery.md) ---
+SAFEUPDATES_DELIVERY = "celery"
+CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672/safeupdates_no_such_vhost"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = 0
+"""
+
 # Not the page's: a transactional test, whose commit delivers the request as the settings say.
 COMMITTED = """
 import pytest
@@ -62,6 +72,9 @@ def test_a_committed_request_is_delivered_as_the_settings_say(django_user_model,
         from django_tasks_db.models import DBTaskResult
 
         assert DBTaskResult.objects.count() == 1  # queued for a db_worker, which the test does not run
+        assert [r.request_id for r in safeupdates_run_pending()] == [request.request_id]
+    elif getattr(settings, "SAFEUPDATES_DELIVERY", "rq") == "celery":
+        assert settings.CELERY_BROKER_URL == "memory://"  # published into this process: nothing consumes it
         assert [r.request_id for r in safeupdates_run_pending()] == [request.request_id]
     else:
         assert safeupdates_run_pending() == []  # RQ ran the job at the commit (ASYNC: False)
@@ -113,9 +126,17 @@ def run_the_pages_tests(
     for target, text in file_blocks(PAGE).items():
         (pytester.path / target).write_text(text)
     (pytester.path / "toggles" / "test_committed.py").write_text(COMMITTED)
+    # The delivery is the project's (mysite/settings.py): the page's test settings read it.
     if delivery == "tasks":
-        with (pytester.path / "mysite" / "test_settings.py").open("a") as file:
+        with (pytester.path / "mysite" / "settings.py").open("a") as file:
             file.write(TASKS_SETTINGS)
+    if delivery == "celery":
+        with (pytester.path / "mysite" / "settings.py").open("a") as file:
+            file.write(CELERY_SETTINGS)
+        celery_files = file_blocks("docs/delivery.md")
+        for name in ("celery.py", "__init__.py"):
+            text = celery_files[f"proj/{name}"].replace("proj", "mysite")
+            (pytester.path / "mysite" / name).write_text(text)
     if conftest is not None:
         (pytester.path / "conftest.py").write_text(conftest)
     env = project_env(inner_postgres() if database == "postgresql" else None)
@@ -147,17 +168,16 @@ def test_the_pages_tests_pass_with_rq_delivery(
 
 @pytest.mark.once
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_the_fixture_applies_what_tasks_delivery_left_pending(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, quickstart_project: Path, database: str
+@pytest.mark.parametrize("delivery", ["tasks", "celery"])
+def test_the_pages_tests_pass_with_tasks_and_celery_delivery(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, quickstart_project: Path, database: str, delivery: str
 ) -> None:
-    """Tasks delivery: a commit enqueues a task that nothing runs in the test; the fixture applies the
-    requests all the same (the unittest example, which relies on RQ's ASYNC, is left out)."""
+    """Tasks and Celery delivery: the page's test settings, TestCase and fixture as written; a commit
+    enqueues a task that nothing runs in the test (on Celery: into kombu's in-memory transport, never the
+    project's broker), and the fixture applies the request all the same."""
     needs(database)
-    args = ("toggles/test_pending.py", "toggles/test_committed.py")
-    result = run_the_pages_tests(
-        pytester, monkeypatch, quickstart_project, delivery="tasks", database=database, args=args
-    )
-    result.assert_outcomes(passed=3)
+    result = run_the_pages_tests(pytester, monkeypatch, quickstart_project, delivery=delivery, database=database)
+    result.assert_outcomes(passed=4)
 
 
 @pytest.mark.once

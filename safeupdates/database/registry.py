@@ -17,7 +17,7 @@ from django.dispatch import receiver
 if TYPE_CHECKING:
     from django.contrib.contenttypes.models import ContentType
 
-    from safeupdates.models import ProcessedRequest, VersionCounter
+    from safeupdates.models import ProcessedRequest, VersionCounter, WaitingMessage
 
 __all__ = [
     "column",
@@ -30,6 +30,7 @@ __all__ = [
     "spans_tables",
     "version_counter",
     "versions_model",
+    "waiting_messages",
 ]
 
 
@@ -102,6 +103,11 @@ def _forget(*, setting: str, **kwargs: Any) -> None:
     """An ``override_settings(INSTALLED_APPS=...)`` (or its end) rebuilds the app registry: look again."""
     if setting == "INSTALLED_APPS":
         _request_log.clear()
+
+
+def waiting_messages() -> type[WaitingMessage]:
+    """The table of records whose apply message waits (Celery), :class:`safeupdates.models.WaitingMessage`."""
+    return cast("type[WaitingMessage]", apps.get_model("safeupdates", "WaitingMessage"))  # type: ignore[redundant-cast]
 
 
 def version_counter() -> type[VersionCounter]:

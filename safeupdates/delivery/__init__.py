@@ -157,10 +157,13 @@ class Backend:
         a warning if that is not ``wanted``: a request must not wait for a queue no worker serves."""
         raise NotImplementedError
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
-        """Make sure a job will apply ``delivery.request_id``: True if a job was enqueued, False if the
-        record's job was found waiting. ``likely_queued``: other requests of the record are pending (a
-        burst). ``trace``: a trace context for the job to continue. Raises what the broker raises."""
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
+        """Make sure a job will apply ``delivery.request_id``: the id of the job (or task, or message) it
+        enqueued, or None if the record's job was found waiting (it will read the request).
+        ``likely_queued``: other requests of the record are pending (a burst). ``trace``: a trace context
+        for the job to continue. Raises what the broker raises."""
         raise NotImplementedError
 
     def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
@@ -197,9 +200,10 @@ class Backend:
         :attr:`can_take_waiting`); for each record, whether one was taken."""
         return [False] * len(records)
 
-    def health(self) -> list[QueueHealth]:
-        """Each queue it serves, as far as it can tell. Raises
-        :class:`~safeupdates.exceptions.BackendUnavailable` if the broker cannot be asked."""
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
+        """Each queue it serves, as far as it can tell, and each of ``queues`` (those with pending requests)
+        that it cannot list by itself. Raises :class:`~safeupdates.exceptions.BackendUnavailable` if the
+        broker cannot be asked."""
         return []
 
     def worker_hint(self, queue: str) -> str:
@@ -322,6 +326,6 @@ def take_waiting(records: Sequence[tuple[int, str]], using: str) -> list[bool]:
     return chosen.take_waiting(records, using) if chosen.can_take_waiting else [False] * len(records)
 
 
-def health() -> list[QueueHealth]:
-    """What the backend tells of its queues (see :meth:`Backend.health`)."""
-    return backend().health()
+def health(queues: Sequence[str] = ()) -> list[QueueHealth]:
+    """What the backend tells of its queues and of ``queues`` (see :meth:`Backend.health`)."""
+    return backend().health(queues)

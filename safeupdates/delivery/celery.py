@@ -20,8 +20,12 @@ the changes. Its body is :func:`safeupdates.jobs.apply_update`, which applies ev
 record, so a message delivered twice, or one whose request another message's task applied, changes
 nothing.
 
-Celery cannot tell whether a record's task is waiting in the broker (:attr:`CeleryBackend.can_list_queued`
-is False): every request gets a message, and the relay delivers from the request log alone.
+One message per record in flight: the delivery notes a record's message in the database before it
+publishes it (:class:`safeupdates.models.WaitingMessage`), and the message's task deletes the note when it
+starts, before it reads the pending requests. A request whose record has a message waiting publishes
+nothing; one committed after that message started publishes a message of its own (the follow-up). The
+broker is never asked (:attr:`CeleryBackend.can_list_queued` is False): a note whose message was lost
+only delays the record's next requests until the relay, which delivers from the request log alone.
 
 Publishing happens after the caller's commit and never waits for long: one reconnect at once (a pooled
 connection that a broker restart broke), then the request is left, pending, to the relay. The relay is
@@ -37,11 +41,11 @@ The system checks of this delivery (``safeupdates.E026`` ... ``W024``) are :meth
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -50,23 +54,23 @@ from typing import Any, ClassVar
 
 from celery import Celery, shared_task
 from django.core.checks import CheckMessage, Error, Warning
-from django.db import DEFAULT_DB_ALIAS, DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, transaction
 from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
 from safeupdates.database.errors import is_transient
-from safeupdates.database.registry import request_log
+from safeupdates.database.registry import waiting_messages
 from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
 __all__ = [
     "APPLY_TASK",
+    "INSPECT_TIMEOUT",
     "PUBLISH_RETRY_POLICY",
     "RELAY_TASK",
     "CeleryBackend",
     "apply_update",
     "celery_app",
-    "done_here",
     "longest_apply",
     "relay_pending",
     "run_apply_update",
@@ -149,55 +153,54 @@ def _retries(state: _Running, error: BaseException | None) -> bool:
     )
 
 
-# -- what this worker process knows is done --------------------------------------------------------------
-
-#: What the apply task returns for a message whose request this process knows is done (:func:`done_here`).
-SKIPPED = "nothing pending (done, as this worker process knows)"
-#: How many request ids a worker process remembers as done (the oldest are forgotten first).
-DONE_MEMORY = 20_000
-#: How many of a record's newest finished requests one look-up reads (:func:`_learn`).
-LEARN_LIMIT = 500
-
-_done: OrderedDict[tuple[str, str], None] = OrderedDict()
+# -- one message per record in flight ------------------------------------------------------------------
 
 
-def done_here(using: str, request_id: str) -> bool:
-    """Whether this process has seen request ``request_id`` (of database ``using``) applied, stale or
-    rejected: for good, as no request ever leaves those statuses (only ``failed`` ones are revived).
+def _claim(delivery: Delivery, task_id: str, *, likely_waiting: bool = False) -> bool:
+    """Note that ``delivery``'s record has an apply message waiting, to be published as ``task_id``
+    (:class:`safeupdates.models.WaitingMessage`, in the request's database): True if this delivery is to
+    publish it, False if one waits already, published and not started, which will read the request
+    (committed before this call). A database error here is no reason to publish nothing: True.
 
-    Celery cannot say whether a record's task waits, so a burst of toggles of one record costs a message
-    per request, and the first task that runs applies them all: the others would each open a database
-    connection (Celery's Django fix-up closes it after every task) to find nothing to do. A message whose
-    request is known done is skipped without one; every other request of its record has a message of its
-    own, a retry or the relay's, so nothing waits for this one. (The apply of a message that is not
-    skipped reports a done request as a duplicate; a skipped one sends no signal.)
-    """
-    return (using, request_id) in _done
-
-
-def _learn(using: str, content_type_id: int, object_id: str) -> None:
-    """After an apply of the record ``content_type_id:object_id``: remember its newest finished requests
-    (applied, stale or rejected; :data:`LEARN_LIMIT` of them, through the record's version index), so
-    that the messages of those that are still queued cost no database round trip. A database error here
-    changes nothing: the memory is only a shortcut."""
-    # The request log's terminal statuses but "failed" (safeupdates.lifecycle's RequestStatus, above this
-    # wing): no request leaves them.
-    finished = ("applied", "stale", "rejected")
+    ``likely_waiting`` (a burst: other requests of the record are pending) looks for the note first, one
+    read instead of an insert that fails and its transaction rolled back: a note seen after the request's
+    commit was not yet deleted by its task, which reads the pending requests only after that delete."""
+    notes = waiting_messages().objects.using(delivery.using)
+    record = {"content_type_id": delivery.content_type_id, "object_id": delivery.object_id}
+    if likely_waiting:
+        try:
+            if notes.filter(**record).exists():
+                return False
+        except DatabaseError:
+            pass  # the insert below says it again, or publishes all the same
     try:
-        ids = list(
-            request_log()
-            .objects.using(using)
-            .filter(content_type_id=content_type_id, object_id=object_id, status__in=finished)
-            .order_by("-version")
-            .values_list("request_id", flat=True)[:LEARN_LIMIT]
-        )
+        with transaction.atomic(using=delivery.using):
+            notes.create(**record, task_id=task_id)
+    except IntegrityError:
+        return False
     except DatabaseError:
-        return
-    for request_id in ids:
-        _done[using, str(request_id)] = None
-        _done.move_to_end((using, str(request_id)))
-    while len(_done) > DONE_MEMORY:
-        _done.popitem(last=False)
+        logger.warning(
+            "safeupdates: record %s: its waiting message could not be noted; published all the same.",
+            delivery.record,
+            exc_info=True,
+        )
+    return True
+
+
+def _unclaim(delivery: Delivery, task_id: str) -> None:
+    """A publish that failed: the record has no message waiting after all (best effort: a note left behind
+    only makes later requests of the record wait for the relay)."""
+    with contextlib.suppress(DatabaseError):
+        waiting_messages().objects.using(delivery.using).filter(
+            content_type_id=delivery.content_type_id, object_id=delivery.object_id, task_id=task_id
+        ).delete()
+
+
+def _started(using: str, content_type_id: int, object_id: str) -> None:
+    """The record's apply task starts: its message no longer waits. Deleted (committed) before the task
+    reads the pending requests, so that a request whose delivery found the note is read by this task, and
+    one whose delivery comes later publishes a message of its own (the follow-up)."""
+    waiting_messages().objects.using(using).filter(content_type_id=content_type_id, object_id=object_id).delete()
 
 
 def run_apply_update(
@@ -210,31 +213,25 @@ def run_apply_update(
     relayed: bool = False,
 ) -> str:
     """Celery task: apply pending request ``request_id`` and every other pending request of its record
-    (``content_type_id``, ``object_id``: for the logs and the relay), in database ``using``; ``trace`` is
-    the trace context of the ``enqueue_update()`` that queued it, if any. See
-    :func:`safeupdates.jobs.apply_update`. A transient database error is retried by Celery with the
-    back-off of ``SAFEUPDATES_RETRY``; on the last try the apply marks the request ``failed``.
+    (``content_type_id``, ``object_id``), in database ``using``; ``trace`` is the trace context of the
+    ``enqueue_update()`` that queued it, if any. See :func:`safeupdates.jobs.apply_update`. A transient
+    database error is retried by Celery with the back-off of ``SAFEUPDATES_RETRY``; on the last try the
+    apply marks the request ``failed``.
 
-    A message the relay sent (``relayed``: the request log said the request was pending) always reads the
-    log: the worker's memory of done requests is a shortcut for the messages of a burst, never trusted
-    over the log (a request id recorded again after a purge, a request back to pending after the database
-    lost the apply's commit)."""
-    if not relayed and done_here(using, request_id):
-        # Applied (or found stale or rejected) by this process already: a later message of a burst, or a
-        # duplicate. Its record's other requests have messages of their own, and the relay's message of a
-        # request still pending is never skipped.
-        return SKIPPED
+    It first deletes its record's note of a waiting message (:func:`_started`). Every message reads the
+    request log: no memory of the worker skips a request the log says is pending (a request id recorded
+    again after a purge, a request back to pending after the database lost the apply's commit).
+    ``relayed`` (set by the relay of earlier versions) changes nothing."""
     # By dotted path: the job path imports the delivery, never the other way round.
     apply = import_string(APPLY_TASK)
     request = self.request
     queue = (request.delivery_info or {}).get("routing_key")
     state = _Running(RunningJob(request.id, queue, trace), int(request.retries or 0))
     try:
-        with _running(state), tracing.continue_trace(trace):
-            summary = str(apply(request_id, using=using))
         if content_type_id is not None:
-            _learn(using, content_type_id, object_id)
-        return summary
+            _started(using, content_type_id, object_id)
+        with _running(state), tracing.continue_trace(trace):
+            return str(apply(request_id, using=using))
     except DatabaseError as exc:
         if not _retries(state, exc):
             raise
@@ -307,14 +304,24 @@ class CeleryBackend(Backend):
             return None
         return set(app.amqp.queues)
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
-        """Publish an apply task for ``delivery`` (always: Celery cannot say whether the record's task
-        waits, so ``likely_queued`` changes nothing). Raises what the broker raises when it is unreachable
-        (kombu's ``OperationalError``), after one reconnect at once."""
-        self._publish(delivery, trace=trace)
-        return True
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
+        """Publish an apply task for ``delivery`` and return its id, unless the record has one waiting
+        (published, not started: see :class:`~safeupdates.models.WaitingMessage`), which reads the request:
+        None. Raises what the broker raises when it is unreachable (kombu's ``OperationalError``), after one
+        reconnect at once; the record then has no message waiting."""
+        task_id = str(uuid.uuid4())
+        if not _claim(delivery, task_id, likely_waiting=likely_queued):
+            return None
+        try:
+            return self._publish(delivery, trace=trace, task_id=task_id)
+        except BaseException:
+            _unclaim(delivery, task_id)
+            raise
 
-    def _publish(self, delivery: Delivery, *, trace: dict[str, str] | None = None, relayed: bool = False) -> None:
+    def _publish(self, delivery: Delivery, *, trace: dict[str, str] | None = None, task_id: str | None = None) -> str:
+        """Publish an apply task for ``delivery`` (as ``task_id``, else a new id); its task id."""
         kwargs: dict[str, Any] = {
             "content_type_id": delivery.content_type_id,
             "object_id": delivery.object_id,
@@ -322,10 +329,8 @@ class CeleryBackend(Backend):
         }
         if trace:
             kwargs["trace"] = trace
-        if relayed:
-            kwargs["relayed"] = True
         timeout = conf.job_timeout()
-        celery_app().send_task(
+        sent = celery_app().send_task(
             APPLY_TASK,
             args=(str(delivery.request_id),),
             kwargs=kwargs,
@@ -335,7 +340,9 @@ class CeleryBackend(Backend):
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
             ignore_result=True,
+            task_id=task_id,
         )
+        return str(sent.id)
 
     def unreachable(self, error: Exception, delivery: Delivery | None = None) -> str | None:
         """If ``error`` is a connection error of the broker's transport or kombu's ``OperationalError``
@@ -346,13 +353,14 @@ class CeleryBackend(Backend):
         )
 
     def redeliver(self, deliveries: Sequence[Delivery]) -> Redelivered:
-        """One message per record of ``deliveries`` (each a request pending for too long): Celery cannot
-        say which are still queued. Raises ``BackendUnavailable`` if the broker cannot be reached."""
+        """One message per record of ``deliveries`` (each a request pending for too long), whatever
+        :class:`~safeupdates.models.WaitingMessage` says: its message may be lost (a broker restarted empty),
+        and the relay's message deletes the row when it starts. Raises ``BackendUnavailable`` if the broker
+        cannot be reached."""
         done = Redelivered()
         for delivery in deliveries:
             try:
-                # The log says the request is pending: its task reads the log, whatever the worker knows.
-                self._publish(delivery, relayed=True)
+                self._publish(delivery)
             except Exception as exc:
                 where = _broker_down(exc)
                 if where is None:
@@ -378,27 +386,26 @@ class CeleryBackend(Backend):
         if state is not None:
             state.no_retry = True
 
-    def health(self) -> list[QueueHealth]:
-        """The apply tasks' queue: messages waiting in it and, on RabbitMQ, its consumers (workers' pool
-        connections, one per worker); Redis cannot tell consumers. Raises ``BackendUnavailable`` if the
-        broker cannot be reached."""
-        name = default_queue()
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
+        """The apply tasks' default queue and each of ``queues`` (those with pending requests): messages
+        waiting in it and its consumers. RabbitMQ counts a queue's consumers (workers' pool connections, one
+        per worker); kombu's Redis transport cannot, so there the workers are asked which queues they
+        consume (``inspect().active_queues()``, which waits :data:`INSPECT_TIMEOUT` for their answers).
+        Raises ``BackendUnavailable`` if the broker cannot be reached."""
+        names = sorted({default_queue(), *queues})
         app = celery_app()
         try:
             with app.connection_for_read() as connection:
                 connection.ensure_connection(max_retries=1)
-                channel = connection.channel()
-                try:
-                    _name, queued, consumers = channel.queue_declare(queue=name, passive=True)
-                except connection.channel_errors:
-                    queued, consumers = 0, 0  # no such queue yet: nothing waits in it
-                workers = int(consumers) if _counts_consumers(connection) else None
+                depths = _depths(connection, names)
+                counted = _counts_consumers(connection)
+            consumers = {name: depths[name][1] for name in names} if counted else _consumers_answered(app)
         except Exception as exc:
             where = _broker_down(exc)
             if where is None:
                 raise
             raise BackendUnavailable("Celery broker", where, exc) from exc
-        return [QueueHealth(name=name, queued=int(queued), workers=workers)]
+        return [QueueHealth(name=name, queued=depths[name][0], workers=consumers.get(name, 0)) for name in names]
 
     def worker_hint(self, queue: str) -> str:
         path = conf.celery_app()
@@ -537,6 +544,36 @@ def _check_queue(app: Any) -> list[CheckMessage]:
             id="safeupdates.W024",
         )
     ]
+
+
+#: Seconds ``safeupdates_status`` waits for the workers' answers on a Redis broker (Celery's inspect default: 1).
+INSPECT_TIMEOUT = 1.0
+
+
+def _depths(connection: Any, names: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``{queue: (messages waiting, consumers)}`` of each of ``names``, by a passive declare (a queue that
+    does not exist yet: nothing waits in it, nobody consumes it)."""
+    depths: dict[str, tuple[int, int]] = {}
+    channel = connection.channel()
+    for name in names:
+        try:
+            _name, queued, consumers = channel.queue_declare(queue=name, passive=True)
+        except connection.channel_errors:
+            queued, consumers = 0, 0
+            channel = connection.channel()  # AMQP closes a channel whose passive declare found no queue
+        depths[name] = (int(queued), int(consumers))
+    return depths
+
+
+def _consumers_answered(app: Any) -> dict[str, int]:
+    """``{queue: workers consuming it}``, as the live workers answer (Celery's remote control); a worker
+    that does not answer within :data:`INSPECT_TIMEOUT` is not counted."""
+    answers = app.control.inspect(timeout=INSPECT_TIMEOUT).active_queues() or {}
+    counts: dict[str, int] = {}
+    for consumed in answers.values():
+        for name in {str(queue.get("name")) for queue in consumed or ()}:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _counts_consumers(connection: Any) -> bool:

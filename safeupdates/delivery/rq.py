@@ -127,8 +127,9 @@ def queue_problem() -> tuple[str, str, str] | None:
     if not apps.is_installed("django_rq"):
         return (
             "django_rq is not in INSTALLED_APPS.",
-            "safeupdates delivers its jobs through django-rq: add 'django_rq' to INSTALLED_APPS "
-            "and configure RQ_QUEUES.",
+            "SAFEUPDATES_DELIVERY is 'rq' (the default): safeupdates delivers its jobs through django-rq. "
+            "Add 'django_rq' to INSTALLED_APPS and configure RQ_QUEUES, or set SAFEUPDATES_DELIVERY to 'celery' "
+            "or 'tasks' (docs/delivery.md).",
             "safeupdates.E001",
         )
     queues = getattr(settings, "RQ_QUEUES", {}) or {}
@@ -609,7 +610,9 @@ class RQBackend(Backend):
             f"{default!r}: not delivered. Fix RQ_QUEUES (system check safeupdates.E002)."
         )
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
         meta = {tracing.TRACE_META_KEY: trace} if trace else None
         job = deliver(
             delivery.request_id,
@@ -620,7 +623,7 @@ class RQBackend(Backend):
             meta=meta,
             using=delivery.using,
         )
-        return job is not None
+        return None if job is None else str(job.id)
 
     def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
         if not isinstance(error, RedisConnectionError | RedisTimeoutError):
@@ -683,7 +686,8 @@ class RQBackend(Backend):
     def take_waiting(self, records: Sequence[tuple[int, str]], using: str) -> list[bool]:
         return take_waiting(records, using)
 
-    def health(self) -> list[QueueHealth]:
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
+        """Every queue of ``RQ_QUEUES`` (a queue outside it takes no request: ``queues`` adds nothing)."""
         return queue_states(sorted(getattr(settings, "RQ_QUEUES", None) or {}))
 
     def worker_hint(self, queue: str) -> str:

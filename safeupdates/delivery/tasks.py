@@ -333,7 +333,7 @@ class TasksBackend(Backend):
     def worker_hint(self, queue: str) -> str:
         return traits().worker.format(queue=queue)
 
-    def health(self) -> list[QueueHealth]:
+    def health(self, queues: Sequence[str] = ()) -> list[QueueHealth]:
         """django-tasks-rq: RQ's view of its queues (their workers' heartbeats); django-tasks-db: the tasks
         waiting per queue; any other backend cannot tell."""
         known = traits()
@@ -366,8 +366,10 @@ class TasksBackend(Backend):
             f"TASKS[{conf.task_backend()!r}]: delivered on {queue!r}."
         )
 
-    def deliver(self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None) -> bool:
-        _result, outcome = deliver(
+    def deliver(
+        self, delivery: Delivery, *, likely_queued: bool = False, trace: dict[str, str] | None = None
+    ) -> str | None:
+        result, outcome = deliver(
             delivery.request_id,
             delivery.content_type_id,
             delivery.object_id,
@@ -375,7 +377,7 @@ class TasksBackend(Backend):
             using=delivery.using,
             trace=trace,
         )
-        return outcome == ENQUEUED
+        return str(result.id) if outcome == ENQUEUED else None
 
     def unreachable(self, error: Exception, delivery: Delivery) -> str | None:
         # Whatever the backend raises (its database or its Redis unreachable): the relay delivers it.

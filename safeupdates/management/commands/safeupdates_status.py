@@ -108,4 +108,5 @@ def _queue(state: QueueHealth) -> str:
     if state.workers is None:
         return f"{counts}; workers not shown by this backend"
     scheduler = "" if state.scheduler is None else ", scheduler running" if state.scheduler else ", NO scheduler"
-    return f"{counts}; {state.workers} worker(s) ({state.busy_workers} busy){scheduler}"
+    busy = "" if state.busy_workers is None else f" ({state.busy_workers} busy)"
+    return f"{counts}; {state.workers} worker(s){busy}{scheduler}"
