@@ -713,8 +713,10 @@ def unset_deliveries(settings):
 
     for name in [name for name in dir(current) if name.startswith("CELERY_")]:
         delattr(settings, name)
-    for name in ("SAFEUPDATES_DELIVERY", "TASKS"):
-        delattr(settings, name)
+    del settings.SAFEUPDATES_DELIVERY
+    # Empty, not deleted: django-tasks resets its backends when TASKS changes, and a deleted setting's
+    # restore left them as the test had set them (the next tests found no backend "db").
+    settings.TASKS = {}
 
 
 @pytest.mark.parametrize(
