@@ -25,7 +25,9 @@ and the ratios app / naive, printed side by side.
 
 Cells: ``rq-200`` and ``rq-5`` (2 ``rqworker --with-scheduler`` processes, 20 toggles/s, 200 or 5
 records; their worker class is ``safeupdates.delivery.rq_worker.Worker``, the one docs/deployment.md
-tells projects to use), ``rq-200-plain`` and ``rq-5-plain`` (the same with RQ's own ``Worker``: what
+tells projects to use), ``rq-200-simple`` and ``rq-5-simple`` (the same with RQ's ``SimpleWorker``, which runs
+each job in the worker's own process, on its kept connection: no fork, no new connection per job),
+``rq-200-plain`` and ``rq-5-plain`` (the same with RQ's own ``Worker``: what
 the warm-up before the fork saves), ``celery-200`` and ``celery-5`` (2 prefork workers ``-c 2`` on a
 RabbitMQ vhost of the benchmark's own, 40 toggles/s). Timings are never asserted: the exit status is 1
 only if a toggle never became visible or a record of the app ended without its newest toggle.
@@ -62,6 +64,7 @@ os.environ.setdefault("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/
 #: The worker class of the RQ cells (``rq-*-plain``: RQ's own).
 WORKER_CLASS = "safeupdates.delivery.rq_worker.Worker"
 PLAIN_WORKER_CLASS = "rq.Worker"
+SIMPLE_WORKER_CLASS = "rq.SimpleWorker"
 APP, NAIVE = "app", "naive"
 #: The poller's period (seconds).
 POLL_EVERY = 0.005
@@ -78,7 +81,9 @@ class Cell:
     @property
     def label(self) -> str:
         workers = "2 rqworkers" if self.delivery == "rq" else "2 prefork -c 2, RabbitMQ"
-        plain = ", RQ's own Worker" if self.worker_class == PLAIN_WORKER_CLASS else ""
+        plain = {PLAIN_WORKER_CLASS: ", RQ's own Worker", SIMPLE_WORKER_CLASS: ", RQ's SimpleWorker"}.get(
+            self.worker_class, ""
+        )
         return f"{self.delivery}, {workers}{plain}, {self.rate:g}/s, {self.records} records"
 
 
@@ -87,6 +92,7 @@ def cells(rq_rate: float, celery_rate: float) -> dict[str, Cell]:
     for records in (200, 5):
         found[f"rq-{records}"] = Cell(f"rq-{records}", "rq", records, rq_rate)
         found[f"rq-{records}-plain"] = Cell(f"rq-{records}-plain", "rq", records, rq_rate, PLAIN_WORKER_CLASS)
+        found[f"rq-{records}-simple"] = Cell(f"rq-{records}-simple", "rq", records, rq_rate, SIMPLE_WORKER_CLASS)
         found[f"celery-{records}"] = Cell(f"celery-{records}", "celery", records, celery_rate)
     return found
 
@@ -535,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cells",
         default=DEFAULT_CELLS,
-        help=f"comma-separated (default {DEFAULT_CELLS}; also rq-200-plain, rq-5-plain)",
+        help=f"comma-separated (default {DEFAULT_CELLS}; also rq-200-plain, rq-5-plain, rq-200-simple, rq-5-simple)",
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured stream of each cell (default 60)")
     parser.add_argument("--slice", type=float, default=2.5, help="seconds of each contender's turn (default 2.5)")
