@@ -199,9 +199,11 @@ class CeleryRaceDemo(RaceDemo):
         ]
 
     def second_click(self, second: ProcessedRequest) -> list[str]:
+        self.send_apply(second)
         return [
-            f"    click 2  active=False   request v{second.version} pending; task 2 sent on commit (Celery",
-            "                            cannot tell that task 1 still waits: every request gets a task)",
+            f"    click 2  active=False   request v{second.version} pending; safeupdates lets it ride on task 1,",
+            "                            whose message still waits. To replay the naive schedule, the demo",
+            "                            sends task 2 = apply_update(request 2) itself.",
         ]
 
     @contextmanager
