@@ -194,6 +194,8 @@ def reads_back(name: str, given: Any, got: Any) -> bool:
     field = Everything._meta.get_field(name)
     if name == "data":
         return same_json(given, got)
+    if name == "file" and given is None:
+        return got == ""  # Django's FileField stores no file as an empty name, not NULL
     try:
         expected = field.to_python(given)
     except (ValidationError, TypeError, ValueError, ArithmeticError):
@@ -215,6 +217,7 @@ def reads_back(name: str, given: Any, got: Any) -> bool:
 )
 @given(values=changes())
 @example(values={"address": " "})  # SQLite's save() keeps it as given (a failure found by this test in CI)
+@example(values={"at": None, "address": None, "file": None})  # no file is stored as "" (found in CI on SQLite)
 def test_a_value_is_written_as_given_or_refused_with_nothing_written(entry, values):
     pk = Everything.objects.create().pk
     before, logged = stored(pk), ProcessedRequest.objects.count()
