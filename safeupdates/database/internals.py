@@ -218,10 +218,10 @@ def prepared_cursor_class() -> type[Any] | None:
             connection: Any = self.connection  # type: ignore[attr-defined]
             if connection.prepare_threshold is None:
                 connection.prepare_threshold = _NEVER
-            seen: set[Any] = self.__dict__.setdefault("_safeupdates_seen", set())
-            again = query in seen
+            ran: set[Any] = self.__dict__.setdefault("_safeupdates_ran", set())
+            again = query in ran
             if not again:
-                seen.add(query)
+                ran.add(query)
             return super().execute(query, params, prepare=again, **kwargs)  # type: ignore[misc]
 
     return PreparedCursor
