@@ -538,7 +538,7 @@ def check_delivery_chosen(app_configs: Sequence[AppConfig] | None = None, **kwar
     if celery:
         named = "CELERY_BROKER_URL" if "CELERY_BROKER_URL" in celery else celery[0]
         what, chosen = f"Celery ({named})", conf.DELIVERY_CELERY
-    elif settings.is_overridden("TASKS") and getattr(settings, "TASKS", None):
+    elif settings.is_overridden("TASKS") and getattr(settings, "TASKS", None):  # type: ignore[misc,unused-ignore]
         # The project's own TASKS: Django 6.0+ has a default one (an ImmediateBackend) in every project.
         what, chosen = "Django's Tasks framework (TASKS)", conf.DELIVERY_TASKS
     else:
