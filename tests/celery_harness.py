@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from celery import Celery
 from django.test import override_settings
 
@@ -59,6 +60,19 @@ class RabbitVhost:
     def delete(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._ctl("delete_vhost", self.name)
+
+
+@contextlib.contextmanager
+def own_vhost() -> Iterator[RabbitVhost]:
+    """A RabbitMQ vhost of the caller's own, deleted at the end; skips the test if RabbitMQ is missing."""
+    missing = rabbitmq_missing()
+    if missing:
+        pytest.skip(missing)
+    own = RabbitVhost().create()
+    try:
+        yield own
+    finally:
+        own.delete()
 
 
 def web_app(broker_url: str, **config: Any) -> Celery:

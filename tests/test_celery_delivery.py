@@ -47,6 +47,7 @@ from tests.celery_harness import (
     RabbitVhost,
     SupervisedCeleryWorkers,
     celery_delivery,
+    own_vhost,
     queued,
     rabbitmq_missing,
     take_messages,
@@ -68,12 +69,8 @@ APPLY = "safeupdates.jobs.apply_update"
 @pytest.fixture(scope="module")
 def vhost() -> Iterator[RabbitVhost]:
     """A RabbitMQ vhost of this module's own (its queues are emptied between tests by taking messages)."""
-    missing = rabbitmq_missing()
-    if missing:
-        pytest.skip(missing)
-    own = RabbitVhost().create()
-    yield own
-    own.delete()
+    with own_vhost() as own:
+        yield own
 
 
 @pytest.fixture

@@ -20,7 +20,13 @@ from django.core.management import call_command
 from safeupdates import enqueue_update
 from safeupdates.jobs import relay
 from safeupdates.models import ProcessedRequest
-from tests.celery_harness import CeleryWorkers, RabbitVhost, celery_delivery, rabbitmq_missing, worker_log_dir
+from tests.celery_harness import (
+    CeleryWorkers,
+    RabbitVhost,
+    celery_delivery,
+    own_vhost,
+    worker_log_dir,
+)
 from tests.factories import ProfileFactory
 from tests.test_celery_delivery import worker_env
 from tests.testapp.models import Profile
@@ -31,12 +37,8 @@ pytestmark = pytest.mark.workers
 
 @pytest.fixture
 def vhost() -> Iterator[RabbitVhost]:
-    missing = rabbitmq_missing()
-    if missing:
-        pytest.skip(missing)
-    own = RabbitVhost().create()
-    yield own
-    own.delete()
+    with own_vhost() as own:
+        yield own
 
 
 @pytest.fixture
