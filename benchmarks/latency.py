@@ -25,12 +25,13 @@ and the ratios app / naive, printed side by side.
 
 Cells: ``rq-200`` and ``rq-5`` (2 ``rqworker --with-scheduler`` processes, 20 toggles/s, 200 or 5
 records; their worker class is ``safeupdates.delivery.rq_worker.Worker``, the one docs/deployment.md
-tells projects to use), ``rq-200-simple`` and ``rq-5-simple`` (the same with RQ's ``SimpleWorker``, which runs
-each job in the worker's own process, on its kept connection: no fork, no new connection per job),
-``rq-200-plain`` and ``rq-5-plain`` (the same with RQ's own ``Worker``: what
-the warm-up before the fork saves), ``celery-200`` and ``celery-5`` (2 prefork workers ``-c 2`` on a
+tells projects to use: the apply jobs in the worker's own process, the naive jobs in a work horse each),
+``rq-200-simple`` and ``rq-5-simple`` (the same with RQ's ``SimpleWorker``, which runs every job, the naive
+ones too, in the worker's own process), ``rq-200-plain`` and ``rq-5-plain`` (the same with RQ's own
+``Worker``: every job in a work horse), ``celery-200`` and ``celery-5`` (2 prefork workers ``-c 2`` on a
 RabbitMQ vhost of the benchmark's own, 40 toggles/s). Timings are never asserted: the exit status is 1
-only if a toggle never became visible or a record of the app ended without its newest toggle.
+only if a toggle never became visible or a record of the app ended without its newest toggle. Every
+process's connections have ``CONN_MAX_AGE = 60`` (``--conn-max-age``), as docs/deployment.md advises.
 
 It uses its own PostgreSQL database (``BENCH_DATABASE_URL``, default ``.../safeupdates_bench_latency``),
 which it creates, migrates and empties, and its own RQ queue (``safeupdates-bench-latency``) on
@@ -548,7 +549,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rq-rate", type=float, default=20.0, help="toggles per second on RQ (default 20)")
     parser.add_argument("--celery-rate", type=float, default=40.0, help="toggles per second on Celery (default 40)")
     parser.add_argument("--drain-timeout", type=float, default=60.0, help="seconds to wait for the last toggles")
+    parser.add_argument(
+        "--conn-max-age",
+        type=int,
+        default=60,
+        help="CONN_MAX_AGE of every process's connections, both contenders' (default 60, as docs/deployment.md "
+        "advises a worker; 0 is Django's default: a connection per job)",
+    )
     args = parser.parse_args(argv)
+    os.environ["BENCH_CONN_MAX_AGE"] = str(args.conn_max_age)  # before Django is set up; the workers inherit it
     known = cells(args.rq_rate, args.celery_rate)
     chosen = [name.strip() for name in args.cells.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in known]
@@ -567,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed, name in enumerate(chosen):
             results.append(run_cell(known[name], args, numbers, seed * 2))
             bench.empty_tables()
-        print(f"\ncommand: {' '.join(sys.argv)}; {time.monotonic() - started:.0f} s")
+        print(f"\ncommand: {' '.join(sys.argv)}; CONN_MAX_AGE {args.conn_max_age}; {time.monotonic() - started:.0f} s")
         print_results(results)
     return 1 if any(result.missing or result.wrong for result in results) else 0
 

@@ -26,6 +26,9 @@ if not env.bool("BENCH_PROMETHEUS", default=False):
     INSTALLED_APPS.remove("safeupdates.contrib.prometheus")
 
 DATABASES = {"default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/safeupdates_bench")}
+# benchmarks/latency.py sets it for all its processes (--conn-max-age); Django's default otherwise.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("BENCH_CONN_MAX_AGE", default=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 REDIS_URL = env("BENCH_REDIS_URL", default=env("REDIS_URL", default="redis://127.0.0.1:6379/0"))
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},

@@ -690,7 +690,7 @@ class TestW008WorkerClass:
         with override_settings(RQ={}):
             [warning] = check_rq_worker()
         assert isinstance(warning, Warning) and warning.id == "safeupdates.W008"
-        assert "RQ's worker class rq.Worker forks a work horse per job" in warning.msg
+        assert "RQ's worker class rq.Worker runs every apply job in a new work horse" in warning.msg
 
     def test_not_on_another_delivery(self):
         from safeupdates.checks import check_rq_worker

@@ -1,87 +1,129 @@
-"""The RQ worker class of docs/deployment.md (``safeupdates.delivery.rq_worker.Worker``): what every apply
-job needs once per process is loaded in the worker's own process before it forks a work horse."""
+"""The RQ worker class of docs/deployment.md (``safeupdates.delivery.rq_worker.Worker``): an apply job runs
+in the worker's own process, on a connection kept between jobs as Django keeps a request's (``CONN_MAX_AGE``,
+``CONN_HEALTH_CHECKS``); any other job runs in a work horse forked per job, as on RQ's ``Worker``, and no
+database connection crosses that fork."""
 
 from __future__ import annotations
 
-import logging
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import django_rq
+import psycopg
 import pytest
-from django.contrib.contenttypes.models import ContentType
-from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.utils import OperationalError
+from django.db import connection
 from django.test.utils import override_settings
 from rq import Worker as RQWorker
 
-from safeupdates.database.registry import model_of
 from safeupdates.delivery import rq_worker
 from safeupdates.jobs import enqueue_update
 from safeupdates.models import ProcessedRequest, RequestStatus
+from safeupdates.signals import request_applied
 from tests.testapp.models import Profile
 
-# transaction=True: the warm-up closes the connections it opened, and the work horse reads what the test wrote.
+# transaction=True: the jobs run on their own connections' view of what the test committed.
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
-def test_warm_up_loads_the_content_types_and_closes_the_connection(
-    django_assert_num_queries: Any,
-) -> None:
-    ContentType.objects.clear_cache()
-    assert rq_worker.warm_up() == []
-    assert all(connections[alias].connection is None for alias in connections)  # none crosses the fork
-    with django_assert_num_queries(0):
-        content_type = ContentType.objects.get_for_model(Profile)
-        assert model_of(content_type.pk, DEFAULT_DB_ALIAS) is Profile
+@pytest.fixture
+def applied() -> Iterator[list[tuple[int, int]]]:
+    """(process id, database backend pid) of each apply, as seen by the process that ran it."""
+    seen: list[tuple[int, int]] = []
+
+    def note(**kwargs: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()" if connection.vendor == "postgresql" else "SELECT 0")
+            seen.append((os.getpid(), cursor.fetchone()[0]))
+
+    request_applied.connect(note, dispatch_uid="test_rq_worker")
+    yield seen
+    request_applied.disconnect(dispatch_uid="test_rq_worker")
 
 
-def test_warm_up_never_raises(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    def unreachable(using: str) -> int:
-        raise OperationalError("connection refused")
+@pytest.fixture
+def max_age() -> Iterator[Any]:
+    """Set the default database's CONN_MAX_AGE for what the worker (this process) runs."""
+    saved = dict(connection.settings_dict)
 
-    monkeypatch.setattr(rq_worker, "load_content_types", unreachable)
-    with caplog.at_level(logging.WARNING, logger="safeupdates"):
-        assert rq_worker.warm_up([DEFAULT_DB_ALIAS]) == [DEFAULT_DB_ALIAS]
-    assert "could not load the content types of database 'default' before its fork" in caplog.text
+    def set_to(seconds: int | None) -> None:
+        connection.close()
+        connection.settings_dict["CONN_MAX_AGE"] = seconds
+
+    yield set_to
+    connection.close()
+    connection.settings_dict.clear()
+    connection.settings_dict.update(saved)
 
 
-def test_the_worker_loads_before_its_first_fork_and_applies(redis: Any, django_assert_num_queries: Any) -> None:
+def burst(**settings: Any) -> None:
     queue = django_rq.get_queue("default")
-    profile = Profile.objects.create(name="warm")
-    request = enqueue_update(Profile, profile.pk, active=True)
-    ContentType.objects.clear_cache()
     worker = rq_worker.Worker([queue], connection=queue.connection)
-    assert worker.work(burst=True)  # a real fork: the job runs in a work horse
-    assert worker._safeupdates_unloaded == []  # every database loaded
-    profile.refresh_from_db()
-    assert profile.active
-    assert ProcessedRequest.objects.get(pk=request.pk).status == RequestStatus.APPLIED
-    # This process is the worker's: it holds the content types its horses inherited.
-    with django_assert_num_queries(0):
-        ContentType.objects.get_for_model(Profile)
+    with override_settings(SAFEUPDATES_SWEEP_RECORDS=0, **settings):  # a job per record
+        assert worker.work(burst=True)
 
 
-def test_the_worker_tries_again_before_a_job_what_it_could_not_load(
-    redis: Any, monkeypatch: pytest.MonkeyPatch
+def test_apply_jobs_run_in_the_workers_process_on_a_kept_connection(
+    redis: Any, applied: list[tuple[int, int]], max_age: Any
 ) -> None:
-    queue = django_rq.get_queue("default")
+    profiles = [Profile.objects.create(name=name) for name in ("one", "two", "three")]
+    requests = [enqueue_update(Profile, profile.pk, active=True) for profile in profiles]
+    max_age(60)
+    burst()
+    assert {pid for pid, _ in applied} == {os.getpid()}  # no work horse
+    assert len({backend for _, backend in applied}) == 1  # one connection for the three jobs
+    assert len(applied) == 3
+    assert all(p.active for p in Profile.objects.all())
+    assert {r.status for r in ProcessedRequest.objects.filter(pk__in=[r.pk for r in requests])} == {
+        RequestStatus.APPLIED
+    }
+
+
+def test_conn_max_age_0_closes_the_connection_after_each_apply_job(
+    postgres_only: None, redis: Any, applied: list[tuple[int, int]], max_age: Any
+) -> None:
     for name in ("one", "two"):
         enqueue_update(Profile, Profile.objects.create(name=name).pk, active=True)
-    asked: list[Any] = []
+    max_age(0)  # Django's default: a connection per unit of work, as per request
+    burst()
+    assert [pid for pid, _ in applied] == [os.getpid()] * 2
+    assert len({backend for _, backend in applied}) == 2
+    assert connection.connection is None  # closed after the last job
 
-    def warm_up(aliases: Any = None) -> list[str]:
-        asked.append(aliases)
-        connections.close_all()  # as warm_up() does: no connection of this process crosses the fork
-        return [] if asked[1:] else ["tenant"]
 
-    monkeypatch.setattr(rq_worker, "warm_up", warm_up)
-    monkeypatch.setattr(rq_worker, "RETRY_EVERY", 0.0)
-    worker = rq_worker.Worker([queue], connection=queue.connection)
-    with override_settings(SAFEUPDATES_SWEEP_RECORDS=0):  # two jobs, not one that sweeps the other record
-        assert worker.work(burst=True)
-    # At start every database; before the first job the one that failed; then nothing is left to load.
-    assert asked == [None, ["tenant"]]
-    assert Profile.objects.filter(active=True).count() == 2
+def test_a_connection_that_died_between_jobs_is_replaced(
+    postgres_only: None, redis: Any, applied: list[tuple[int, int]], max_age: Any
+) -> None:
+    """A backend terminated between two apply jobs (a restart, a failover): the next job reconnects."""
+    first = Profile.objects.create(name="first")
+    enqueue_update(Profile, first.pk, active=True)
+    max_age(60)
+    connection.settings_dict["CONN_HEALTH_CHECKS"] = True
+    burst()
+    [(_, backend)] = applied
+    assert connection.connection is not None  # kept: this process is the worker
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: params[k] for k in ("host", "port", "user", "dbname")}, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [backend])
+    second = Profile.objects.create(name="second")  # on a new connection: the old one is dead
+    enqueue_update(Profile, second.pk, active=True)
+    burst()
+    assert len(applied) == 2 and applied[1][1] != backend
+    second.refresh_from_db()
+    assert second.active
+
+
+def test_other_jobs_fork_and_no_connection_crosses_the_fork(
+    redis: Any, applied: list[tuple[int, int]], max_age: Any
+) -> None:
+    queue = django_rq.get_queue("default")
+    enqueue_update(Profile, Profile.objects.create(name="one").pk, active=True)
+    job = queue.enqueue("tests.testapp.jobs.process_and_connection")
+    max_age(60)
+    burst()
+    horse_pid, inherited = job.return_value()
+    assert horse_pid != os.getpid()  # a work horse, as on RQ's Worker
+    assert inherited is False  # the apply's kept connection was closed before the fork
 
 
 def test_django_rq_picks_it_from_the_settings(settings: Any) -> None:
@@ -91,7 +133,7 @@ def test_django_rq_picks_it_from_the_settings(settings: Any) -> None:
     assert isinstance(get_worker("default"), rq_worker.Worker)
 
 
-class HerokuLike(rq_worker.WarmUpMixin, RQWorker):
+class HerokuLike(rq_worker.AppliesInProcessMixin, RQWorker):
     pass
 
 
@@ -101,14 +143,14 @@ class HerokuLike(rq_worker.WarmUpMixin, RQWorker):
         (None, "rq.Worker"),  # no RQ["WORKER_CLASS"]: RQ's Worker
         ("rq.Worker", "rq.Worker"),  # as the settings name it
         ("rq.worker.HerokuWorker", "rq.worker.HerokuWorker"),
+        ("rq.SpawnWorker", "rq.SpawnWorker"),  # a new process per job too
         ("safeupdates.delivery.rq_worker.Worker", None),
         (HerokuLike, None),
-        ("rq.SimpleWorker", None),  # no fork: what one job loads, the next finds
-        ("rq.SpawnWorker", None),  # each horse starts afresh: nothing loaded before reaches it
+        ("rq.SimpleWorker", None),  # every job in the worker's process: its connection is kept
         ("no.such.Worker", None),  # django-rq's to report
     ],
 )
-def test_the_check_names_a_worker_class_that_forks_without_loading_first(
+def test_the_check_names_a_worker_class_that_runs_applies_in_a_new_process(
     settings: Any, worker_class: Any, reported: str | None
 ) -> None:
     settings.RQ = {} if worker_class is None else {"WORKER_CLASS": worker_class}
@@ -117,9 +159,10 @@ def test_the_check_names_a_worker_class_that_forks_without_loading_first(
         assert problem is None
         return
     assert problem == (
-        f"RQ's worker class {reported} forks a work horse per job, and every apply job reads again what a worker "
-        "could have loaded once before its fork (the content types of the models it writes).",
+        f"RQ's worker class {reported} runs every apply job in a new work horse, which connects to the "
+        "database afresh and loads again what the job needs.",
         'Set RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"} in the settings, or add '
-        "safeupdates.delivery.rq_worker.WarmUpMixin to your worker class (docs/deployment.md, Running workers).",
+        "safeupdates.delivery.rq_worker.AppliesInProcessMixin to your worker class "
+        "(docs/deployment.md, Running workers).",
         "safeupdates.W008",
     )

@@ -166,7 +166,7 @@ class RqRaceDemo(RaceDemo):
 
     def kill_first(self, pool: Workers, busy: bool) -> bool:
         if busy:
-            # RQ marks the worker busy just before it forks the work horse that runs the job.
+            # RQ marks the worker busy just before it runs the job (in a work horse, or in its own process).
             wait_until(lambda: pool.busy(0), timeout=0.2, interval=0.005)
         return pool.kill(0)
 

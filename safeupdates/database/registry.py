@@ -24,7 +24,6 @@ __all__ = [
     "concrete_field",
     "content_type_of",
     "holds_versions",
-    "load_content_types",
     "model_of",
     "request_log",
     "spans_tables",
@@ -142,16 +141,3 @@ def model_of(content_type_id: int | None, using: str) -> type[models.Model] | No
         return ContentType.objects.db_manager(using).get_for_id(content_type_id).model_class()
     except ContentType.DoesNotExist:
         return None
-
-
-def load_content_types(using: str) -> int:
-    """Read the content types of every model that holds versions into Django's cache on database ``using``
-    (one query; Django creates one that is missing, as :func:`content_type_of` would), so that
-    :func:`model_of` and :func:`content_type_of` of those models ask the database nothing afterwards, in
-    this process and in the processes it forks. Returns how many models. Reads the database: never call it
-    at import or in ``AppConfig.ready()``."""
-    from django.contrib.contenttypes.models import ContentType
-
-    versioned = [model for model in apps.get_models() if holds_versions(model)]
-    ContentType.objects.db_manager(using).get_for_models(*versioned)
-    return len(versioned)

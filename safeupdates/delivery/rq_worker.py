@@ -1,113 +1,73 @@
-"""The RQ worker class for projects that use safeupdates: RQ's own ``Worker``, made ready before it forks.
+"""The RQ worker class for projects that use safeupdates: RQ's own ``Worker``, with the apply jobs run in
+the worker's own process.
 
-``rqworker`` forks a work horse per job, and the horse dies with the job: whatever a job loads on first
-use (the content types of the models it writes, read from ``django_content_type``) is loaded again in
-every horse, and the worker's own process, which never runs a job, never keeps it. This worker loads it
-once, in its own process, before its first fork, so every horse inherits it. Select it in the settings::
+``rqworker`` forks a work horse per job, and the horse dies with the job: every apply job would connect
+to the database afresh (a new PostgreSQL backend, whose first statements read the catalog again) and load
+again what it needs (the content types of the models it writes). This worker runs the apply jobs
+(``safeupdates.jobs.apply_update``: short, and bounded by their statement and job timeouts) in its own
+process, as RQ's ``SimpleWorker`` runs every job, on a connection kept between them as Django keeps a
+request's: :func:`django.db.close_old_connections` before and after each, so ``CONN_MAX_AGE`` and
+``CONN_HEALTH_CHECKS`` decide how long it lives (with the default ``CONN_MAX_AGE = 0``, each job connects
+afresh). Every other job still runs in a work horse, and no connection of the worker crosses that fork.
+Select it in the settings::
 
     RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"}
 
 and run ``python manage.py rqworker default --with-scheduler`` as before (django-rq reads the setting;
 ``rqworker --worker-class`` overrides it). A worker class of your own gets the same from
-:class:`WarmUpMixin`. Nothing is read at import or in ``AppConfig.ready()`` (Django advises against
-touching the database there); a database that cannot be read when the worker starts is tried again
-before a job, at most every :data:`RETRY_EVERY` seconds, and the jobs meanwhile read what they need
-themselves, as they would without it.
+:class:`AppliesInProcessMixin`.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, router
-from rq import SpawnWorker
+from django.db import close_old_connections, connections
+from rq import SimpleWorker
 from rq import Worker as RQWorker
 from rq.job import Job
 from rq.queue import Queue
 from rq.utils import import_attribute
+from rq.worker import WorkerStatus
 
-from safeupdates.database.registry import load_content_types, request_log
-
-__all__ = ["WarmUpMixin", "Worker", "databases", "warm_up", "worker_class_problem"]
-
-logger = logging.getLogger("safeupdates")
+from safeupdates.delivery import APPLY_UPDATE
 
 
-#: How long a worker waits before it tries again to load what failed to load (a database down).
-RETRY_EVERY = 30.0
-
-
-def databases() -> list[str]:
-    """The databases that hold a request log, whose jobs this worker may run."""
-    return [alias for alias in connections if router.allow_migrate_model(alias, request_log())]
-
-
-def warm_up(aliases: Sequence[str] | None = None) -> list[str]:
-    """Load what every apply job needs once per process, in this process: the content types of the
-    models that hold versions, on each of ``aliases`` (by default :func:`databases`). Closes the
-    connections it opened (a connection must never cross a fork). Never raises: returns the databases
-    it could not read."""
-    started = time.monotonic()
-    counts: dict[str, int] = {}
-    failed = []
-    try:
-        for alias in databases() if aliases is None else aliases:
-            try:
-                counts[alias] = load_content_types(alias)
-            except Exception:  # down, or not migrated yet: its jobs load them themselves meanwhile
-                logger.warning(
-                    "safeupdates: the worker could not load the content types of database %r before its fork",
-                    alias,
-                    exc_info=True,
-                )
-                failed.append(alias)
-    finally:
-        connections.close_all()
-    logger.debug(
-        "safeupdates: the worker loaded the content types of %s before its fork in %.1f ms",
-        ", ".join(f"{count} model(s) on {alias!r}" for alias, count in counts.items()) or "nothing",
-        (time.monotonic() - started) * 1000,
-    )
-    return failed
-
-
-class WarmUpMixin:
-    """Mix into an RQ worker class that forks (``rq.Worker`` and its subclasses): runs :func:`warm_up`
-    when the worker starts and, for a database it could not read, again before a job, at most every
-    :data:`RETRY_EVERY` seconds."""
-
-    _safeupdates_unloaded: Sequence[str] | None = None  # None: not tried yet
-    _safeupdates_tried = 0.0
-
-    def _safeupdates_warm_up(self) -> None:
-        self._safeupdates_tried = time.monotonic()
-        self._safeupdates_unloaded = warm_up(self._safeupdates_unloaded)
-
-    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
-        super().bootstrap(*args, **kwargs)  # type: ignore[misc]
-        self._safeupdates_warm_up()
+class AppliesInProcessMixin:
+    """Mix into an RQ worker class that forks (``rq.Worker`` and its subclasses): runs the apply jobs in
+    the worker's own process, on a connection kept between jobs, and forks for every other job."""
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        if self._safeupdates_unloaded is None or (
-            self._safeupdates_unloaded and time.monotonic() - self._safeupdates_tried >= RETRY_EVERY
-        ):
-            self._safeupdates_warm_up()
-        super().execute_job(job, queue)  # type: ignore[misc]
+        if job.func_name != APPLY_UPDATE:
+            connections.close_all()  # a connection must never cross a fork: the horse would share its socket
+            super().execute_job(job, queue)  # type: ignore[misc]
+            return
+        worker: Any = self
+        execution = worker.prepare_execution(job)
+        close_old_connections()
+        try:
+            worker.perform_job(job, queue, execution)
+        finally:
+            close_old_connections()
+        worker.set_state(WorkerStatus.IDLE)
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        # A job in this process keeps the worker from its heartbeat until it ends: its TTL covers the job's.
+        if job.func_name == APPLY_UPDATE:
+            return SimpleWorker.get_heartbeat_ttl(self, job, working_time)  # type: ignore[arg-type]
+        return super().get_heartbeat_ttl(job, working_time)  # type: ignore[misc,no-any-return]
 
 
-class Worker(WarmUpMixin, RQWorker):
-    """RQ's ``Worker`` (a work horse forked per job) with :class:`WarmUpMixin`."""
+class Worker(AppliesInProcessMixin, RQWorker):
+    """RQ's ``Worker`` (a work horse forked per job) with :class:`AppliesInProcessMixin`."""
 
 
 def worker_class_problem() -> tuple[str, str, str] | None:
     """``(message, hint, check id)`` of a system check when django-rq's worker class (``RQ["WORKER_CLASS"]``,
-    RQ's ``Worker`` by default) forks a work horse per job without :class:`WarmUpMixin`; None otherwise. A
-    class that does not fork (``SimpleWorker``), one that starts each horse afresh (``SpawnWorker``: nothing
-    it loads would reach the horse) and one that cannot be imported (django-rq says so) are not reported."""
+    RQ's ``Worker`` by default) runs each job in a new process (a fork, or a spawn) without
+    :class:`AppliesInProcessMixin`; None otherwise. A class that does not fork (``SimpleWorker``) and one
+    that cannot be imported (django-rq says so) are not reported."""
     path = getattr(settings, "RQ", {}).get("WORKER_CLASS", RQWorker)
     try:
         worker_class = import_attribute(path) if isinstance(path, str) else path
@@ -115,14 +75,15 @@ def worker_class_problem() -> tuple[str, str, str] | None:
         return None
     if not isinstance(worker_class, type) or not issubclass(worker_class, RQWorker):
         return None
-    if issubclass(worker_class, WarmUpMixin | SpawnWorker):
+    if issubclass(worker_class, AppliesInProcessMixin):
         return None
     # As the settings name it (RQ's classes live in modules other than those they are imported from).
     name = path if isinstance(path, str) else "rq.Worker" if path is RQWorker else worker_class.__qualname__
     return (
-        f"RQ's worker class {name} forks a work horse per job, and every apply job reads again what a worker "
-        "could have loaded once before its fork (the content types of the models it writes).",
+        f"RQ's worker class {name} runs every apply job in a new work horse, which connects to the database "
+        "afresh and loads again what the job needs.",
         'Set RQ = {"WORKER_CLASS": "safeupdates.delivery.rq_worker.Worker"} in the settings, or add '
-        "safeupdates.delivery.rq_worker.WarmUpMixin to your worker class (docs/deployment.md, Running workers).",
+        "safeupdates.delivery.rq_worker.AppliesInProcessMixin to your worker class "
+        "(docs/deployment.md, Running workers).",
         "safeupdates.W008",
     )

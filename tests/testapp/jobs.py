@@ -104,3 +104,11 @@ def session_timeout(name: str) -> str:
 def scheduled_jobs(queue: str = "default") -> int:
     """How many jobs wait in the scheduled registry of ``queue`` (a serial job's watchdog is one)."""
     return int(django_rq.get_queue(queue).scheduled_job_registry.count)
+
+
+def process_and_connection() -> tuple[int, bool]:
+    """This process's id, and whether it holds a database connection it did not open (one that crossed a
+    fork: the worker's)."""
+    import os
+
+    return os.getpid(), connection.connection is not None
