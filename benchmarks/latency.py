@@ -31,7 +31,8 @@ ones too, in the worker's own process), ``rq-200-plain`` and ``rq-5-plain`` (the
 ``Worker``: every job in a work horse), ``celery-200`` and ``celery-5`` (2 prefork workers ``-c 2`` on a
 RabbitMQ vhost of the benchmark's own, 40 toggles/s). Timings are never asserted: the exit status is 1
 only if a toggle never became visible or a record of the app ended without its newest toggle. Every
-process's connections have ``CONN_MAX_AGE = 60`` (``--conn-max-age``), as docs/deployment.md advises.
+process's connections have ``CONN_MAX_AGE = 60`` (``--conn-max-age``), as docs/deployment.md advises, and the
+Celery workers ``CELERY_DB_REUSE_MAX = 1000`` (without it Celery closes the connections around every task).
 
 It uses its own PostgreSQL database (``BENCH_DATABASE_URL``, default ``.../safeupdates_bench_latency``),
 which it creates, migrates and empties, and its own RQ queue (``safeupdates-bench-latency``) on
@@ -558,6 +559,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     os.environ["BENCH_CONN_MAX_AGE"] = str(args.conn_max_age)  # before Django is set up; the workers inherit it
+    if args.conn_max_age:
+        # Celery's Django fix-up closes every connection around every task unless this is set (tests/settings.py
+        # reads it): a pool process then keeps its connection, for both contenders.
+        os.environ["CELERY_DB_REUSE_MAX"] = "1000"
     known = cells(args.rq_rate, args.celery_rate)
     chosen = [name.strip() for name in args.cells.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in known]

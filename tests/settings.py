@@ -149,6 +149,7 @@ SAFEUPDATES_RELAY_AFTER = 0
 # broker a test names through the environment (its own RabbitMQ vhost or redis-server).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
 CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=None)  # a worker test keeps its connection
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # with acks_late: a worker holds no more than it runs
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

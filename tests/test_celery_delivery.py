@@ -36,7 +36,7 @@ from django.urls import reverse
 
 from safeupdates import checks, delivery, enqueue_update
 from safeupdates.contrib import check_tools_need_rq
-from safeupdates.delivery import QueueHealth
+from safeupdates.delivery import Delivery, QueueHealth
 from safeupdates.delivery import celery as celery_backend_module
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 from safeupdates.jobs import relay
@@ -174,6 +174,29 @@ def test_a_burst_of_one_record_costs_one_message(db, rabbit, django_capture_on_c
     assert run_here(messages[0]) == "1 applied, 2 stale"
     assert [ProcessedRequest.objects.get(pk=r.pk).status for r in requests] == ["stale", "stale", "applied"]
     assert waiting_notes() == [(str(other.pk), messages[1].headers["id"])]  # the started one's note is gone
+
+
+def test_the_note_and_its_delete_are_one_statement_each_in_autocommit(transactional_db):
+    """The note of a waiting message costs the delivery one round trip after the caller's commit, and its
+    delete one at the start of the task: no BEGIN and COMMIT around them, no conflict to roll back."""
+    profile = ProfileFactory()
+    record = Delivery(str(uuid.uuid4()), content_type_id(), str(profile.pk), "default")
+    seen: list[tuple[str, bool]] = []
+
+    def note(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql.split()[0].upper(), connection.get_autocommit()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(note):
+        assert celery_backend_module._claim(record, "first") is True
+        assert celery_backend_module._claim(record, "second") is False  # one waits already
+        celery_backend_module._started("default", record.content_type_id, record.object_id)
+        assert celery_backend_module._claim(record, "third") is True
+    assert seen == [("INSERT", True), ("INSERT", True), ("DELETE", True), ("INSERT", True)]
+    assert list(WaitingMessage.objects.values_list("task_id", flat=True)) == ["third"]
+    with transaction.atomic():  # inside a caller's transaction: a savepoint, and the transaction stays usable
+        assert celery_backend_module._claim(record, "fourth") is False
+        assert WaitingMessage.objects.count() == 1
 
 
 def test_a_request_after_its_records_message_started_gets_a_follow_up(db, rabbit, django_capture_on_commit_callbacks):
@@ -722,6 +745,39 @@ def test_a_request_is_applied_by_a_prefork_worker(transactional_db, broker, cele
     profile.refresh_from_db()
     assert profile.active
     assert f"Task {APPLY}[" in celery_workers.logs()
+
+
+@pytest.mark.workers
+def test_a_kept_connection_that_died_between_tasks_is_replaced(transactional_db, postgres_only, vhost, celery_workers):
+    """With Celery told to keep connections (``CELERY_DB_REUSE_MAX``: its Django fix-up otherwise closes
+    them around every task) and ``CONN_MAX_AGE`` with ``CONN_HEALTH_CHECKS``, the apply task keeps its
+    connection between tasks as Django keeps a request's, and one that died between two tasks (a restart,
+    a failover) is replaced before the next apply: no request waits for the relay."""
+    name = "celery-kept"
+    env = worker_env(vhost.url(), name, SAFEUPDATES_TEST_TOPOLOGY="persistent", CELERY_DB_REUSE_MAX="1000")
+    celery_workers.start(1, env=env)
+    assert celery_workers.wait_ready(), celery_workers.logs()
+
+    def backends() -> set[int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [name])
+            return {pid for (pid,) in cursor.fetchall()}
+
+    def apply(count: int) -> list[ProcessedRequest]:
+        requests = [enqueue_update(ProfileFactory(active=False), active=True) for _ in range(count)]
+        log = ProcessedRequest.objects.filter(pk__in=[request.pk for request in requests])
+        assert wait_until(lambda: not log.filter(status="pending").exists(), 30), celery_workers.logs()
+        return list(log)
+
+    with celery_delivery(vhost.url()):
+        assert {request.status for request in apply(4)} == {"applied"}
+        kept = backends()
+        assert 1 <= len(kept) <= 2, kept  # a connection per pool process (-c 2), kept between tasks
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", [name])
+        assert wait_until(lambda: not backends(), 10)
+        after = apply(4)
+    assert {(request.status, request.attempts) for request in after} == {("applied", 1)}, celery_workers.logs()
 
 
 @pytest.mark.workers

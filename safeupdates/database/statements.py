@@ -25,7 +25,7 @@ from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.expressions import RawSQL
 
-from safeupdates.database.registry import column, concrete_field, request_log, versions_model
+from safeupdates.database.registry import column, concrete_field, request_log, versions_model, waiting_messages
 from safeupdates.exceptions import SafeUpdatesError
 
 __all__ = [
@@ -1136,3 +1136,21 @@ class _PoolerProbe:
 
 
 pooler_probe = _PoolerProbe()
+
+
+# -- the Celery delivery's note of a record's waiting message --------------------------------------------
+
+
+@cache
+def waiting_message_statements() -> tuple[str, str]:
+    """``(note, forget)`` on the table of :class:`safeupdates.models.WaitingMessage`, the same text on
+    PostgreSQL and SQLite. ``note`` (parameters ``content_type_id, object_id, task_id``) inserts the
+    record's row unless it has one, and returns a row only if it inserted: one statement, with no
+    conflict to roll back. ``forget`` (``content_type_id, object_id``) deletes the record's row."""
+    table = f'"{waiting_messages()._meta.db_table}"'
+    record = '"content_type_id" = %s AND "object_id" = %s'
+    return (
+        f'INSERT INTO {table} ("content_type_id", "object_id", "task_id") VALUES (%s, %s, %s) '
+        "ON CONFLICT DO NOTHING RETURNING 1",
+        f"DELETE FROM {table} WHERE {record}",
+    )

@@ -54,12 +54,13 @@ from typing import Any, ClassVar
 
 from celery import Celery, shared_task
 from django.core.checks import CheckMessage, Error, Warning
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
 from safeupdates.database.errors import is_transient
 from safeupdates.database.registry import waiting_messages
+from safeupdates.database.statements import waiting_message_statements
 from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
@@ -156,28 +157,17 @@ def _retries(state: _Running, error: BaseException | None) -> bool:
 # -- one message per record in flight ------------------------------------------------------------------
 
 
-def _claim(delivery: Delivery, task_id: str, *, likely_waiting: bool = False) -> bool:
+def _claim(delivery: Delivery, task_id: str) -> bool:
     """Note that ``delivery``'s record has an apply message waiting, to be published as ``task_id``
     (:class:`safeupdates.models.WaitingMessage`, in the request's database): True if this delivery is to
     publish it, False if one waits already, published and not started, which will read the request
-    (committed before this call). A database error here is no reason to publish nothing: True.
-
-    ``likely_waiting`` (a burst: other requests of the record are pending) looks for the note first, one
-    read instead of an insert that fails and its transaction rolled back: a note seen after the request's
-    commit was not yet deleted by its task, which reads the pending requests only after that delete."""
-    notes = waiting_messages().objects.using(delivery.using)
-    record = {"content_type_id": delivery.content_type_id, "object_id": delivery.object_id}
-    if likely_waiting:
-        try:
-            if notes.filter(**record).exists():
-                return False
-        except DatabaseError:
-            pass  # the insert below says it again, or publishes all the same
+    (committed before this call). One statement (an insert that does nothing on a conflict), in autocommit
+    after the caller's commit. A database error here is no reason to publish nothing: True."""
+    note, _forget = waiting_message_statements()
     try:
-        with transaction.atomic(using=delivery.using):
-            notes.create(**record, task_id=task_id)
-    except IntegrityError:
-        return False
+        with _statement(delivery.using) as cursor:
+            cursor.execute(note, [delivery.content_type_id, delivery.object_id, task_id])
+            return cursor.fetchone() is not None
     except DatabaseError:
         logger.warning(
             "safeupdates: record %s: its waiting message could not be noted; published all the same.",
@@ -197,10 +187,22 @@ def _unclaim(delivery: Delivery, task_id: str) -> None:
 
 
 def _started(using: str, content_type_id: int, object_id: str) -> None:
-    """The record's apply task starts: its message no longer waits. Deleted (committed) before the task
-    reads the pending requests, so that a request whose delivery found the note is read by this task, and
-    one whose delivery comes later publishes a message of its own (the follow-up)."""
-    waiting_messages().objects.using(using).filter(content_type_id=content_type_id, object_id=object_id).delete()
+    """The record's apply task starts: its message no longer waits. Deleted (committed: one statement in
+    autocommit) before the task reads the pending requests, so that a request whose delivery found the
+    note is read by this task, and one whose delivery comes later publishes a message of its own (the
+    follow-up)."""
+    _note, forget = waiting_message_statements()
+    with _statement(using) as cursor:
+        cursor.execute(forget, [content_type_id, object_id])
+
+
+@contextmanager
+def _statement(using: str) -> Iterator[Any]:
+    """A cursor for one statement on ``using``: in autocommit, or in a savepoint inside a transaction
+    (an error then leaves the caller's transaction usable)."""
+    savepoint = transaction.atomic(using=using) if connections[using].in_atomic_block else contextlib.nullcontext()
+    with savepoint, connections[using].cursor() as cursor:
+        yield cursor
 
 
 def run_apply_update(
@@ -312,7 +314,7 @@ class CeleryBackend(Backend):
         None. Raises what the broker raises when it is unreachable (kombu's ``OperationalError``), after one
         reconnect at once; the record then has no message waiting."""
         task_id = str(uuid.uuid4())
-        if not _claim(delivery, task_id, likely_waiting=likely_queued):
+        if not _claim(delivery, task_id):
             return None
         try:
             return self._publish(delivery, trace=trace, task_id=task_id)
