@@ -67,7 +67,6 @@ __all__ = [
     "Decision",
     "LostWrite",
     "MalformedHeader",
-    "changes_since",
     "conditional",
     "conflict_body",
     "etag_for",

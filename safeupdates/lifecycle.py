@@ -56,10 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MISSING_TARGET",
     "STATUS_OF_OUTCOME",
-    "TERMINAL_STATUSES",
-    "RequestKind",
     "RequestLogQuerySet",
-    "RequestStatus",
     "Result",
     "Target",
     "listened",

@@ -30,8 +30,6 @@ from safeupdates.admin.requestlog import ProcessedRequestAdmin, RequestLogPagina
 from safeupdates.models import FailedRequest, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.text import shorten
 
-__all__ = ["ErrorFilter", "FailedRequestAdmin", "OutcomeFilter"]
-
 #: The statuses listed here: the requests an operator may want to re-drive.
 UNRESOLVED = (RequestStatus.FAILED, RequestStatus.REJECTED)
 

@@ -46,16 +46,6 @@ if TYPE_CHECKING:
 else:
     _ModelAdminBase = _InlineBase = object
 
-__all__ = [
-    "ReadOnlyAdmin",
-    "SafeUpdateAdminMixin",
-    "SafeUpdateInlineMixin",
-    "SafeUpdateModelAdmin",
-    "SafeUpdateStackedInline",
-    "SafeUpdateTabularInline",
-    "request_log_url",
-]
-
 _Form = TypeVar("_Form", bound=forms.BaseForm)
 
 #: POST key of the changelist's signed row tokens, checked by every action.

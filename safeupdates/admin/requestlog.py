@@ -45,15 +45,6 @@ from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.text import shorten
 
-__all__ = [
-    "ProcessedRequestAdmin",
-    "QueueFilter",
-    "RequestLogChangeList",
-    "RequestLogPaginator",
-    "SafeUpdateModelsFilter",
-    "unfiltered",
-]
-
 
 class RequestLogPaginator(Paginator):  # type: ignore[type-arg]
     """Counts the request log without reading every row of it.

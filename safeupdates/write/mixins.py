@@ -55,9 +55,6 @@ from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 from safeupdates.write.validation import check_saved, short_message, shown
 
-__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "NotedValues", "SyncedAtMixin", "checked_per_row", "only_changes"]
-
-
 #: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
 #: Field objects, and the mixins' were created before any model's own: without this, positional arguments
 #: (``Article(None, "headline")``) would fill ``lock_version`` first, and ``values_list()`` and serializers

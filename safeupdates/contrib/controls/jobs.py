@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from limits.strategies import FixedWindowRateLimiter
     from redis import ConnectionPool
 
-__all__ = ["InvalidControl", "controlled_call", "enqueue", "parse_throttle", "reap_if_abandoned"]
+__all__ = ["controlled_call", "enqueue", "parse_throttle", "reap_if_abandoned"]
 
 logger = logging.getLogger("safeupdates")
 
