@@ -21,6 +21,7 @@ from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.fields.files import FieldFile
 from django.utils import timezone
+from django.utils.text import Truncator
 
 from safeupdates import conf
 from safeupdates.database.internals import in_storage, range_bounds
@@ -269,7 +270,7 @@ def shown(value: Any) -> str:
         text = repr(value)
     except (ValueError, RecursionError):
         return f"<{'a huge int' if isinstance(value, int) else 'a ' + type(value).__name__ + ' too deep to show'}>"
-    return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"
+    return text if len(text) <= 60 else Truncator(text).chars(60, "...")  # a short one costs no Truncator
 
 
 def short_message(exc: BaseException) -> str:
@@ -278,7 +279,7 @@ def short_message(exc: BaseException) -> str:
         text = str(exc)
     except (ValueError, RecursionError):
         return f"{type(exc).__name__} (its message quotes the value, which is too large to print)"
-    return text if len(text) <= 150 else f"{text[:140]}..."
+    return Truncator(text).chars(150, "...")
 
 
 def _messages(exc: ValidationError) -> str:
@@ -288,7 +289,7 @@ def _messages(exc: ValidationError) -> str:
         messages = exc.messages
     except (ValueError, RecursionError):
         return "the value is refused by the field (its message quotes the value, which is too large to print)."
-    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in messages)
+    return " ".join(Truncator(text).chars(150, "...") for text in messages)
 
 
 _NUMBER_FIELDS = (models.IntegerField, models.FloatField, models.DecimalField)
@@ -486,8 +487,9 @@ def object_id_of(model: type[models.Model], pk: Any) -> str:
     if limit == -1:
         limit = _object_id_limits[log] = log._meta.get_field("object_id").max_length
     if limit is not None and len(object_id) > limit:
+        shown_id = Truncator(object_id).chars(13, "...")
         raise InvalidUpdate(
-            f"{model._meta.label}: primary key {object_id[:10] + '...'!r} has {len(object_id)} characters, and the "
+            f"{model._meta.label}: primary key {shown_id!r} has {len(object_id)} characters, and the "
             f"request log's object_id holds at most {limit}: requests of this row cannot be recorded. Update "
             "it without request_id (update_if_newer()), or give the model a shorter primary key."
         )
