@@ -78,8 +78,7 @@ def main() -> None:
     from safeupdates import status
     from safeupdates.contrib.prometheus.metrics import RequestLogCollector
     from safeupdates.database import clock as db
-    from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
-    from safeupdates.models import ProcessedRequest
+    from safeupdates.models import TERMINAL_STATUSES, ProcessedRequest, RequestStatus
     from tests.testapp.models import Profile
 
     call_command("migrate", verbosity=0)

@@ -40,6 +40,7 @@ from django.db import DEFAULT_DB_ALIAS, models, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils.crypto import constant_time_compare
+from django.utils.text import Truncator
 from django.views.generic import View
 from django.views.generic.detail import SingleObjectMixin
 
@@ -67,7 +68,6 @@ __all__ = [
     "Decision",
     "LostWrite",
     "MalformedHeader",
-    "changes_since",
     "conditional",
     "conflict_body",
     "etag_for",
@@ -171,7 +171,7 @@ def parse_etags(value: str) -> list[tuple[bool, str]] | Literal["*"]:
 
 
 def _shown(text: str) -> str:
-    return repr(text if len(text) <= 60 else f"{text[:60]}...")
+    return repr(Truncator(text).chars(63, "..."))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from safeupdates.database.errors import describe_database, is_transient, unreachable_database
-from safeupdates.exceptions import BackendUnavailable, RequestNotFound
 from safeupdates.pipeline.apply import BATCH_SIZE, apply_update
 from safeupdates.pipeline.enqueue import aenqueue_update, enqueue_update
 from safeupdates.pipeline.redrive import Redriven, redrive
@@ -22,10 +21,8 @@ from safeupdates.pipeline.relay import RelayReport, relay, relay_pending, relay_
 
 __all__ = [
     "BATCH_SIZE",
-    "BackendUnavailable",
     "Redriven",
     "RelayReport",
-    "RequestNotFound",
     "aenqueue_update",
     "apply_update",
     "describe_database",

@@ -23,6 +23,7 @@ request's :class:`RequestStatus` is written here, once.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -56,10 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MISSING_TARGET",
     "STATUS_OF_OUTCOME",
-    "TERMINAL_STATUSES",
-    "RequestKind",
     "RequestLogQuerySet",
-    "RequestStatus",
     "Result",
     "Target",
     "listened",
@@ -547,7 +545,7 @@ class RequestLogQuerySet(models.QuerySet["ProcessedRequest"]):
 
     def encode_changes(self, cleaned: Mapping[str, Any]) -> str:
         """``cleaned`` as the log's ``changes`` holds it: JSON text, by the field's encoder."""
-        return _encoder(self.changes_encoder()).encode(cleaned)
+        return _encoder(self.changes_encoder()).encode(cleaned)  # type: ignore[arg-type]  # mypy: a class is no Hashable
 
     def fail(self, request_id: uuid.UUID, error: str, *, final: bool) -> None:
         """Count a failed attempt of pending request ``request_id``; if no retry follows (``final``), mark
@@ -767,15 +765,10 @@ def _with_status(result: Result, statuses: Mapping[Any, RequestStatus]) -> Resul
     return Result(result.request, statuses[result.request.pk], result.fields, result.held, result.error)
 
 
-#: One instance of each encoder class, as ``json.dumps(..., cls=cls)`` makes it (it holds no state).
-_encoders: dict[type[json.JSONEncoder], json.JSONEncoder] = {}
-
-
+@functools.cache
 def _encoder(cls: type[json.JSONEncoder]) -> json.JSONEncoder:
-    encoder = _encoders.get(cls)
-    if encoder is None:
-        encoder = _encoders[cls] = cls()
-    return encoder
+    """One instance of each encoder class, as ``json.dumps(..., cls=cls)`` makes it (it holds no state)."""
+    return cls()
 
 
 #: Outcomes whose log line is a WARNING; the others' are INFO.

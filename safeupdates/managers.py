@@ -6,6 +6,7 @@ and :data:`SafeUpdateManager` is ``Manager.from_queryset(SafeUpdateQuerySet)``.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterable, Iterator
@@ -249,17 +250,15 @@ def _lock_wait(timeout: Any) -> bool:
     return bool(0 < timeout <= MAX_LOCK_TIMEOUT)  # a float NaN fails both comparisons
 
 
-#: The request log's queryset on each database, for :meth:`RequestLogQuerySet.apply_recorded`, which
-#: neither evaluates nor changes it: made once per request log model and database, not once per call.
-_recording_logs: dict[tuple[type[models.Model], str], RequestLogQuerySet] = {}
-
-
 def _recording_log(using: str) -> RequestLogQuerySet:
-    model = request_log()
-    log = _recording_logs.get((model, using))
-    if log is None:
-        log = _recording_logs[model, using] = RequestLogQuerySet(model, using=using)
-    return log
+    return _log_queryset(request_log(), using)
+
+
+@functools.cache
+def _log_queryset(model: type[models.Model], using: str) -> RequestLogQuerySet:
+    """The request log's queryset on a database, for :meth:`RequestLogQuerySet.apply_recorded`, which
+    neither evaluates nor changes it: made once per request log model and database, not once per call."""
+    return RequestLogQuerySet(model, using=using)
 
 
 class SafeUpdateQuerySet(SafeUpdateQuerySetMixin[_M], models.QuerySet[_M]):

@@ -20,10 +20,10 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from safeupdates.database.statements import BASE_VERSION_KEY
 from safeupdates.lifecycle import TERMINAL_STATUSES, RequestKind, RequestLogQuerySet, RequestStatus
 from safeupdates.managers import SafeUpdateManager
 from safeupdates.write.mixins import (
-    BASE_VERSION_KEY,
     LockVersionMixin,
     NotedValues,
     SyncedAtMixin,

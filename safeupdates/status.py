@@ -34,8 +34,7 @@ from safeupdates.database.cursors import fetch_one
 from safeupdates.database.errors import is_permission_denied
 from safeupdates.database.registry import model_of
 from safeupdates.exceptions import BackendUnavailable
-from safeupdates.lifecycle import TERMINAL_STATUSES, RequestStatus
-from safeupdates.models import ProcessedRequest, RequestKind
+from safeupdates.models import TERMINAL_STATUSES, ProcessedRequest, RequestKind, RequestStatus
 
 __all__ = [
     "Backlog",

@@ -14,8 +14,8 @@ from django.test import override_settings
 
 from safeupdates.contrib.batches.jobs import fan_out, relay_batches, run_batch_item, run_batch_reduce
 from safeupdates.contrib.batches.models import Batch, BatchItem
-from safeupdates.exceptions import InvalidControl
-from safeupdates.jobs import RequestNotFound, relay_pending
+from safeupdates.exceptions import InvalidControl, RequestNotFound
+from safeupdates.jobs import relay_pending
 from safeupdates.models import ProcessedRequest
 from tests.factories import ProfileFactory
 from tests.testapp.batch_jobs import add_score, failing_reduce, hold_until_released, record_reduce

@@ -24,12 +24,12 @@ from safeupdates.checks import check_queue_settings
 from safeupdates.contrib.controls.jobs import (
     REAP_GRACE,
     UNIQUE_TTL,
-    InvalidControl,
     enqueue,
     parse_throttle,
     reap_if_abandoned,
 )
 from safeupdates.delivery.rq import dotted_path
+from safeupdates.exceptions import InvalidControl
 from tests.testapp import jobs
 from tests.testapp.jobs import redis_now, runs
 from tests.workers import Workers, wait_until

@@ -23,9 +23,9 @@ from rq import SimpleWorker, Worker
 from rq.job import JobStatus
 
 from safeupdates import enqueue_update, signals
-from safeupdates.contrib.controls.jobs import InvalidControl, enqueue
+from safeupdates.contrib.controls.jobs import enqueue
 from safeupdates.contrib.idempotent.decorators import SKIPPED, TASK_NAMESPACE, idempotent, task_log_key
-from safeupdates.exceptions import InvalidUpdate, LockUnavailable
+from safeupdates.exceptions import InvalidControl, InvalidUpdate, LockUnavailable
 from safeupdates.jobs import apply_update
 from safeupdates.managers import Outcome
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus

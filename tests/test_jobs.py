@@ -36,7 +36,7 @@ from safeupdates import enqueue_update, jobs, signals
 from safeupdates.database import statements
 from safeupdates.database.errors import describe_database, is_transient
 from safeupdates.delivery import rq as queues
-from safeupdates.exceptions import InvalidUpdate
+from safeupdates.exceptions import InvalidUpdate, RequestNotFound
 from safeupdates.jobs import apply_update, deliver, relay_pending
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.pipeline.relay import relay
@@ -645,7 +645,7 @@ class TestApplyInProcess:
         success while its request stays pending for good."""
         rid = uuid.uuid4()
         name = connection.settings_dict["NAME"]
-        with pytest.raises(jobs.RequestNotFound) as raised:
+        with pytest.raises(RequestNotFound) as raised:
             apply_update(str(rid))
         assert name in describe_database("default")
         assert str(raised.value) == (

@@ -25,7 +25,7 @@ from rq.job import JobStatus
 from rq.scheduler import RQScheduler
 from rq.utils import now
 
-from safeupdates import delivery, enqueue_update, jobs
+from safeupdates import delivery, enqueue_update, exceptions
 from safeupdates.contrib.batches.jobs import fan_out
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.delivery import rq as queues
@@ -234,7 +234,7 @@ class TestWhatTheRelayEnqueues:
                 CommandError, match=r"^safeupdates relay: Redis unreachable at redis://127\.0\.0\.1:1/0 \("
             ):
                 call_command("safeupdates_relay", "--older-than", "0", stdout=io.StringIO())
-            with pytest.raises(jobs.BackendUnavailable) as raised:
+            with pytest.raises(exceptions.BackendUnavailable) as raised:
                 relay_pending(0)
         assert (raised.value.backend, raised.value.where) == ("Redis", "redis://127.0.0.1:1/0")
 
@@ -243,7 +243,7 @@ def test_the_scheduler_state_of_an_unreachable_queue_names_that_queues_redis(set
     """A queue of its own Redis, down while the default queue's is up: the error names the server of
     the queue asked about, and a reachable queue still answers."""
     settings.RQ_QUEUES = {**settings.RQ_QUEUES, "elsewhere": {"URL": "redis://127.0.0.1:1/3"}}
-    with pytest.raises(jobs.BackendUnavailable) as raised:
+    with pytest.raises(exceptions.BackendUnavailable) as raised:
         queues.scheduler_state("elsewhere")
     assert (raised.value.backend, raised.value.where) == ("Redis", "redis://127.0.0.1:1/3")
     redis.set(RQScheduler.get_locking_key("default"), "some-scheduler", ex=60)
@@ -430,7 +430,7 @@ def test_revive_makes_only_failed_update_requests_pending_as_new():
     (mutation survivors: dropping either went unnoticed)."""
     from django.db.models.functions import Now
 
-    from safeupdates.lifecycle import RequestKind
+    from safeupdates.models import RequestKind
 
     update = enqueue_update(ProfileFactory(), active=True)  # not committed: never sent to a queue
     task = enqueue_update(ProfileFactory(), active=True)
@@ -500,7 +500,7 @@ def test_the_relay_scans_the_request_log_where_the_router_writes_it(redis):
 def test_an_unreachable_queue_is_named_by_its_server_and_database(settings, tmp_path, url, where):
     """Its Redis on a unix socket, or a URL that names no database (django-rq then passes ``db=None``)."""
     settings.RQ_QUEUES = {**settings.RQ_QUEUES, "elsewhere": {"URL": url.format(dir=tmp_path)}}
-    with pytest.raises(jobs.BackendUnavailable) as raised:
+    with pytest.raises(exceptions.BackendUnavailable) as raised:
         queues.scheduler_state("elsewhere")
     assert (raised.value.backend, raised.value.where) == ("Redis", where.format(dir=tmp_path))
 

@@ -308,7 +308,7 @@ def test_messages_never_echo_a_whole_huge_input(gadget):
 
 def test_long_values_and_messages_are_cut_at_their_limits():
     """A value is shown whole up to 60 characters of its repr, a message of Django's up to 150; longer,
-    their start (50 and 140 characters) and an ellipsis."""
+    cut to that length, the ellipsis included (``Truncator.chars()``)."""
     with pytest.raises(InvalidUpdate) as excinfo:
         clean_changes(Attachment, {"kind": "x" * 58})
     assert str(excinfo.value) == (
@@ -317,12 +317,12 @@ def test_long_values_and_messages_are_cut_at_their_limits():
     with pytest.raises(InvalidUpdate) as excinfo:
         clean_changes(Attachment, {"kind": "x" * 119})  # Django's message: 150 characters
     assert str(excinfo.value) == (
-        f"testapp.Attachment.kind='{'x' * 49}...' is invalid: Value '{'x' * 119}' is not a valid choice."
+        f"testapp.Attachment.kind='{'x' * 56}... is invalid: Value '{'x' * 119}' is not a valid choice."
     )
     with pytest.raises(InvalidUpdate) as excinfo:
         clean_changes(Attachment, {"kind": "x" * 120})  # 151 characters
     assert str(excinfo.value) == (
-        f"testapp.Attachment.kind='{'x' * 49}...' is invalid: Value '{'x' * 120}' is not a va..."
+        f"testapp.Attachment.kind='{'x' * 56}... is invalid: Value '{'x' * 120}' is not a valid cho..."
     )
 
 
@@ -387,8 +387,7 @@ def test_each_refusal_of_a_field_or_key_says_what_was_wrong():
         ),
         (  # a repr of 61 characters is cut (``_shown`` 6: cut from 62)
             lambda: clean_changes(Gadget, {"label": "x" * 59}),
-            f"testapp.Gadget.label='{'x' * 49}...' is invalid: "
-            "Ensure this value has at most 40 characters (it has 59).",
+            f"testapp.Gadget.label='{'x' * 56}... is invalid: Ensure this value has at most 40 characters (it has 59).",
         ),
     ]
     for call, message in cases:

@@ -22,15 +22,13 @@ from django.contrib.admin import helpers
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.http import HttpRequest
+from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates import jobs
 from safeupdates.admin.permissions import may_change, shown_rows
 from safeupdates.admin.requestlog import ProcessedRequestAdmin, RequestLogPaginator, SafeUpdateModelsFilter
 from safeupdates.models import FailedRequest, LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.text import shorten
-
-__all__ = ["ErrorFilter", "FailedRequestAdmin", "OutcomeFilter"]
 
 #: The statuses listed here: the requests an operator may want to re-drive.
 UNRESOLVED = (RequestStatus.FAILED, RequestStatus.REJECTED)
@@ -68,7 +66,7 @@ class ErrorFilter(admin.SimpleListFilter):
             .annotate(count=models.Count("pk"))
             .order_by("-count", "error")[: self.limit]
         )
-        return [(row["error"], f"{shorten(row['error'], 80)} ({row['count']})") for row in errors]
+        return [(row["error"], f"{Truncator(row['error']).chars(80)} ({row['count']})") for row in errors]
 
     def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> models.QuerySet[Any]:
         value = self.value()
@@ -128,7 +126,7 @@ class FailedRequestAdmin(ProcessedRequestAdmin):
     @admin.display(description=_("last error"))
     def last_error(self, obj: ProcessedRequest) -> str:
         """Why it failed or was rejected, short (the request's page shows all of it); hidden like its values."""
-        return shorten(self.error_shown(obj), 200)
+        return Truncator(self.error_shown(obj)).chars(200)
 
     @admin.action(
         description=_("Re-drive the selected requests (make them pending and deliver them)"), permissions=["redrive"]

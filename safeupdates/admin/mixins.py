@@ -46,16 +46,6 @@ if TYPE_CHECKING:
 else:
     _ModelAdminBase = _InlineBase = object
 
-__all__ = [
-    "ReadOnlyAdmin",
-    "SafeUpdateAdminMixin",
-    "SafeUpdateInlineMixin",
-    "SafeUpdateModelAdmin",
-    "SafeUpdateStackedInline",
-    "SafeUpdateTabularInline",
-    "request_log_url",
-]
-
 _Form = TypeVar("_Form", bound=forms.BaseForm)
 
 #: POST key of the changelist's signed row tokens, checked by every action.
@@ -170,6 +160,32 @@ def _refused_on(request: HttpRequest) -> dict[Any, ToldRefusal] | None:
     return getattr(request, "_safeupdates_refused", None)
 
 
+def _shown_again(
+    request: HttpRequest,
+    view: Callable[[], HttpResponse],
+    told: Callable[[InvalidUpdate], dict[Any, ToldRefusal] | None],
+) -> HttpResponse:
+    """Run ``view``, a page that saves, and run it again when a save was refused; its transaction rolled
+    back. A ``StaleObjectError`` (a record moved after the form's check, and save() refused to write
+    over it): shown again, the form's check sees why (the same refusal: signalled once). An
+    ``InvalidUpdate`` (a value save_model() or save_related() set that no column can hold, refused
+    before any statement): shown again with what ``told`` makes of it, the errors by form (None, or a
+    second refusal: raised)."""
+    with refusals_on("admin"):
+        for attempt in range(_ATTEMPTS):
+            try:
+                return view()
+            except StaleObjectError:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+            except InvalidUpdate as exc:
+                refused = None if _refused_on(request) is not None else told(exc)
+                if refused is None:
+                    raise
+                request._safeupdates_refused = refused  # type: ignore[attr-defined]
+    raise AssertionError("unreachable")
+
+
 class _CheckedFormSet(BaseFormSet):  # type: ignore[type-arg]
     """Refuses the deletion of an inline object that moved on (a formset ignores deleted forms' errors)."""
 
@@ -269,26 +285,13 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
     def changeform_view(
         self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
     ) -> HttpResponse:
-        with refusals_on("admin"):
-            for attempt in range(_ATTEMPTS):
-                try:
-                    return super().changeform_view(request, object_id, form_url, extra_context)
-                except StaleObjectError:
-                    # The record (or an inline object) moved after the form's check, and save() refused
-                    # to write over it; the transaction rolled back. Shown again, the form's check sees
-                    # why (the same refusal: signalled once).
-                    if attempt == _ATTEMPTS - 1:
-                        raise
-                except InvalidUpdate as exc:
-                    # A value save_model() or save_related() set that no column can hold, refused before
-                    # any statement; the transaction rolled back. Shown again, the form says so.
-                    if _refused_on(request) is not None:
-                        raise
-                    obj = self._saving(request)
-                    shown = self._shown_on_form(request, obj if object_id is not None else None)
-                    told = told_refusal(exc, self.model, shown, surface="admin", instance=obj, generic=_NOT_SAVED)
-                    request._safeupdates_refused = {None: told}  # type: ignore[attr-defined]
-        raise AssertionError("unreachable")
+        def told(exc: InvalidUpdate) -> dict[Any, ToldRefusal]:
+            obj = self._saving(request)
+            shown = self._shown_on_form(request, obj if object_id is not None else None)
+            return {None: told_refusal(exc, self.model, shown, surface="admin", instance=obj, generic=_NOT_SAVED)}
+
+        view = functools.partial(super().changeform_view, request, object_id, form_url, extra_context)
+        return _shown_again(request, view, told)
 
     def save_form(self, request: HttpRequest, form: Any, change: bool) -> Any:
         obj = super().save_form(request, form, change)
@@ -355,24 +358,15 @@ class SafeUpdateAdminMixin(_ModelAdminBase):
         return super().get_changelist_form(request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        with refusals_on("admin"):
-            for attempt in range(_ATTEMPTS):
-                try:
-                    response = super().changelist_view(request, extra_context)
-                    break
-                except StaleObjectError:
-                    # A list_editable row moved after its form's check: shown again, the check sees why.
-                    if attempt == _ATTEMPTS - 1:
-                        raise
-                except InvalidUpdate as exc:
-                    # save_model() or save_related() of a list_editable row set a value no column can
-                    # hold; the transaction rolled back (no row was saved). Shown again, the row says so.
-                    obj = self._saving(request)
-                    if _refused_on(request) is not None or obj is None:
-                        raise
-                    shown = self._shown_in_list(request)
-                    told = told_refusal(exc, self.model, shown, surface="admin", instance=obj, generic=_NOT_SAVED)
-                    request._safeupdates_refused = {obj.pk: told}  # type: ignore[attr-defined]
+        def told(exc: InvalidUpdate) -> dict[Any, ToldRefusal] | None:
+            # A list_editable row's refusal is told on its row (no row was saved).
+            obj = self._saving(request)
+            if obj is None:
+                return None
+            shown = self._shown_in_list(request)
+            return {obj.pk: told_refusal(exc, self.model, shown, surface="admin", instance=obj, generic=_NOT_SAVED)}
+
+        response = _shown_again(request, functools.partial(super().changelist_view, request, extra_context), told)
         if isinstance(response, TemplateResponse) and response.context_data and "cl" in response.context_data:
             cl = response.context_data["cl"]
             shown = self._shown_in_list(request)

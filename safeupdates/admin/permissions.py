@@ -20,20 +20,6 @@ from django.http import HttpRequest
 
 from safeupdates.models import LockVersionMixin, ProcessedRequest
 
-__all__ = [
-    "MODEL_GONE_HIDDEN",
-    "RECORDLESS_HIDDEN",
-    "RECORDLESS_VALUES",
-    "VALUE_FIELDS",
-    "hidden_values",
-    "may_change",
-    "may_view",
-    "may_view_recordless",
-    "shown_rows",
-    "values_shown",
-    "viewable_content_types",
-]
-
 #: The permission (of the request log, ``safeupdates.<codename>``) that shows the values of the requests
 #: of no record: tasks and batch items.
 RECORDLESS_VALUES = "view_recordless_values"

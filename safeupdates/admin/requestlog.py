@@ -35,6 +35,7 @@ from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from safeupdates.admin.mixins import ReadOnlyAdmin
@@ -43,16 +44,6 @@ from safeupdates.admin.status import StatusPageMixin
 from safeupdates.database.cursors import fetch_one
 from safeupdates.database.statements import ESTIMATED_ROWS, stored_version
 from safeupdates.models import LockVersionMixin, ProcessedRequest, RequestKind, RequestStatus
-from safeupdates.text import shorten
-
-__all__ = [
-    "ProcessedRequestAdmin",
-    "QueueFilter",
-    "RequestLogChangeList",
-    "RequestLogPaginator",
-    "SafeUpdateModelsFilter",
-    "unfiltered",
-]
 
 
 class RequestLogPaginator(Paginator):  # type: ignore[type-arg]
@@ -166,7 +157,7 @@ class RequestLogChangeList(ChangeList):
 
 def _short(changes: Any, limit: int = 60) -> str:
     text = ", ".join(f"{name}={value!r}" for name, value in changes.items()) if isinstance(changes, dict) else ""
-    return shorten(text, limit)
+    return Truncator(text).chars(limit)
 
 
 @admin.register(ProcessedRequest)

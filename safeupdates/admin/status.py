@@ -15,8 +15,6 @@ from django.urls import URLPattern, path
 from safeupdates import status
 from safeupdates.admin.permissions import MODEL_GONE_HIDDEN, RECORDLESS_HIDDEN, may_view, may_view_recordless
 
-__all__ = ["StatusPageMixin"]
-
 
 class StatusPageMixin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Adds ``status/`` to the request log's admin (anyone who may view the log may view it), and a

@@ -17,8 +17,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from safeupdates import conf
 
-__all__ = ["JOB_TOOL_APPS", "guard_app", "require_app"]
-
 
 class JobToolApp(NamedTuple):
     tool: str  # what a user calls

@@ -33,8 +33,6 @@ from safeupdates.write.validation import (
     shown,
 )
 
-__all__ = ["aenqueue_update", "enqueue_update"]
-
 
 def enqueue_update(
     obj_or_model: models.Model | type[models.Model],

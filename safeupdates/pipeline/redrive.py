@@ -21,8 +21,6 @@ from safeupdates import conf, delivery
 from safeupdates.database.transactions import after_commit
 from safeupdates.models import ProcessedRequest
 
-__all__ = ["Redriven", "redrive"]
-
 logger = logging.getLogger("safeupdates")
 
 

@@ -25,8 +25,6 @@ from safeupdates.database.errors import unreachable_database
 from safeupdates.database.registry import content_type_of
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 
-__all__ = ["MAX_AGE", "RelayReport", "relay", "relay_pending", "relay_queue", "relay_steps"]
-
 logger = logging.getLogger("safeupdates")
 
 

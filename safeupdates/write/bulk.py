@@ -29,8 +29,6 @@ from safeupdates.write.guard import write_if_newer
 from safeupdates.write.merge import newest_per_field
 from safeupdates.write.validation import clean_changes, clean_pk, clean_version
 
-__all__ = ["DEFAULT_BATCH_SIZE", "BulkResult", "bulk_update_if_newer"]
-
 #: Rows (after merging) written by one statement. 500 rows of a few fields stay far below
 #: PostgreSQL's 65,535 bind parameters and keep each statement's lock set small.
 DEFAULT_BATCH_SIZE = 500

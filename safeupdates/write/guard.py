@@ -18,8 +18,6 @@ from safeupdates.database.registry import concrete_field, spans_tables
 from safeupdates.database.statements import guarded_update, next_version_expression, stored_version
 from safeupdates.versions import next_version
 
-__all__ = ["write_if_newer"]
-
 
 def write_if_newer(
     model: type[models.Model],

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["newest_per_field"]
-
 _K = TypeVar("_K")
 
 

@@ -55,9 +55,6 @@ from safeupdates.signals import stale_save_refused_robust
 from safeupdates.versions import next_version
 from safeupdates.write.validation import check_saved, short_message, shown
 
-__all__ = ["BASE_VERSION_KEY", "LockVersionMixin", "NotedValues", "SyncedAtMixin", "checked_per_row", "only_changes"]
-
-
 #: The creation counter of the mixins' fields. Django orders a model's fields by the creation of their
 #: Field objects, and the mixins' were created before any model's own: without this, positional arguments
 #: (``Article(None, "headline")``) would fill ``lock_version`` first, and ``values_list()`` and serializers
@@ -602,7 +599,7 @@ class LockVersionMixin(models.Model):
             # No values, or some that need the compiler (or SQLite): the parent's checked UPDATE first.
             self._update_versions_row(connection, versions_qs, versions_pk, [], [], save)
             return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *returning)
-        model = versions_qs.model
+        model: type[models.Model] = versions_qs.model
         statement = checked_save(
             SaveTable.of(model, connection.vendor),
             tuple(field.column for field, _model, _value in values),
@@ -732,7 +729,7 @@ class LockVersionMixin(models.Model):
     ) -> tuple[Any, ...] | None:
         """The save's UPDATE compiled by the ORM, for values that need its compiler (expressions) and
         the fields Django 6 asks back: those fields, then the new versions; None if no row matched."""
-        model = rows.model
+        model: type[models.Model] = rows.model
         lock_field, versions_field = _version_fields(model)
         if save.seen is not None:
             assert save.names is not None
@@ -914,17 +911,10 @@ def _connection(save: _Save, using: str | None) -> BaseDatabaseWrapper:
     return save.connection if save.connection.alias == alias else connections[alias]
 
 
-#: ``lock_version`` and ``field_versions`` of each model saved (:func:`_version_fields`).
-_versions_fields: dict[type[models.Model], tuple[models.Field[Any, Any], models.Field[Any, Any]]] = {}
-
-
+@functools.cache
 def _version_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], models.Field[Any, Any]]:
     """``lock_version`` and ``field_versions`` of ``model``, the model whose table holds them."""
-    fields = _versions_fields.get(model)
-    if fields is None:
-        fields = (concrete_field(model, "lock_version"), concrete_field(model, "field_versions"))
-        _versions_fields[model] = fields
-    return fields
+    return concrete_field(model, "lock_version"), concrete_field(model, "field_versions")
 
 
 def _without_versions(model: type[models.Model], values: Any) -> list[tuple[Any, Any, Any]]:

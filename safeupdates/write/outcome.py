@@ -11,8 +11,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-__all__ = ["Outcome", "outcome_of_write"]
-
 
 class Outcome(enum.StrEnum):
     """What an update did."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -26,23 +27,15 @@ def recorded_changes(model: type[models.Model], cleaned: Mapping[str, Any]) -> d
     return changes
 
 
+@functools.cache
 def needs_text_form(field: models.Field[Any, Any]) -> bool:
     """Whether the request log records ``field``'s values as the field writes them out
     (``value_to_string()``, which its ``to_python()`` reads back): bytes, arrays and ranges of them,
     values of a custom field; the others as JSON writes them (:class:`~safeupdates.models.ChangesEncoder`)."""
-    known = _text_form.get(field)
-    if known is None:
+    if is_array(field):
         base = getattr(field, "base_field", None)
-        if is_array(field):
-            known = base is not None and needs_text_form(base)
-        else:
-            known = isinstance(field, models.BinaryField) or is_range(field) or is_custom(field)
-        _text_form[field] = known
-    return known
-
-
-#: Fields whose values the request log records as the field writes them out (``value_to_string()``).
-_text_form: dict[models.Field[Any, Any], bool] = {}
+        return base is not None and needs_text_form(base)
+    return isinstance(field, models.BinaryField) or is_range(field) or is_custom(field)
 
 
 def written_out(field: models.Field[Any, Any], value: Any) -> Any:
@@ -57,17 +50,12 @@ class _Holder:
         setattr(self, name, value)
 
 
+@functools.cache
 def _own_json_encoder(field: models.Field[Any, Any]) -> type[json.JSONEncoder] | None:
     """The encoder of a ``JSONField(encoder=...)`` (None for any other field, and for a JSONField without
     one): its values are recorded as the JSON it writes of them (:func:`recorded_changes`)."""
-    if field not in _own_encoders:
-        target = value_field(field)
-        _own_encoders[field] = getattr(target, "encoder", None) if isinstance(target, models.JSONField) else None
-    return _own_encoders[field]
-
-
-#: The encoder of each field met whose values the request log records (:func:`_own_json_encoder`).
-_own_encoders: dict[models.Field[Any, Any], type[json.JSONEncoder] | None] = {}
+    target = value_field(field)
+    return getattr(target, "encoder", None) if isinstance(target, models.JSONField) else None
 
 
 def value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:

@@ -5,6 +5,7 @@ Everything here raises :class:`~safeupdates.exceptions.InvalidUpdate` before any
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -12,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist, ValidationError
@@ -21,6 +22,7 @@ from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.fields.files import FieldFile
 from django.utils import timezone
+from django.utils.text import Truncator
 
 from safeupdates import conf
 from safeupdates.database.internals import in_storage, range_bounds
@@ -29,6 +31,9 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.versions import MAX_VERSION
 from safeupdates.write.recording import is_array, is_custom, is_range, needs_text_form, value_field, written_out
 from safeupdates.write.recording import recorded_changes as recorded_changes  # imported from here too
+
+if TYPE_CHECKING:
+    from safeupdates.models import ProcessedRequest
 
 #: Fields that only safeupdates itself writes.
 MANAGED_FIELDS = frozenset({"lock_version", "field_versions", "last_synced_at"})
@@ -151,10 +156,6 @@ class _Plan:
 _VALIDATE, _FOREIGN_KEY, _JSON, _UNVALIDATED = range(4)
 #: The plans of clean_changes(), by model and by the name given (a field's name or attname).
 _plans: dict[type[models.Model], dict[str, _Plan]] = {}
-#: The plans of clean_pk(), by model: its primary key's.
-_pk_plans: dict[type[models.Model], _Plan] = {}
-#: The plans of check_saved(), by model: of each field a save() may write.
-_save_plans: dict[type[models.Model], tuple[_Plan, ...]] = {}
 
 
 def _fast_type(field: models.Field[Any, Any]) -> type | None:
@@ -269,7 +270,7 @@ def shown(value: Any) -> str:
         text = repr(value)
     except (ValueError, RecursionError):
         return f"<{'a huge int' if isinstance(value, int) else 'a ' + type(value).__name__ + ' too deep to show'}>"
-    return text if len(text) <= 60 else f"{text[:50]}...{text[-1]}"
+    return text if len(text) <= 60 else Truncator(text).chars(60, "...")  # a short one costs no Truncator
 
 
 def short_message(exc: BaseException) -> str:
@@ -278,7 +279,7 @@ def short_message(exc: BaseException) -> str:
         text = str(exc)
     except (ValueError, RecursionError):
         return f"{type(exc).__name__} (its message quotes the value, which is too large to print)"
-    return text if len(text) <= 150 else f"{text[:140]}..."
+    return Truncator(text).chars(150, "...")
 
 
 def _messages(exc: ValidationError) -> str:
@@ -288,7 +289,7 @@ def _messages(exc: ValidationError) -> str:
         messages = exc.messages
     except (ValueError, RecursionError):
         return "the value is refused by the field (its message quotes the value, which is too large to print)."
-    return " ".join(text if len(text) <= 150 else f"{text[:140]}..." for text in messages)
+    return " ".join(Truncator(text).chars(150, "...") for text in messages)
 
 
 _NUMBER_FIELDS = (models.IntegerField, models.FloatField, models.DecimalField)
@@ -454,15 +455,18 @@ def clean_pk(model: type[models.Model], pk: Any) -> Any:
     integer key (``2.5`` would be truncated to ``2``, another row; ``2.0`` and ``"2"`` are ``2``), a key
     out of the column's range, NaN and infinity, a NUL character, a value that is no text for a text key.
     """
-    plan = _pk_plans.get(model)
-    if plan is None:
-        field = model._meta.pk
-        assert field is not None
-        plan = _pk_plans[model] = _Plan(model, field, pk=True)
-    python = None if pk is None else _clean_value(plan, pk)
+    python = None if pk is None else _clean_value(_pk_plan(model), pk)
     if python is None:
         raise InvalidUpdate(f"{model._meta.label}: a primary key is required.")
     return python
+
+
+@functools.cache
+def _pk_plan(model: type[models.Model]) -> _Plan:
+    """The plan of clean_pk(): the model's primary key's."""
+    field = model._meta.pk
+    assert field is not None
+    return _Plan(model, field, pk=True)
 
 
 def clean_object_id(model: type[models.Model], pk: Any) -> str:
@@ -474,20 +478,20 @@ def clean_object_id(model: type[models.Model], pk: Any) -> str:
     return object_id_of(model, clean_pk(model, pk))
 
 
-#: The max_length of the request log's ``object_id``, by request log model.
-_object_id_limits: dict[type[models.Model], int | None] = {}
+@functools.cache
+def _object_id_limit(log: type[ProcessedRequest]) -> int | None:
+    """The max_length of the request log's ``object_id``."""
+    return log._meta.get_field("object_id").max_length
 
 
 def object_id_of(model: type[models.Model], pk: Any) -> str:
     """:func:`clean_object_id` of a key :func:`clean_pk` returned."""
     object_id = str(pk)
-    log = request_log()
-    limit = _object_id_limits.get(log, -1)
-    if limit == -1:
-        limit = _object_id_limits[log] = log._meta.get_field("object_id").max_length
+    limit = _object_id_limit(request_log())
     if limit is not None and len(object_id) > limit:
+        shown_id = Truncator(object_id).chars(13, "...")
         raise InvalidUpdate(
-            f"{model._meta.label}: primary key {object_id[:10] + '...'!r} has {len(object_id)} characters, and the "
+            f"{model._meta.label}: primary key {shown_id!r} has {len(object_id)} characters, and the "
             f"request log's object_id holds at most {limit}: requests of this row cannot be recorded. Update "
             "it without request_id (update_if_newer()), or give the model a shorter primary key."
         )
@@ -506,9 +510,8 @@ _DURATION_LEAST = -(2**63)
 #: An escaped NUL in JSON text: ``\u0000`` after an even number of backslashes (an odd one is a literal ``\``).
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
-#: What storable() does for a field, by field: found once (:func:`_checker`).
+#: What storable() does for a field: found once per field (:func:`_checker`).
 _Checker = Callable[[Any, Any, Any], Any]
-_checkers: dict[models.Field[Any, Any], _Checker] = {}
 
 
 def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> Any:
@@ -526,12 +529,10 @@ def storable(field: models.Field[Any, Any], value: Any, what: str | _Named) -> A
     """
     if value is None:
         return None
-    checker = _checkers.get(field)
-    if checker is None:
-        checker = _checkers[field] = _checker(field)
-    return checker(field, value, what)
+    return _checker(field)(field, value, what)
 
 
+@functools.cache
 def _checker(field: models.Field[Any, Any], *, recorded: bool = True) -> _Checker:
     """The check of ``field``'s values, by its kind; a custom field's conversion is checked on top where
     the value is ``recorded`` in the request log."""
@@ -575,19 +576,15 @@ def check_text(field: models.Field[Any, Any], value: Any, what: Any) -> Any:
             _refuse_surrogates(value, what)
         if "\x00" in value:
             _refuse_nul(what, "text")
-        limit = _unchecked_lengths.get(field, -1)
-        if limit == -1:
-            limit = _unchecked_lengths[field] = _unchecked_length(field)
+        limit = _unchecked_length(field)
         if limit is not None and len(value) > limit:
             _refuse_length(value, limit, what)
     return value
 
 
-#: The max_length of a field that no validator of its own checks (a FileField's), by field.
-_unchecked_lengths: dict[models.Field[Any, Any], int | None] = {}
-
-
+@functools.cache
 def _unchecked_length(field: models.Field[Any, Any]) -> int | None:
+    """The max_length of a field that no validator of its own checks (a FileField's)."""
     target = value_field(field)
     if not isinstance(target, models.CharField | models.FileField | models.FilePathField):
         return None  # max_length of another kind (a UUIDField's 32) is no length of its text
@@ -803,6 +800,16 @@ _PASSED_ON_UNCONVERTED: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 
 
+@functools.cache
+def _save_plans(model: type[models.Model]) -> tuple[_Plan, ...]:
+    """The plans of check_saved(): of each field a save() may write."""
+    return tuple(
+        _Plan(model, f, recorded=False)
+        for f in model._meta.concrete_fields
+        if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
+    )
+
+
 def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
     """Refuse, before a ``save()`` runs a statement, a value of ``instance`` that no column can hold
     (:func:`storable`) among the fields it writes (``names``; None: all), or that its field cannot
@@ -813,13 +820,7 @@ def check_saved(instance: models.Model, names: Iterable[str] | None) -> bool:
     Returns True if the save may still fail on its input: None for a NOT NULL column, which a
     ``pre_save`` receiver may fill in (so it is not refused here); the save then runs in a savepoint."""
     model = type(instance)
-    plans = _save_plans.get(model)
-    if plans is None:
-        plans = _save_plans[model] = tuple(
-            _Plan(model, f, recorded=False)
-            for f in model._meta.concrete_fields
-            if not f.primary_key and not f.generated and f.name not in MANAGED_FIELDS
-        )
+    plans = _save_plans(model)
     wanted = None if names is None else frozenset(names)
     values = instance.__dict__
     unsure = False

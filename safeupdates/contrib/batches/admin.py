@@ -17,8 +17,6 @@ from safeupdates.admin.permissions import RECORDLESS_HIDDEN, may_view_recordless
 from safeupdates.contrib.batches.models import Batch
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 
-__all__ = ["BatchAdmin"]
-
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):

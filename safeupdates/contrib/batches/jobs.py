@@ -30,8 +30,8 @@ from safeupdates.contrib.batches.models import Batch, BatchItem, BatchStatus
 from safeupdates.database import clock
 from safeupdates.database.errors import is_lock_unavailable
 from safeupdates.delivery.rq import dotted_path, get_queue, job_kwargs, resolve, unreachable_redis
-from safeupdates.exceptions import InvalidControl, InvalidUpdate
-from safeupdates.jobs import RelayReport, RequestNotFound, describe_database, relay_queue
+from safeupdates.exceptions import InvalidControl, InvalidUpdate, RequestNotFound
+from safeupdates.jobs import RelayReport, describe_database, relay_queue
 from safeupdates.models import ProcessedRequest, RequestKind, RequestStatus
 from safeupdates.write.validation import check_json, shown
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import django_rq
 from django.conf import settings
+from django.utils.text import Truncator
 from redis import Redis
 from redis.exceptions import WatchError
 from rq import Queue, RateLimit, Retry, get_current_job
@@ -45,7 +46,6 @@ from safeupdates import conf
 from safeupdates.contrib import require_app
 from safeupdates.delivery.rq import dotted_path, get_queue
 from safeupdates.exceptions import InvalidControl
-from safeupdates.text import shorten
 from safeupdates.write.validation import has_lone_surrogate, shown
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from limits.strategies import FixedWindowRateLimiter
     from redis import ConnectionPool
 
-__all__ = ["InvalidControl", "controlled_call", "enqueue", "parse_throttle", "reap_if_abandoned"]
+__all__ = ["controlled_call", "enqueue", "parse_throttle", "reap_if_abandoned"]
 
 logger = logging.getLogger("safeupdates")
 
@@ -284,7 +284,7 @@ def _redis_key(kind: str, key: str) -> str:
 
 def _describe(path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     arguments = [repr(arg) for arg in args] + [f"{name}={value!r}" for name, value in kwargs.items()]
-    return shorten(f"{path}({', '.join(arguments)})", 200)
+    return Truncator(f"{path}({', '.join(arguments)})").chars(200)
 
 
 def _enqueue_unique(queue: Queue, job: Job, pointer: str, unique_key: str) -> Job | None:

@@ -10,8 +10,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from safeupdates import conf
 from safeupdates.contrib.prometheus.metrics import registry
 
-__all__ = ["metrics"]
-
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:

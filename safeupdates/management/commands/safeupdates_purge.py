@@ -13,13 +13,11 @@ from django.db import connections, router
 from safeupdates import conf
 from safeupdates.database import statements
 from safeupdates.database.clock import database_now
+from safeupdates.management.commands import check_batch_size
 from safeupdates.models import ProcessedRequest, RequestStatus
 
 #: The oldest cutoff a purge takes (:data:`safeupdates.conf.MAX_DAYS`: 1000 years).
 MAX_DAYS = conf.MAX_DAYS
-
-#: The largest ``--batch-size``.
-MAX_BATCH_SIZE = 1_000_000
 
 #: Seconds between two progress lines.
 PROGRESS_EVERY = 1.0
@@ -126,13 +124,7 @@ class Command(BaseCommand):
             raise CommandError(f"--older-than must be a number of days from 0 to {MAX_DAYS}, not {older_than:g}.")
         else:
             groups, kept = [(older_than, None)], []
-        if batch_size < 1:
-            raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
-        if batch_size > MAX_BATCH_SIZE:  # a bigint's LIMIT at most, and memory long before that
-            raise CommandError(
-                f"--batch-size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {batch_size}; a larger "
-                "batch gains nothing over a few of that size."
-            )
+        check_batch_size(batch_size)
         if not 0 <= pause <= MAX_PAUSE:  # NaN fails both comparisons
             raise CommandError(f"--pause must be a number of seconds from 0 to {MAX_PAUSE:g}, not {pause:g}.")
         using = database or router.db_for_write(ProcessedRequest)

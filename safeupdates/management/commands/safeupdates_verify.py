@@ -12,11 +12,9 @@ from django.db import connections, models, router
 
 from safeupdates.audit import BATCH_SIZE, find_drift
 from safeupdates.exceptions import InvalidUpdate
+from safeupdates.management.commands import check_batch_size
 from safeupdates.models import LockVersionMixin
 from safeupdates.write.validation import clean_pk
-
-#: The largest ``--batch-size``.
-MAX_BATCH_SIZE = 1_000_000
 
 #: Seconds between two progress lines.
 PROGRESS_EVERY = 1.0
@@ -71,13 +69,7 @@ class Command(BaseCommand):
         not_versioned = [m._meta.label for m in chosen if not issubclass(m, LockVersionMixin)]
         if not_versioned:
             raise CommandError(f"not a LockVersionMixin model: {', '.join(not_versioned)}.")
-        if batch_size < 1:
-            raise CommandError(f"--batch-size must be at least 1, not {batch_size}.")
-        if batch_size > MAX_BATCH_SIZE:  # a bigint's LIMIT at most, and memory long before that
-            raise CommandError(
-                f"--batch-size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {batch_size}; a larger "
-                "batch gains nothing over a few of that size."
-            )
+        check_batch_size(batch_size)
         if database is not None and database not in connections:
             raise CommandError(f"--database {database!r} is not in DATABASES.")
         after = None
