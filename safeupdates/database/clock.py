@@ -12,8 +12,6 @@ from django.db.models.functions import Now
 from safeupdates.database import statements
 from safeupdates.database.cursors import fetch_one
 
-__all__ = ["database_now", "older_than"]
-
 
 def database_now(using: str = "default") -> datetime:
     """The database server's current time, aware (UTC)."""

@@ -20,8 +20,6 @@ from safeupdates import conf
 from safeupdates.database.errors import is_replanned
 from safeupdates.database.internals import owned_by_this_thread, prepared_cursor_class
 
-__all__ = ["execute", "fetch_all", "fetch_one", "statement_cursor"]
-
 Params = Sequence[Any] | Mapping[str, Any] | None
 T = TypeVar("T")
 

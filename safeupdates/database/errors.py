@@ -15,18 +15,6 @@ from django.db.utils import InterfaceError, OperationalError
 
 from safeupdates.exceptions import BackendUnavailable
 
-__all__ = [
-    "FEATURE_NOT_SUPPORTED",
-    "INSUFFICIENT_PRIVILEGE",
-    "LOCK_NOT_AVAILABLE",
-    "describe_database",
-    "is_lock_unavailable",
-    "is_permission_denied",
-    "is_replanned",
-    "is_transient",
-    "unreachable_database",
-]
-
 #: PostgreSQL's SQLSTATE for "could not obtain lock" (NOWAIT and lock_timeout alike).
 LOCK_NOT_AVAILABLE = "55P03"
 #: PostgreSQL's SQLSTATE for "permission denied".

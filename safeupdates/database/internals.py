@@ -46,28 +46,9 @@ import django
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import sql
-from django.db.models.deletion import Collector
+from django.db.models.deletion import Collector as Collector  # re-exported: the write path's delete uses it
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.signals import post_delete, pre_delete
-
-__all__ = [
-    "UPDATE_RETURNS_ROWS",
-    "Collector",
-    "bound_values",
-    "collect",
-    "delete_in_place",
-    "deleted_before_any_receiver",
-    "explicit_database",
-    "forget_rollback",
-    "from_db",
-    "in_storage",
-    "insert_values",
-    "owned_by_this_thread",
-    "prepared_cursor_class",
-    "range_bounds",
-    "shares_prepared_statements",
-    "update_returning",
-]
 
 #: Django 6.0+: ``Model._do_update`` returns the updated rows' returned values, not a bool.
 UPDATE_RETURNS_ROWS = django.VERSION >= (6, 0)

@@ -19,19 +19,6 @@ if TYPE_CHECKING:
 
     from safeupdates.models import ProcessedRequest, VersionCounter, WaitingMessage
 
-__all__ = [
-    "column",
-    "concrete_field",
-    "content_type_of",
-    "holds_versions",
-    "model_of",
-    "request_log",
-    "spans_tables",
-    "version_counter",
-    "versions_model",
-    "waiting_messages",
-]
-
 
 def concrete_field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     """The concrete field ``name`` of ``model`` (names were validated before they get here)."""

@@ -28,47 +28,6 @@ from django.db.models.expressions import RawSQL
 from safeupdates.database.registry import column, concrete_field, request_log, versions_model, waiting_messages
 from safeupdates.exceptions import SafeUpdatesError
 
-__all__ = [
-    "BASE_VERSION_KEY",
-    "CURRENT_TIMESTAMP",
-    "LAST_VALUE",
-    "NEXTVAL",
-    "PENDING_COLUMNS",
-    "PURGE_REQUESTS",
-    "PURGE_TASKS",
-    "REPLICATION",
-    "SAVE_VERSION_CTE",
-    "SEQUENCE_NAME",
-    "SQLITE_NOW",
-    "SUPPORTED_VENDORS",
-    "AppliedValues",
-    "CheckedSave",
-    "ChildTable",
-    "GuardedUpdate",
-    "PurgeBatch",
-    "SaveTable",
-    "VersionedInsert",
-    "applied_values",
-    "bulk_update",
-    "checked_delete",
-    "checked_save",
-    "expected_versions",
-    "guarded_update",
-    "insert_pending",
-    "lock_timeout",
-    "next_version_expression",
-    "pending_of_record",
-    "per_field_check",
-    "purge_batch",
-    "raise_sequence",
-    "saved_versions",
-    "sequence_exists",
-    "stored_version",
-    "stored_version_sql",
-    "vendor_connection",
-    "versioned_insert",
-]
-
 SUPPORTED_VENDORS = frozenset({"postgresql", "sqlite"})
 
 #: The PostgreSQL sequence that hands out versions (created by the app's migration).

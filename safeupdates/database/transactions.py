@@ -13,8 +13,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from safeupdates.database import statements
 from safeupdates.database.cursors import execute, fetch_one
 
-__all__ = ["after_commit", "in_transaction", "local_lock_timeout"]
-
 
 def in_transaction(connection: BaseDatabaseWrapper) -> bool:
     """True if a statement on ``connection`` runs in a transaction its caller commits or rolls back: an

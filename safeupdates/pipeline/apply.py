@@ -35,8 +35,6 @@ from safeupdates.write.merge import newest_per_field
 from safeupdates.write.outcome import Outcome, outcome_of_write
 from safeupdates.write.validation import clean_changes, clean_pk, clean_request_id
 
-__all__ = ["BATCH_SIZE", "apply_update"]
-
 logger = logging.getLogger("safeupdates")
 
 #: How many pending requests of one record a job locks and merges at a time.
