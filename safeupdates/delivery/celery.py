@@ -54,10 +54,11 @@ from typing import Any, ClassVar
 
 from celery import Celery, shared_task
 from django.core.checks import CheckMessage, Error, Warning
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, connections, transaction
 from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
+from safeupdates.database.cursors import execute, fetch_one
 from safeupdates.database.errors import is_transient
 from safeupdates.database.registry import waiting_messages
 from safeupdates.database.statements import waiting_message_statements
@@ -165,9 +166,11 @@ def _claim(delivery: Delivery, task_id: str) -> bool:
     after the caller's commit. A database error here is no reason to publish nothing: True."""
     note, _forget = waiting_message_statements()
     try:
-        with _statement(delivery.using) as cursor:
-            cursor.execute(note, [delivery.content_type_id, delivery.object_id, task_id])
-            return cursor.fetchone() is not None
+        with _savepoint(delivery.using):
+            noted = fetch_one(
+                connections[delivery.using], note, [delivery.content_type_id, delivery.object_id, task_id]
+            )
+        return noted is not None
     except DatabaseError:
         logger.warning(
             "safeupdates: record %s: its waiting message could not be noted; published all the same.",
@@ -192,17 +195,19 @@ def _started(using: str, content_type_id: int, object_id: str) -> None:
     note is read by this task, and one whose delivery comes later publishes a message of its own (the
     follow-up)."""
     _note, forget = waiting_message_statements()
-    with _statement(using) as cursor:
-        cursor.execute(forget, [content_type_id, object_id])
+    with _savepoint(using):
+        execute(connections[using], forget, [content_type_id, object_id])
 
 
 @contextmanager
-def _statement(using: str) -> Iterator[Any]:
-    """A cursor for one statement on ``using``: in autocommit, or in a savepoint inside a transaction
-    (an error then leaves the caller's transaction usable)."""
-    savepoint = transaction.atomic(using=using) if connections[using].in_atomic_block else contextlib.nullcontext()
-    with savepoint, connections[using].cursor() as cursor:
-        yield cursor
+def _savepoint(using: str) -> Iterator[None]:
+    """Nothing in autocommit (the statement is its own transaction); a savepoint inside a transaction, so
+    that an error leaves the caller's transaction usable."""
+    if not connections[using].in_atomic_block:
+        yield
+        return
+    with transaction.atomic(using=using):
+        yield
 
 
 def run_apply_update(
@@ -229,6 +234,9 @@ def run_apply_update(
     request = self.request
     queue = (request.delivery_info or {}).get("routing_key")
     state = _Running(RunningJob(request.id, queue, trace), int(request.retries or 0))
+    # As Django around a request: a connection Celery kept (CELERY_DB_REUSE_MAX; its fix-up closes them
+    # otherwise) lives as CONN_MAX_AGE says, and one that failed or died (CONN_HEALTH_CHECKS) is replaced.
+    close_old_connections()
     try:
         if content_type_id is not None:
             _started(using, content_type_id, object_id)
@@ -237,10 +245,13 @@ def run_apply_update(
     except DatabaseError as exc:
         if not _retries(state, exc):
             raise
+        close_old_connections()  # a connection the error left unusable is not the retry's
         # A new message, with Celery's retries + 1 and a countdown; this one is acknowledged. Should the
         # broker be unreachable now, Celery rejects this message: the request stays pending (its failed
         # attempt counted) and the relay delivers it.
         raise self.retry(exc=exc, countdown=retry_delay(state.retries), max_retries=max_retries()) from exc
+    finally:
+        close_old_connections()
 
 
 #: The apply task, registered with every Celery app (check ``safeupdates.E027`` says if another task took its name).
