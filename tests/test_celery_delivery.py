@@ -199,6 +199,19 @@ def test_the_note_and_its_delete_are_one_statement_each_in_autocommit(transactio
         assert WaitingMessage.objects.count() == 1
 
 
+def test_an_eager_apply_leaves_the_callers_transaction_alone(db, rabbit, django_capture_on_commit_callbacks):
+    """Run eagerly (``task.apply()``, ``task_always_eager``), the apply task runs inside the caller's
+    transaction: it must not tidy that transaction's connection away as it tidies a worker's."""
+    profile = ProfileFactory(active=False)
+    with django_capture_on_commit_callbacks(execute=False):
+        request = enqueue_update(profile, active=True)
+    kwargs = {"content_type_id": content_type_id(), "object_id": str(profile.pk)}
+    result = celery_backend_module.apply_update.apply(args=(str(request.request_id),), kwargs=kwargs)
+    assert result.get() == "1 applied"
+    profile.refresh_from_db()  # the same transaction, still usable
+    assert profile.active and connection.in_atomic_block
+
+
 def test_a_request_after_its_records_message_started_gets_a_follow_up(db, rabbit, django_capture_on_commit_callbacks):
     """A message that started may have read the pending requests already: the next request of its record
     publishes a message of its own, which again takes the requests after it."""

@@ -234,9 +234,7 @@ def run_apply_update(
     request = self.request
     queue = (request.delivery_info or {}).get("routing_key")
     state = _Running(RunningJob(request.id, queue, trace), int(request.retries or 0))
-    # As Django around a request: a connection Celery kept (CELERY_DB_REUSE_MAX; its fix-up closes them
-    # otherwise) lives as CONN_MAX_AGE says, and one that failed or died (CONN_HEALTH_CHECKS) is replaced.
-    close_old_connections()
+    _tidy_connections(request)
     try:
         if content_type_id is not None:
             _started(using, content_type_id, object_id)
@@ -245,12 +243,21 @@ def run_apply_update(
     except DatabaseError as exc:
         if not _retries(state, exc):
             raise
-        close_old_connections()  # a connection the error left unusable is not the retry's
+        _tidy_connections(request)  # a connection the error left unusable is not the retry's
         # A new message, with Celery's retries + 1 and a countdown; this one is acknowledged. Should the
         # broker be unreachable now, Celery rejects this message: the request stays pending (its failed
         # attempt counted) and the relay delivers it.
         raise self.retry(exc=exc, countdown=retry_delay(state.retries), max_retries=max_retries()) from exc
     finally:
+        _tidy_connections(request)
+
+
+def _tidy_connections(request: Any) -> None:
+    """As Django around a request, and as Celery's fix-up around a task that is not eager (one run in the
+    caller's process may be inside its transaction): a connection Celery kept (``CELERY_DB_REUSE_MAX``;
+    its fix-up closes them otherwise) lives as ``CONN_MAX_AGE`` says, and one that an error left unusable
+    or that died (``CONN_HEALTH_CHECKS``) is replaced."""
+    if not getattr(request, "is_eager", False):
         close_old_connections()
 
 
