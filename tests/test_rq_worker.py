@@ -166,3 +166,18 @@ def test_the_check_names_a_worker_class_that_runs_applies_in_a_new_process(
         "(docs/deployment.md, Running workers).",
         "safeupdates.W008",
     )
+
+
+def test_an_apply_job_cut_off_mid_statement_leaves_no_connection_to_the_next(
+    redis: Any, slow_trigger: None, applied: list[tuple[int, int]], max_age: Any, settings: Any
+) -> None:
+    """RQ's job timeout raises in the middle of the apply's statement (SIGALRM, in the worker's own process
+    now): the connection it interrupted is not the next job's."""
+    settings.SAFEUPDATES_JOB_TIMEOUT = 1
+    slow = enqueue_update(Profile, Profile.objects.create(name="slow one").pk, name="slow")  # 3 s in a trigger
+    after = enqueue_update(Profile, Profile.objects.create(name="after").pk, active=True)
+    max_age(60)
+    burst()
+    statuses = dict(ProcessedRequest.objects.values_list("request_id", "status"))
+    assert statuses[after.request_id] == RequestStatus.APPLIED
+    assert statuses[slow.request_id] == RequestStatus.PENDING  # left to RQ's retry and the relay
