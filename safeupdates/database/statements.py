@@ -3,11 +3,11 @@
 The ORM writes everything else. What is here could not be said through it in one statement: the
 guarded UPDATE that checks and writes per-field versions atomically (alone, and with the request log
 in one round trip), the bulk write, the pending INSERT of ``enqueue_update()``, the save()'s versions,
-the version sequence, the database's clock, scoped lock timeouts, and the request log's maintenance (the
-purge's batches, the verify pass's lookup). Each statement is built next to the code that builds its
-parameters; the guarded statements use named parameters, so that no list has to follow the order of the
-placeholders in a text built elsewhere. ``tests/test_layout.py`` checks that
-no other module holds SQL.
+the version sequence, the database's clock, scoped lock timeouts, the request log's maintenance (the
+purge's batches, the verify pass's lookup) and the Celery delivery's note of a waiting message. Each
+statement is built next to the code that builds its parameters; the guarded statements use named
+parameters, so that no list has to follow the order of the placeholders in a text built elsewhere.
+``tests/test_layout.py`` checks that no other module holds SQL.
 
 The stored version of a field is one rule, kept here twice, side by side: :func:`stored_version` in
 Python and :func:`stored_version_sql` in SQL.
