@@ -165,6 +165,49 @@ def poller(dsn: str, tables: Sequence[str], pks: Sequence[Sequence[int]]) -> Ite
             process.kill()
 
 
+@contextmanager
+def commit_stamps(tables: Sequence[str]) -> Iterator[Callable[[], dict[tuple[int, int, int], float]]]:
+    """Deferred constraint triggers on ``tables`` that note, at the commit of every transaction that
+    changed a row's ``score`` (a statement in autocommit is one), ``(table index, pk, score)`` and the
+    database's clock; yields the function that reads them back as :func:`poll`'s ``seen``, in this
+    process's monotonic clock (the server runs on this machine: one clock). Both contenders pay the same
+    trigger on their write."""
+    from django.db import connection
+
+    offset = time.time() - time.monotonic()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE UNLOGGED TABLE IF NOT EXISTS latency_commits (side int, id bigint, score bigint, at float8);"
+            "TRUNCATE latency_commits"
+        )
+        for index, table in enumerate(tables):
+            cursor.execute(
+                f"CREATE OR REPLACE FUNCTION latency_commit_{index}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"INSERT INTO latency_commits VALUES ({index}, NEW.id, NEW.score, "
+                "extract(epoch FROM clock_timestamp())); RETURN NULL; END $$;"
+                f"DROP TRIGGER IF EXISTS latency_commit ON {table};"
+                f"CREATE CONSTRAINT TRIGGER latency_commit AFTER UPDATE ON {table} DEFERRABLE INITIALLY DEFERRED "
+                f"FOR EACH ROW WHEN (OLD.score IS DISTINCT FROM NEW.score) EXECUTE FUNCTION latency_commit_{index}()"
+            )
+
+    def read() -> dict[tuple[int, int, int], float]:
+        seen: dict[tuple[int, int, int], float] = {}
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT side, id, score, min(at) FROM latency_commits GROUP BY side, id, score")
+            for side, pk, score, at in cursor.fetchall():
+                seen[(side, pk, score)] = at - offset
+        return seen
+
+    try:
+        yield read
+    finally:
+        with connection.cursor() as cursor:
+            for index, table in enumerate(tables):
+                cursor.execute(f"DROP TRIGGER IF EXISTS latency_commit ON {table}")
+                cursor.execute(f"DROP FUNCTION IF EXISTS latency_commit_{index}()")
+            cursor.execute("DROP TABLE IF EXISTS latency_commits")
+
+
 # --- the stream -------------------------------------------------------------------------------------
 
 
@@ -434,7 +477,7 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
     dsn = os.environ["BENCH_DATABASE_URL"]
     assert settings.DATABASES["default"]["NAME"] in dsn
     delivery = rq_cell if cell.delivery == "rq" else celery_cell
-    with delivery(cell) as (app_send, naive_send, idle, job_times):
+    with commit_stamps(tables) as stamps, delivery(cell) as (app_send, naive_send, idle, job_times):
         sides = {APP: Side(APP, pks[APP], app_send), NAIVE: Side(NAIVE, pks[NAIVE], naive_send)}
         with poller(dsn, tables, [pks[APP], pks[NAIVE]]) as stop:
             # A few toggles each, not counted: the workers' and the queue's first use.
@@ -459,6 +502,8 @@ def run_cell(cell: Cell, args: argparse.Namespace, numbers: Iterator[int], seed:
             time.sleep(4 * POLL_EVERY)
             seen, periods = stop()
             timed = job_times()
+        if args.observe == "commit":
+            seen = stamps()
     del warm
     figures, turns, missing = latencies(toggles, seen, index_of)
     wrong = sum(
@@ -551,6 +596,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--celery-rate", type=float, default=40.0, help="toggles per second on Celery (default 40)")
     parser.add_argument("--drain-timeout", type=float, default=60.0, help="seconds to wait for the last toggles")
     parser.add_argument(
+        "--observe",
+        choices=("commit", "read"),
+        default="commit",
+        help="when a toggle is visible: at the commit that wrote it, stamped by a deferred trigger (default), or "
+        "at the poller's first read that shows it (every 5 ms)",
+    )
+    parser.add_argument(
         "--conn-max-age",
         type=int,
         default=60,
@@ -581,7 +633,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed, name in enumerate(chosen):
             results.append(run_cell(known[name], args, numbers, seed * 2))
             bench.empty_tables()
-        print(f"\ncommand: {' '.join(sys.argv)}; CONN_MAX_AGE {args.conn_max_age}; {time.monotonic() - started:.0f} s")
+        print(
+            f"\ncommand: {' '.join(sys.argv)}; CONN_MAX_AGE {args.conn_max_age}; visible at the {args.observe}; "
+            f"{time.monotonic() - started:.0f} s"
+        )
         print_results(results)
     return 1 if any(result.missing or result.wrong for result in results) else 0
 
