@@ -7,8 +7,9 @@ the queue to deliver on (:func:`queue_name`, :func:`relay_queue`), which job run
 (:func:`running_job`), will it run again (:func:`will_retry`), and what the queues look like
 (:func:`health`). Each verb asks :func:`backend`, the :class:`Backend` that ``SAFEUPDATES_DELIVERY``
 names; each backend is one module of this package (:mod:`~safeupdates.delivery.rq`,
-:mod:`~safeupdates.delivery.tasks`, :mod:`~safeupdates.delivery.celery`), so a new one is one new file and a
-line in :data:`BACKENDS`.
+:mod:`~safeupdates.delivery.tasks`, :mod:`~safeupdates.delivery.celery`) with its own system checks
+(:meth:`Backend.check`, run by :func:`check`) and start-up (:meth:`Backend.ready`, run by :func:`ready`),
+so a new one is one new file and a line in :data:`BACKENDS`.
 
 Whatever the backend, the request log is the outbox: a job carries request ids and the record's
 identity, never the changes, and the relay delivers again whatever was lost. This package is the only
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from django.core.checks import CheckMessage
+from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
@@ -39,14 +41,18 @@ __all__ = [
     "QueueHealth",
     "Redelivered",
     "RunningJob",
+    "Unavailable",
     "backend",
+    "check",
     "current_job_id",
     "deliver_or_leave_for_relay",
     "fail_without_retry",
     "health",
     "queue_name",
+    "ready",
     "redeliver",
     "relay_queue",
+    "requires",
     "retry_delay",
     "running_job",
     "take_waiting",
@@ -58,6 +64,7 @@ logger = logging.getLogger("safeupdates")
 #: The apply job's function, by the dotted path under which workers import it: every backend's job runs it.
 #: A wire path: jobs already queued name it, so it never changes.
 APPLY_UPDATE = "safeupdates.jobs.apply_update"
+
 
 #: ``SAFEUPDATES_DELIVERY`` -> the backend class that delivers, by dotted path (imported when first used).
 BACKENDS: dict[str, str] = {
@@ -211,8 +218,30 @@ class Backend:
         return f"start a worker of queue {queue!r}"
 
     def check(self) -> list[CheckMessage]:
-        """System check messages for its settings (run by :mod:`safeupdates.checks`)."""
+        """System check messages for its settings (run by :func:`check`)."""
         return []
+
+    def ready(self) -> None:
+        """Start-up, in every process, once the app registry is ready (run by :func:`ready`, after its module
+        was imported: Celery's tasks register then). No database may be touched."""
+
+
+class Unavailable(ImproperlyConfigured):
+    """A backend's module cannot import its queue library: ``problem`` is the system check error that says so."""
+
+    def __init__(self, problem: CheckMessage) -> None:
+        super().__init__(f"{problem.msg} {problem.hint} ({problem.id})")
+        self.problem = problem
+
+
+@contextmanager
+def requires(problem: CheckMessage) -> Iterator[None]:
+    """Around a backend module's import of its queue library: an ImportError there raises :class:`Unavailable`
+    with ``problem``, which :func:`check` reports and :func:`ready` passes over."""
+    try:
+        yield
+    except ImportError as exc:
+        raise Unavailable(problem) from exc
 
 
 _loaded: dict[str, Backend] = {}
@@ -220,17 +249,49 @@ _loaded: dict[str, Backend] = {}
 
 def backend() -> Backend:
     """The backend that ``SAFEUPDATES_DELIVERY`` names, made once per value (read at call time, so that
-    ``override_settings`` switches it)."""
+    ``override_settings`` switches it). Raises :class:`Unavailable` if its library cannot be imported."""
     name = conf.delivery()
     chosen = _loaded.get(name)
     if chosen is None:
-        path = BACKENDS.get(name)
-        if path is None:
+        if name not in BACKENDS:
             raise ImproperlyConfigured(
                 f"SAFEUPDATES_DELIVERY = {name!r} is not one of {', '.join(map(repr, BACKENDS))} (safeupdates.E020)."
             )
-        chosen = _loaded[name] = import_string(path)()
+        chosen = _loaded[name] = import_string(BACKENDS[name])()
     return chosen
+
+
+def check() -> list[CheckMessage]:
+    """The delivery's system checks: E020, ``SAFEUPDATES_DELIVERY`` names none of :data:`BACKENDS`; the error
+    of a backend whose library cannot be imported (:class:`Unavailable`: E021, E025); else the backend's own
+    (:meth:`Backend.check`)."""
+    name = conf.delivery()
+    if name not in BACKENDS:
+        return [
+            Error(
+                f"SAFEUPDATES_DELIVERY = {name!r} is not valid. It sets how apply jobs are delivered.",
+                hint='Set it to "rq" (the default: RQ through django-rq), "tasks" (Django\'s Tasks framework, '
+                'on the TASKS backend named by SAFEUPDATES_TASK_BACKEND) or "celery" (the project\'s Celery app, '
+                "SAFEUPDATES_CELERY_APP).",
+                id="safeupdates.E020",
+            )
+        ]
+    try:
+        return backend().check()
+    except Unavailable as exc:
+        return [exc.problem]
+
+
+def ready() -> None:
+    """Start-up (safeupdates' ``AppConfig.ready()``): import the chosen backend's module and run its
+    :meth:`Backend.ready`; nothing where it cannot be made (its system check says why)."""
+    if conf.delivery() not in BACKENDS:
+        return  # E020
+    try:
+        chosen = backend()
+    except Unavailable:  # E021, E025
+        return
+    chosen.ready()
 
 
 def deliver_or_leave_for_relay(
