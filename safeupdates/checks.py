@@ -391,10 +391,10 @@ def check_delivery_chosen(app_configs: Sequence[AppConfig] | None = None, **kwar
     celery = sorted(name for name in dir(settings) if name.startswith("CELERY_"))
     if celery:
         named = "CELERY_BROKER_URL" if "CELERY_BROKER_URL" in celery else celery[0]
-        what, chosen = f"Celery ({named})", conf.DELIVERY_CELERY
+        what, chosen = f"Celery ({named})", "celery"
     elif settings.is_overridden("TASKS") and getattr(settings, "TASKS", None):  # type: ignore[misc,unused-ignore]
         # The project's own TASKS: Django 6.0+ has a default one (an ImmediateBackend) in every project.
-        what, chosen = "Django's Tasks framework (TASKS)", conf.DELIVERY_TASKS
+        what, chosen = "Django's Tasks framework (TASKS)", "tasks"
     else:
         return []
     return [

@@ -9,7 +9,7 @@ the queue to deliver on (:func:`queue_name`, :func:`relay_queue`), which job run
 names; each backend is one module of this package (:mod:`~safeupdates.delivery.rq`,
 :mod:`~safeupdates.delivery.tasks`, :mod:`~safeupdates.delivery.celery`) with its own system checks
 (:meth:`Backend.check`, run by :func:`check`) and start-up (:meth:`Backend.ready`, run by :func:`ready`),
-so a new one is one new file and a line in :data:`BACKENDS`.
+so a new one is one new file and a line in :data:`BACKENDS`, the only list of the deliveries.
 
 Whatever the backend, the request log is the outbox: a job carries request ids and the record's
 identity, never the changes, and the relay delivers again whatever was lost. This package is the only
@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
@@ -40,6 +40,7 @@ __all__ = [
     "Delivery",
     "QueueHealth",
     "Redelivered",
+    "Registered",
     "RunningJob",
     "Unavailable",
     "backend",
@@ -66,11 +67,25 @@ logger = logging.getLogger("safeupdates")
 APPLY_UPDATE = "safeupdates.jobs.apply_update"
 
 
-#: ``SAFEUPDATES_DELIVERY`` -> the backend class that delivers, by dotted path (imported when first used).
-BACKENDS: dict[str, str] = {
-    conf.DELIVERY_RQ: "safeupdates.delivery.rq.RQBackend",
-    conf.DELIVERY_TASKS: "safeupdates.delivery.tasks.TasksBackend",
-    conf.DELIVERY_CELERY: "safeupdates.delivery.celery.CeleryBackend",
+class Registered(NamedTuple):
+    """A delivery backend as :data:`BACKENDS` lists it."""
+
+    #: Its :class:`Backend` subclass, by dotted path (imported when first used).
+    path: str
+    #: What it delivers through, for check E020's hint.
+    what: str
+
+
+#: The deliveries: ``SAFEUPDATES_DELIVERY`` -> its backend. The only list of them.
+BACKENDS: dict[str, Registered] = {
+    "rq": Registered("safeupdates.delivery.rq.RQBackend", "the default: RQ through django-rq"),
+    "tasks": Registered(
+        "safeupdates.delivery.tasks.TasksBackend",
+        "Django's Tasks framework, on the TASKS backend named by SAFEUPDATES_TASK_BACKEND",
+    ),
+    "celery": Registered(
+        "safeupdates.delivery.celery.CeleryBackend", "the project's Celery app, SAFEUPDATES_CELERY_APP"
+    ),
 }
 
 
@@ -138,8 +153,8 @@ class Backend:
     they never test which backend they have.
     """
 
-    #: The value of ``SAFEUPDATES_DELIVERY`` that selects it.
-    name: ClassVar[str]
+    #: What @idempotent decorates on it, for check W021's hint.
+    task_functions: ClassVar[str] = "its task functions"
     #: What the status page calls it when it cannot be asked ("RQ cannot be asked: ...").
     label: ClassVar[str] = "the delivery backend"
     #: Why a queue can show no worker, for the status page ("no worker is registered on it (...)").
@@ -153,6 +168,10 @@ class Backend:
     #: Whether a running apply job may take other records' waiting jobs off its queue and apply them
     #: itself (:meth:`take_waiting`: the sweep of :mod:`safeupdates.pipeline.apply`).
     can_take_waiting: ClassVar[bool] = False
+
+    def __init__(self, name: str) -> None:
+        #: The value of ``SAFEUPDATES_DELIVERY`` that selects it (its key in :data:`BACKENDS`).
+        self.name = name
 
     def queue_name(self, queue: str | None) -> str:
         """The queue an ``enqueue_update()`` delivers on: ``queue``, else ``SAFEUPDATES_QUEUE``; raise
@@ -257,7 +276,7 @@ def backend() -> Backend:
             raise ImproperlyConfigured(
                 f"SAFEUPDATES_DELIVERY = {name!r} is not one of {', '.join(map(repr, BACKENDS))} (safeupdates.E020)."
             )
-        chosen = _loaded[name] = import_string(BACKENDS[name])()
+        chosen = _loaded[name] = import_string(BACKENDS[name].path)(name)
     return chosen
 
 
@@ -267,12 +286,11 @@ def check() -> list[CheckMessage]:
     (:meth:`Backend.check`)."""
     name = conf.delivery()
     if name not in BACKENDS:
+        *others, last = (f'"{key}" ({registered.what})' for key, registered in BACKENDS.items())
         return [
             Error(
                 f"SAFEUPDATES_DELIVERY = {name!r} is not valid. It sets how apply jobs are delivered.",
-                hint='Set it to "rq" (the default: RQ through django-rq), "tasks" (Django\'s Tasks framework, '
-                'on the TASKS backend named by SAFEUPDATES_TASK_BACKEND) or "celery" (the project\'s Celery app, '
-                "SAFEUPDATES_CELERY_APP).",
+                hint=f"Set it to {', '.join(others)} or {last}.",
                 id="safeupdates.E020",
             )
         ]

@@ -304,8 +304,8 @@ def relay_pending(older_than: float | None = None) -> int:
 class CeleryBackend(Backend):
     """Delivery through the project's Celery app; see the module's docstring."""
 
-    name: ClassVar[str] = conf.DELIVERY_CELERY
     label: ClassVar[str] = "the Celery broker"
+    task_functions: ClassVar[str] = "Celery task functions"
     no_worker: ClassVar[str] = "no worker consumes it: none runs, or none was started with -Q for it"
     can_list_queued: ClassVar[bool] = False
     has_worker_heartbeats: ClassVar[bool] = False

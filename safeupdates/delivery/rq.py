@@ -576,7 +576,6 @@ class RQBackend(Backend):
     """Delivery through RQ: one job per record, shared while it waits (RQ's ``unique=True``), retried
     with back-off by RQ (``SAFEUPDATES_RETRY``), run by ``rqworker --with-scheduler``."""
 
-    name = conf.DELIVERY_RQ
     label = "RQ"
     no_worker = "none runs, or its Redis restarted and lost the workers' registrations"
     can_list_queued = True

@@ -339,8 +339,8 @@ class TasksBackend(Backend):
     log alone. Retries: a task deferred by the back-off where the backend can defer, else the relay.
     """
 
-    name = conf.DELIVERY_TASKS
     label = "the task backend"
+    task_functions = "Django task functions"
 
     @property
     def can_list_queued(self) -> bool:  # type: ignore[override]
