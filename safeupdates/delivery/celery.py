@@ -83,19 +83,6 @@ with requires(
 ):
     from celery import Celery, shared_task
 
-__all__ = [
-    "APPLY_TASK",
-    "INSPECT_TIMEOUT",
-    "PUBLISH_RETRY_POLICY",
-    "RELAY_TASK",
-    "CeleryBackend",
-    "apply_update",
-    "celery_app",
-    "longest_apply",
-    "relay_pending",
-    "run_apply_update",
-]
-
 logger = logging.getLogger("safeupdates")
 
 #: The apply task's name: a wire path, the one RQ's apply jobs carry (``safeupdates.delivery.APPLY_UPDATE``).

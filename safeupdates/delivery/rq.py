@@ -37,28 +37,6 @@ from safeupdates import conf, tracing
 from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
 from safeupdates.exceptions import BackendUnavailable, InvalidControl, InvalidUpdate
 
-__all__ = [
-    "APPLY_UPDATE",
-    "RQBackend",
-    "current_job_id",
-    "deliver",
-    "deliver_with_outcome",
-    "dotted_path",
-    "fail_without_retry",
-    "get_queue",
-    "job_id",
-    "job_kwargs",
-    "job_options",
-    "queue_problem",
-    "queue_states",
-    "resolve",
-    "retry_is_valid",
-    "scheduler_state",
-    "take_waiting",
-    "unreachable_redis",
-    "will_retry",
-]
-
 logger = logging.getLogger("safeupdates")
 
 # Job states in which a queued job has not yet read the pending requests: it will see ours.

@@ -64,23 +64,6 @@ with requires(
     except ImportError:  # Django 5.2, with the django-tasks backport
         from django_tasks import task, task_backends  # type: ignore[import-not-found,no-redef,assignment,unused-ignore]
 
-__all__ = [
-    "APPLY_TASK",
-    "TRAITS",
-    "Attempt",
-    "TasksBackend",
-    "Traits",
-    "apply_update",
-    "backend",
-    "coalesces",
-    "current_attempt",
-    "deliver",
-    "queue_name",
-    "running",
-    "traits",
-    "will_retry",
-]
-
 logger = logging.getLogger("safeupdates")
 
 #: The apply task, by the dotted path under which workers import it (stored and queued tasks name it).
