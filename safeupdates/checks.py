@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,37 +13,7 @@ from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db.utils import load_backend
 from django.utils.module_loading import import_string
 
-from safeupdates import conf
-
-
-@register(Tags.compatibility)
-def check_django_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E001: django_rq must be installed; E002: ``SAFEUPDATES_QUEUE`` must be one of ``RQ_QUEUES``.
-    Neither with ``SAFEUPDATES_DELIVERY = "tasks"`` (see :func:`check_delivery`)."""
-    from safeupdates.delivery.rq import queue_problem
-
-    if conf.delivery() != conf.DELIVERY_RQ:
-        return []
-    problem = queue_problem()
-    if problem is None:
-        return []
-    message, hint, check_id = problem
-    return [Error(message, hint=hint, id=check_id)]
-
-
-@register(Tags.compatibility)
-def check_rq_worker(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W008: django-rq's worker class forks a work horse per job and loads nothing before the fork
-    (:func:`safeupdates.delivery.rq_worker.worker_class_problem`). Only on RQ delivery."""
-    if conf.delivery() != conf.DELIVERY_RQ or not importlib.util.find_spec("rq"):
-        return []
-    from safeupdates.delivery.rq_worker import worker_class_problem
-
-    problem = worker_class_problem()
-    if problem is None:
-        return []
-    message, hint, check_id = problem
-    return [Warning(message, hint=hint, id=check_id)]
+from safeupdates import conf, delivery
 
 
 def reserved_change_names() -> dict[str, tuple[str, ...]]:
@@ -405,126 +374,11 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 
 
 @register(Tags.compatibility)
-def check_queue_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W002: a queue named in a ``SAFEUPDATES_*_QUEUE`` setting of :data:`safeupdates.conf.SETTINGS` is not
-    in ``RQ_QUEUES`` (``SAFEUPDATES_QUEUE`` itself is checked by E002)."""
-    queues = getattr(settings, "RQ_QUEUES", {}) or {}
-    messages: list[CheckMessage] = []
-    if conf.delivery() != conf.DELIVERY_RQ:
-        return messages  # W021 says what needs RQ
-    names = sorted(setting.name for setting in conf.SETTINGS if setting.name.endswith("_QUEUE"))
-    for name in names:
-        if name == conf.QUEUE.name or not hasattr(settings, name):
-            continue
-        value = getattr(settings, name)
-        choices = ", ".join(sorted(queues)) or "(none configured)"
-        if not isinstance(value, str):
-            messages.append(
-                Warning(
-                    f"{name} is {value!r}, which is not the name of a queue in RQ_QUEUES.",
-                    hint=f"Set {name} to one of: {choices}.",
-                    id="safeupdates.W002",
-                )
-            )
-        elif value not in queues:
-            messages.append(
-                Warning(
-                    f"{name} is {value!r}, which is not a queue in RQ_QUEUES; jobs sent there would be refused.",
-                    hint=f"Add {value!r} to RQ_QUEUES or set {name} to one of: {choices}.",
-                    id="safeupdates.W002",
-                )
-            )
-    return messages
-
-
-def tasks_available() -> bool:
-    """True if Django's Tasks framework can be imported: ``django.tasks`` (Django 6.0+) or the
-    ``django-tasks`` backport (``django_tasks``)."""
-    return any(importlib.util.find_spec(name) is not None for name in ("django.tasks", "django_tasks"))
-
-
-@register(Tags.compatibility)
 def check_delivery(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """E020: ``SAFEUPDATES_DELIVERY`` is not ``"rq"``, ``"tasks"`` or ``"celery"`` (for ``"celery"``:
-    :func:`check_celery`). With ``"tasks"``: E021, Django's Tasks
-    framework cannot be imported; E022, ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E024, its
-    backend never runs a task (``DummyBackend``); E023, ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``;
-    W020, the backend has no deferred runs (retries come from the relay). (W021, job tools that need RQ: in
-    :mod:`safeupdates.contrib`.)"""
-    value = conf.delivery()
-    if value not in conf.DELIVERIES:
-        return [
-            Error(
-                f"SAFEUPDATES_DELIVERY = {value!r} is not valid. It sets how apply jobs are delivered.",
-                hint='Set it to "rq" (the default: RQ through django-rq), "tasks" (Django\'s Tasks framework, '
-                'on the TASKS backend named by SAFEUPDATES_TASK_BACKEND) or "celery" (the project\'s Celery app, '
-                "SAFEUPDATES_CELERY_APP).",
-                id="safeupdates.E020",
-            )
-        ]
-    if value == conf.DELIVERY_CELERY:
-        return check_celery()
-    if value != conf.DELIVERY_TASKS:
-        return []
-    if not tasks_available():
-        return [
-            Error(
-                'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
-                hint="Use Django 6.0 or later (django.tasks), or install the django-tasks backport on Django 5.2 "
-                "(the [tasks] extra of django-safeupdates, or pip install django-tasks).",
-                id="safeupdates.E021",
-            )
-        ]
-    alias = conf.task_backend()
-    configured = getattr(settings, "TASKS", None)
-    aliases = set(configured) if configured is not None else {"default"}  # the framework's default backend
-    if alias not in aliases:
-        return [
-            Error(
-                f"SAFEUPDATES_TASK_BACKEND is {alias!r}, which is not a backend in TASKS.",
-                hint=f"Add {alias!r} to TASKS or set SAFEUPDATES_TASK_BACKEND to one of: "
-                f"{', '.join(sorted(aliases)) or '(none configured)'}.",
-                id="safeupdates.E022",
-            )
-        ]
-    messages: list[CheckMessage] = []
-    from safeupdates.delivery import tasks as taskqueue
-
-    backend = taskqueue.backend()
-    traits = taskqueue.traits(backend)
-    if not traits.runs_tasks:
-        return [
-            Error(
-                f"SAFEUPDATES_TASK_BACKEND is {alias!r}, a {type(backend).__name__}: it keeps every task and never "
-                "runs one, so no request would ever be applied.",
-                hint="Use the ImmediateBackend in development and tests (tasks run when the transaction commits), "
-                "and a backend with workers in production (django-tasks-db's DatabaseBackend, django-tasks-rq's "
-                "RQBackend, django-tasks-celery's CeleryBackend).",
-                id="safeupdates.E024",
-            )
-        ]
-    served = sorted(getattr(backend, "queues", None) or ())
-    queue = conf.queue_name()
-    if served and queue not in served:
-        messages.append(
-            Error(
-                f"SAFEUPDATES_QUEUE is {queue!r}, which is not in the QUEUES of TASKS[{alias!r}].",
-                hint=f"Add {queue!r} to its QUEUES or set SAFEUPDATES_QUEUE to one of: {', '.join(served)}.",
-                id="safeupdates.E023",
-            )
-        )
-    if not getattr(backend, "supports_defer", False):
-        messages.append(
-            Warning(
-                f"The task backend {alias!r} ({type(backend).__name__}) cannot defer a task (run_after): an apply "
-                "task that fails on a transient database error is not retried with back-off.",
-                hint="The relay (safeupdates_relay) delivers the request again, up to SAFEUPDATES_RETRY['max'] "
-                "failed attempts (counted in the request's attempts); run it, or use a backend with deferred runs "
-                "(django-tasks-db, django-tasks-rq, django-tasks-celery).",
-                id="safeupdates.W020",
-            )
-        )
-    return messages
+    """The delivery's checks (:func:`safeupdates.delivery.check`): E020, ``SAFEUPDATES_DELIVERY`` names no
+    backend; its library cannot be imported (E021, E025); else the backend's own
+    (:meth:`safeupdates.delivery.Backend.check`). (W021, job tools that need RQ: in :mod:`safeupdates.contrib`.)"""
+    return delivery.check()
 
 
 @register(Tags.compatibility)
@@ -537,10 +391,10 @@ def check_delivery_chosen(app_configs: Sequence[AppConfig] | None = None, **kwar
     celery = sorted(name for name in dir(settings) if name.startswith("CELERY_"))
     if celery:
         named = "CELERY_BROKER_URL" if "CELERY_BROKER_URL" in celery else celery[0]
-        what, chosen = f"Celery ({named})", conf.DELIVERY_CELERY
+        what, chosen = f"Celery ({named})", "celery"
     elif settings.is_overridden("TASKS") and getattr(settings, "TASKS", None):  # type: ignore[misc,unused-ignore]
         # The project's own TASKS: Django 6.0+ has a default one (an ImmediateBackend) in every project.
-        what, chosen = "Django's Tasks framework (TASKS)", conf.DELIVERY_TASKS
+        what, chosen = "Django's Tasks framework (TASKS)", "tasks"
     else:
         return []
     return [
@@ -552,20 +406,3 @@ def check_delivery_chosen(app_configs: Sequence[AppConfig] | None = None, **kwar
             id="safeupdates.W025",
         )
     ]
-
-
-def check_celery() -> list[CheckMessage]:
-    """With ``SAFEUPDATES_DELIVERY = "celery"``: E025, Celery cannot be imported; else the backend's own
-    checks (:meth:`safeupdates.delivery.celery.CeleryBackend.check`: E026 ... W024)."""
-    if importlib.util.find_spec("celery") is None:
-        return [
-            Error(
-                'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
-                hint="Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "
-                '"celery[redis]"), or set SAFEUPDATES_DELIVERY to "rq" or "tasks".',
-                id="safeupdates.E025",
-            )
-        ]
-    from safeupdates import delivery
-
-    return delivery.backend().check()

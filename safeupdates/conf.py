@@ -21,11 +21,6 @@ from django.conf import settings
 MAX_DAYS = 365_000
 MAX_SECONDS = MAX_DAYS * 86_400
 
-#: The values of ``SAFEUPDATES_DELIVERY``: RQ through django-rq (the default), Django's Tasks framework, or Celery.
-DELIVERY_RQ = "rq"
-DELIVERY_TASKS = "tasks"
-DELIVERY_CELERY = "celery"
-DELIVERIES = (DELIVERY_RQ, DELIVERY_TASKS, DELIVERY_CELERY)
 #: Where the project's Celery app is found by default: Celery's current app, which is the project's app once
 #: its package imports it (``proj/__init__.py``, as Celery's Django guide does).
 DEFAULT_CELERY_APP = "celery.current_app"
@@ -77,7 +72,7 @@ QUEUE = Setting(
 )
 DELIVERY = Setting(
     "SAFEUPDATES_DELIVERY",
-    DELIVERY_RQ,
+    "rq",
     "how apply jobs are delivered: RQ through django-rq, Django's Tasks framework, or the project's Celery app",
     '"rq", "tasks" or "celery" (E020)',
 )
@@ -250,18 +245,8 @@ def queue_name() -> str:
 
 
 def delivery() -> str:
-    """``SAFEUPDATES_DELIVERY``: one of :data:`DELIVERIES`."""
+    """``SAFEUPDATES_DELIVERY``: a key of :data:`safeupdates.delivery.BACKENDS`."""
     return str(_read(DELIVERY))
-
-
-def uses_tasks() -> bool:
-    """True if apply jobs go through Django's Tasks framework (``SAFEUPDATES_DELIVERY = "tasks"``)."""
-    return delivery() == DELIVERY_TASKS
-
-
-def uses_celery() -> bool:
-    """True if apply jobs are Celery tasks of the project's Celery app (``SAFEUPDATES_DELIVERY = "celery"``)."""
-    return delivery() == DELIVERY_CELERY
 
 
 def celery_app() -> str:

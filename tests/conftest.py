@@ -205,3 +205,18 @@ def refused() -> Iterator[list[dict[str, Any]]]:
     signals.stale_save_refused.connect(receiver, weak=False, dispatch_uid="tests.refused")
     yield got
     signals.stale_save_refused.disconnect(dispatch_uid="tests.refused")
+
+
+@pytest.fixture
+def uninstalled(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``uninstalled(module, *libraries)``: the delivery backend ``module`` is imported afresh, and the
+    ``libraries`` cannot be imported, as where they are not installed (until the test ends)."""
+    from safeupdates import delivery
+
+    def uninstall(module: str, *libraries: str) -> None:
+        for library in libraries:
+            monkeypatch.setitem(sys.modules, library, None)  # `import library` raises ImportError
+        monkeypatch.delitem(sys.modules, module)
+        monkeypatch.setattr(delivery, "_loaded", {})
+
+    return uninstall

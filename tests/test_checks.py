@@ -8,12 +8,12 @@ from django.db import models
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from safeupdates.checks import check_database, check_django_rq, check_models, check_settings
+from safeupdates.checks import check_database, check_delivery, check_models, check_settings
 from safeupdates.models import SafeUpdateModel
 
 
 def test_no_messages_for_a_good_configuration():
-    assert check_django_rq() == []
+    assert check_delivery() == []
     assert check_models() == []
     assert check_database() == []
     assert check_settings() == []
@@ -21,7 +21,7 @@ def test_no_messages_for_a_good_configuration():
 
 @override_settings(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "safeupdates"])
 def test_e001_django_rq_not_installed():
-    assert check_django_rq() == [
+    assert check_delivery() == [
         Error(
             "django_rq is not in INSTALLED_APPS.",
             hint="SAFEUPDATES_DELIVERY is 'rq' (the default): safeupdates delivers its jobs through django-rq. "
@@ -34,7 +34,7 @@ def test_e001_django_rq_not_installed():
 
 @override_settings(SAFEUPDATES_QUEUE="missing")
 def test_e002_queue_not_in_rq_queues():
-    assert check_django_rq() == [
+    assert check_delivery() == [
         Error(
             "SAFEUPDATES_QUEUE is 'missing', which is not a queue in RQ_QUEUES.",
             hint="Add 'missing' to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: default, fast, slow.",
@@ -46,7 +46,7 @@ def test_e002_queue_not_in_rq_queues():
 @pytest.mark.parametrize("rq_queues", [{}, None])
 def test_e002_without_any_queue_says_none_is_configured(rq_queues):
     with override_settings(RQ_QUEUES=rq_queues):
-        assert check_django_rq() == [
+        assert check_delivery() == [
             Error(
                 "SAFEUPDATES_QUEUE is 'default', which is not a queue in RQ_QUEUES.",
                 hint="Add 'default' to RQ_QUEUES or set SAFEUPDATES_QUEUE to one of: (none configured).",
@@ -680,23 +680,17 @@ class TestW008WorkerClass:
     """W008 is registered and runs on RQ delivery only (which classes it reports: tests/test_rq_worker.py)."""
 
     def test_the_suite_s_settings_name_the_warm_worker(self):
-        from safeupdates.checks import check_rq_worker
-
-        assert check_rq_worker() == []
+        assert check_delivery() == []
 
     def test_rq_s_own_forking_worker_is_reported(self):
-        from safeupdates.checks import check_rq_worker
-
         with override_settings(RQ={}):
-            [warning] = check_rq_worker()
+            [warning] = check_delivery()
         assert isinstance(warning, Warning) and warning.id == "safeupdates.W008"
         assert "RQ's worker class rq.Worker runs every apply job in a new work horse" in warning.msg
 
     def test_not_on_another_delivery(self):
-        from safeupdates.checks import check_rq_worker
-
         with override_settings(RQ={}, SAFEUPDATES_DELIVERY="tasks"):
-            assert check_rq_worker() == []
+            assert check_delivery() == []
 
 
 # -- the delivery a project configures but does not choose (issue 54) -------------------------------------

@@ -20,7 +20,7 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
 from safeupdates import conf
-from safeupdates.checks import check_queue_settings
+from safeupdates.checks import check_delivery
 from safeupdates.contrib.controls.jobs import (
     REAP_GRACE,
     UNIQUE_TTL,
@@ -431,14 +431,14 @@ def test_the_fast_queue_setting():
 
 def test_check_w002_passes_for_known_queues():
     with override_settings(SAFEUPDATES_FAST_QUEUE="fast"):
-        assert check_queue_settings(None) == []
+        assert check_delivery(None) == []
 
 
 def test_check_w002_warns_about_unknown_queues():
     with override_settings(SAFEUPDATES_FAST_QUEUE=7):
-        messages = check_queue_settings(None)
+        messages = check_delivery(None)
     with override_settings(SAFEUPDATES_FAST_QUEUE="video", SAFEUPDATES_SLOW_QUEUE="video"):
-        messages += check_queue_settings(None)  # SLOW_QUEUE is no setting (nothing read it)
+        messages += check_delivery(None)  # SLOW_QUEUE is no setting (nothing read it)
     assert [(m.id, m.msg, m.hint) for m in messages] == [
         (
             "safeupdates.W002",

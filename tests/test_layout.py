@@ -146,18 +146,18 @@ def test_no_sql_outside_the_statements_module():
 CONTRIB = re.compile(r"\bsafeupdates\.contrib\b")
 
 
-def contrib_references(tree: ast.Module, name: str) -> list[str]:
-    """What in ``tree`` (module ``name``) reaches ``safeupdates.contrib``: imports at any depth (in
-    functions, under ``if TYPE_CHECKING:``, relative ones), and strings naming a contrib module (what
-    ``importlib.import_module`` or ``import_string`` would load). Docstrings are left out."""
+def contrib_references(tree: ast.Module, name: str, modules: re.Pattern[str] = CONTRIB) -> list[str]:
+    """What in ``tree`` (module ``name``) reaches ``safeupdates.contrib`` (or the ``modules`` named): imports
+    at any depth (in functions, under ``if TYPE_CHECKING:``, relative ones), and strings naming such a module
+    (what ``importlib.import_module`` or ``import_string`` would load). Docstrings are left out."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if CONTRIB.match(alias.name)]
+            found += [alias.name for alias in node.names if modules.match(alias.name)]
         elif isinstance(node, ast.ImportFrom):
             base = from_module(node, name)
-            found += [f"{base}.{alias.name}" for alias in node.names if CONTRIB.match(f"{base}.{alias.name}")]
-    found += [text for _, text in string_literals(tree) if CONTRIB.search(text)]
+            found += [f"{base}.{alias.name}" for alias in node.names if modules.match(f"{base}.{alias.name}")]
+    found += [text for _, text in string_literals(tree) if modules.search(text)]
     return [f"{name}: {reference}" for reference in found]
 
 
@@ -489,6 +489,41 @@ def test_only_the_delivery_wing_imports_djangos_tasks_framework():
         for name, tree in modules().items()
         if not name.startswith(f"{DELIVERY_WING}.") and name != DELIVERY_WING
         for reference in tasks_imports(tree, name)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+#: The modules above the seam that reach a delivery backend only through it: the system checks ask
+#: ``delivery.check()`` and the app's start-up ``delivery.ready()``; each backend holds its own.
+THROUGH_THE_SEAM = ("safeupdates.checks", "safeupdates.apps")
+
+
+def backend_modules() -> re.Pattern[str]:
+    """The modules of the delivery wing but its seam (``safeupdates.delivery.rq``, ``.tasks`` ...)."""
+    names = sorted(name.rpartition(".")[2] for name in modules() if name.startswith(f"{DELIVERY_WING}."))
+    assert {"rq", "rq_worker", "tasks", "celery"} <= set(names)
+    return re.compile(rf"\b{re.escape(DELIVERY_WING)}\.({'|'.join(names)})\b")
+
+
+def test_the_backend_rule_finds_every_way_in():
+    sources = {
+        "def f():\n    from safeupdates.delivery.rq import queue_problem\n": ["safeupdates.delivery.rq.queue_problem"],
+        "from safeupdates.delivery import tasks as taskqueue\n": ["safeupdates.delivery.tasks"],
+        "from .delivery import rq_worker\n": ["safeupdates.delivery.rq_worker"],
+        'import_module("safeupdates.delivery.celery")\n': ["safeupdates.delivery.celery"],
+        "from safeupdates import delivery\nfrom safeupdates.delivery import BACKENDS, backend\n": [],
+    }
+    for source, expected in sources.items():
+        found = contrib_references(ast.parse(source), "safeupdates.checks", backend_modules())
+        assert found == [f"safeupdates.checks: {module}" for module in expected], source
+
+
+def test_the_checks_and_the_start_up_reach_the_backends_through_the_seam():
+    """A new backend is one module and a line in ``delivery.BACKENDS``: no check and no start-up of one
+    lives outside its module."""
+    trees = modules()
+    offenders = [
+        reference for name in THROUGH_THE_SEAM for reference in contrib_references(trees[name], name, backend_modules())
     ]
     assert not offenders, "\n".join(offenders)
 

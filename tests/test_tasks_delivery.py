@@ -297,8 +297,8 @@ def test_no_delivery_messages_with_rq():
 
 
 @DATABASE
-def test_e021_tasks_framework_missing(monkeypatch):
-    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name, *args: None)
+def test_e021_tasks_framework_missing(uninstalled):
+    uninstalled("safeupdates.delivery.tasks", "django.tasks", "django_tasks")
     assert checks.check_delivery() == [
         Error(
             'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
@@ -360,7 +360,7 @@ def test_only_w021_with_the_database_backend_and_no_rq_checks():
     assert checks.check_delivery() == []
     assert check_tools_need_rq() == [W021]
     with override_settings(SAFEUPDATES_QUEUE="missing"):  # E002 is about RQ_QUEUES: not with tasks
-        assert checks.check_django_rq() == []
+        assert [message.id for message in checks.check_delivery()] == ["safeupdates.E023"]
 
 
 # -- real db_worker processes: the convergence property -------------------------------------------------

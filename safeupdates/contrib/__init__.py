@@ -15,7 +15,7 @@ from django.apps import AppConfig, apps
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from safeupdates import conf
+from safeupdates import conf, delivery
 
 
 class JobToolApp(NamedTuple):
@@ -76,18 +76,24 @@ RQ_ONLY_TOOLS = {
 
 @register(Tags.compatibility)
 def check_tools_need_rq(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """W021: ``SAFEUPDATES_DELIVERY = "tasks"`` or ``"celery"``, and job tools that deliver through RQ only are
+    """W021: apply jobs go through another delivery than RQ, and job tools that deliver through RQ only are
     installed."""
     tools = [tool for app, tool in RQ_ONLY_TOOLS.items() if apps.is_installed(app)]
-    if conf.delivery() == conf.DELIVERY_RQ or not tools:
+    if not tools or conf.delivery() not in delivery.BACKENDS:
+        return []  # E020 says what is wrong
+    try:
+        chosen = delivery.backend()
+    except delivery.Unavailable:  # E021, E025
         return []
-    functions = "Celery task functions" if conf.uses_celery() else "Django task functions"
+    from safeupdates.delivery.rq import RQBackend  # the tools' own delivery, whatever this one is
+
+    if isinstance(chosen, RQBackend):
+        return []
     return [
         Warning(
-            f'SAFEUPDATES_DELIVERY is "{conf.delivery()}", but {" and ".join(tools)} deliver their jobs through RQ '
-            "only.",
+            f'SAFEUPDATES_DELIVERY is "{chosen.name}", but {" and ".join(tools)} deliver their jobs through RQ only.',
             hint="Keep django_rq, RQ_QUEUES and rqworker processes for them, or remove their apps from "
-            f"INSTALLED_APPS. @idempotent works on {functions}.",
+            f"INSTALLED_APPS. @idempotent works on {chosen.task_functions}.",
             id="safeupdates.W021",
         )
     ]

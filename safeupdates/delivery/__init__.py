@@ -7,8 +7,9 @@ the queue to deliver on (:func:`queue_name`, :func:`relay_queue`), which job run
 (:func:`running_job`), will it run again (:func:`will_retry`), and what the queues look like
 (:func:`health`). Each verb asks :func:`backend`, the :class:`Backend` that ``SAFEUPDATES_DELIVERY``
 names; each backend is one module of this package (:mod:`~safeupdates.delivery.rq`,
-:mod:`~safeupdates.delivery.tasks`, :mod:`~safeupdates.delivery.celery`), so a new one is one new file and a
-line in :data:`BACKENDS`.
+:mod:`~safeupdates.delivery.tasks`, :mod:`~safeupdates.delivery.celery`) with its own system checks
+(:meth:`Backend.check`, run by :func:`check`) and start-up (:meth:`Backend.ready`, run by :func:`ready`),
+so a new one is one new file and a line in :data:`BACKENDS`, the only list of the deliveries.
 
 Whatever the backend, the request log is the outbox: a job carries request ids and the record's
 identity, never the changes, and the relay delivers again whatever was lost. This package is the only
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
-from django.core.checks import CheckMessage
+from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
@@ -38,15 +40,20 @@ __all__ = [
     "Delivery",
     "QueueHealth",
     "Redelivered",
+    "Registered",
     "RunningJob",
+    "Unavailable",
     "backend",
+    "check",
     "current_job_id",
     "deliver_or_leave_for_relay",
     "fail_without_retry",
     "health",
     "queue_name",
+    "ready",
     "redeliver",
     "relay_queue",
+    "requires",
     "retry_delay",
     "running_job",
     "take_waiting",
@@ -59,11 +66,26 @@ logger = logging.getLogger("safeupdates")
 #: A wire path: jobs already queued name it, so it never changes.
 APPLY_UPDATE = "safeupdates.jobs.apply_update"
 
-#: ``SAFEUPDATES_DELIVERY`` -> the backend class that delivers, by dotted path (imported when first used).
-BACKENDS: dict[str, str] = {
-    conf.DELIVERY_RQ: "safeupdates.delivery.rq.RQBackend",
-    conf.DELIVERY_TASKS: "safeupdates.delivery.tasks.TasksBackend",
-    conf.DELIVERY_CELERY: "safeupdates.delivery.celery.CeleryBackend",
+
+class Registered(NamedTuple):
+    """A delivery backend as :data:`BACKENDS` lists it."""
+
+    #: Its :class:`Backend` subclass, by dotted path (imported when first used).
+    path: str
+    #: What it delivers through, for check E020's hint.
+    what: str
+
+
+#: The deliveries: ``SAFEUPDATES_DELIVERY`` -> its backend. The only list of them.
+BACKENDS: dict[str, Registered] = {
+    "rq": Registered("safeupdates.delivery.rq.RQBackend", "the default: RQ through django-rq"),
+    "tasks": Registered(
+        "safeupdates.delivery.tasks.TasksBackend",
+        "Django's Tasks framework, on the TASKS backend named by SAFEUPDATES_TASK_BACKEND",
+    ),
+    "celery": Registered(
+        "safeupdates.delivery.celery.CeleryBackend", "the project's Celery app, SAFEUPDATES_CELERY_APP"
+    ),
 }
 
 
@@ -131,8 +153,8 @@ class Backend:
     they never test which backend they have.
     """
 
-    #: The value of ``SAFEUPDATES_DELIVERY`` that selects it.
-    name: ClassVar[str]
+    #: What @idempotent decorates on it, for check W021's hint.
+    task_functions: ClassVar[str] = "its task functions"
     #: What the status page calls it when it cannot be asked ("RQ cannot be asked: ...").
     label: ClassVar[str] = "the delivery backend"
     #: Why a queue can show no worker, for the status page ("no worker is registered on it (...)").
@@ -146,6 +168,10 @@ class Backend:
     #: Whether a running apply job may take other records' waiting jobs off its queue and apply them
     #: itself (:meth:`take_waiting`: the sweep of :mod:`safeupdates.pipeline.apply`).
     can_take_waiting: ClassVar[bool] = False
+
+    def __init__(self, name: str) -> None:
+        #: The value of ``SAFEUPDATES_DELIVERY`` that selects it (its key in :data:`BACKENDS`).
+        self.name = name
 
     def queue_name(self, queue: str | None) -> str:
         """The queue an ``enqueue_update()`` delivers on: ``queue``, else ``SAFEUPDATES_QUEUE``; raise
@@ -211,8 +237,30 @@ class Backend:
         return f"start a worker of queue {queue!r}"
 
     def check(self) -> list[CheckMessage]:
-        """System check messages for its settings (run by :mod:`safeupdates.checks`)."""
+        """System check messages for its settings (run by :func:`check`)."""
         return []
+
+    def ready(self) -> None:
+        """Start-up, in every process, once the app registry is ready (run by :func:`ready`, after its module
+        was imported: Celery's tasks register then). No database may be touched."""
+
+
+class Unavailable(ImproperlyConfigured):
+    """A backend's module cannot import its queue library: ``problem`` is the system check error that says so."""
+
+    def __init__(self, problem: CheckMessage) -> None:
+        super().__init__(f"{problem.msg} {problem.hint} ({problem.id})")
+        self.problem = problem
+
+
+@contextmanager
+def requires(problem: CheckMessage) -> Iterator[None]:
+    """Around a backend module's import of its queue library: an ImportError there raises :class:`Unavailable`
+    with ``problem``, which :func:`check` reports and :func:`ready` passes over."""
+    try:
+        yield
+    except ImportError as exc:
+        raise Unavailable(problem) from exc
 
 
 _loaded: dict[str, Backend] = {}
@@ -220,17 +268,48 @@ _loaded: dict[str, Backend] = {}
 
 def backend() -> Backend:
     """The backend that ``SAFEUPDATES_DELIVERY`` names, made once per value (read at call time, so that
-    ``override_settings`` switches it)."""
+    ``override_settings`` switches it). Raises :class:`Unavailable` if its library cannot be imported."""
     name = conf.delivery()
     chosen = _loaded.get(name)
     if chosen is None:
-        path = BACKENDS.get(name)
-        if path is None:
+        if name not in BACKENDS:
             raise ImproperlyConfigured(
                 f"SAFEUPDATES_DELIVERY = {name!r} is not one of {', '.join(map(repr, BACKENDS))} (safeupdates.E020)."
             )
-        chosen = _loaded[name] = import_string(path)()
+        chosen = _loaded[name] = import_string(BACKENDS[name].path)(name)
     return chosen
+
+
+def check() -> list[CheckMessage]:
+    """The delivery's system checks: E020, ``SAFEUPDATES_DELIVERY`` names none of :data:`BACKENDS`; the error
+    of a backend whose library cannot be imported (:class:`Unavailable`: E021, E025); else the backend's own
+    (:meth:`Backend.check`)."""
+    name = conf.delivery()
+    if name not in BACKENDS:
+        *others, last = (f'"{key}" ({registered.what})' for key, registered in BACKENDS.items())
+        return [
+            Error(
+                f"SAFEUPDATES_DELIVERY = {name!r} is not valid. It sets how apply jobs are delivered.",
+                hint=f"Set it to {', '.join(others)} or {last}.",
+                id="safeupdates.E020",
+            )
+        ]
+    try:
+        return backend().check()
+    except Unavailable as exc:
+        return [exc.problem]
+
+
+def ready() -> None:
+    """Start-up (safeupdates' ``AppConfig.ready()``): import the chosen backend's module and run its
+    :meth:`Backend.ready`; nothing where it cannot be made (its system check says why)."""
+    if conf.delivery() not in BACKENDS:
+        return  # E020
+    try:
+        chosen = backend()
+    except Unavailable:  # E021, E025
+        return
+    chosen.ready()
 
 
 def deliver_or_leave_for_relay(

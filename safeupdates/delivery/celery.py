@@ -32,9 +32,9 @@ connection that a broker restart broke), then the request is left, pending, to t
 ``manage.py safeupdates_relay`` or the periodic task ``safeupdates.jobs.relay_pending`` (a ``celery beat``
 entry; see docs/delivery.md).
 
-The tasks register with every Celery app (``shared_task``) when this module is imported: safeupdates'
-app config imports it at start-up with celery delivery, in the web process and in the worker (Celery's
-Django fix-up sets Django up before the worker consumes).
+The tasks register with every Celery app (``shared_task``) when this module is imported: the delivery
+imports it at start-up with celery delivery (:func:`safeupdates.delivery.ready`), in the web process and in
+the worker (Celery's Django fix-up sets Django up before the worker consumes).
 
 The system checks of this delivery (``safeupdates.E026`` ... ``W024``) are :meth:`CeleryBackend.check`'s.
 """
@@ -52,7 +52,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from celery import Celery, shared_task
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, connections, transaction
 from django.utils.module_loading import import_string
@@ -62,21 +61,27 @@ from safeupdates.database.cursors import execute, fetch_one
 from safeupdates.database.errors import is_transient
 from safeupdates.database.registry import waiting_messages
 from safeupdates.database.statements import waiting_message_statements
-from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
+from safeupdates.delivery import (
+    APPLY_UPDATE,
+    Backend,
+    Delivery,
+    QueueHealth,
+    Redelivered,
+    RunningJob,
+    requires,
+    retry_delay,
+)
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
-__all__ = [
-    "APPLY_TASK",
-    "INSPECT_TIMEOUT",
-    "PUBLISH_RETRY_POLICY",
-    "RELAY_TASK",
-    "CeleryBackend",
-    "apply_update",
-    "celery_app",
-    "longest_apply",
-    "relay_pending",
-    "run_apply_update",
-]
+with requires(
+    Error(
+        'SAFEUPDATES_DELIVERY is "celery", but Celery cannot be imported.',
+        hint="Install it with its Redis support (the [celery] extra of django-safeupdates, or pip install "
+        '"celery[redis]"), or set SAFEUPDATES_DELIVERY to "rq" or "tasks".',
+        id="safeupdates.E025",
+    )
+):
+    from celery import Celery, shared_task
 
 logger = logging.getLogger("safeupdates")
 
@@ -286,8 +291,8 @@ def relay_pending(older_than: float | None = None) -> int:
 class CeleryBackend(Backend):
     """Delivery through the project's Celery app; see the module's docstring."""
 
-    name: ClassVar[str] = conf.DELIVERY_CELERY
     label: ClassVar[str] = "the Celery broker"
+    task_functions: ClassVar[str] = "Celery task functions"
     no_worker: ClassVar[str] = "no worker consumes it: none runs, or none was started with -Q for it"
     can_list_queued: ClassVar[bool] = False
     has_worker_heartbeats: ClassVar[bool] = False

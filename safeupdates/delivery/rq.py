@@ -23,6 +23,7 @@ from typing import Any
 import django_rq
 from django.apps import apps
 from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import DEFAULT_DB_ALIAS
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -35,28 +36,6 @@ from rq.utils import as_text, current_timestamp, import_attribute
 from safeupdates import conf, tracing
 from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob
 from safeupdates.exceptions import BackendUnavailable, InvalidControl, InvalidUpdate
-
-__all__ = [
-    "APPLY_UPDATE",
-    "RQBackend",
-    "current_job_id",
-    "deliver",
-    "deliver_with_outcome",
-    "dotted_path",
-    "fail_without_retry",
-    "get_queue",
-    "job_id",
-    "job_kwargs",
-    "job_options",
-    "queue_problem",
-    "queue_states",
-    "resolve",
-    "retry_is_valid",
-    "scheduler_state",
-    "take_waiting",
-    "unreachable_redis",
-    "will_retry",
-]
 
 logger = logging.getLogger("safeupdates")
 
@@ -575,7 +554,6 @@ class RQBackend(Backend):
     """Delivery through RQ: one job per record, shared while it waits (RQ's ``unique=True``), retried
     with back-off by RQ (``SAFEUPDATES_RETRY``), run by ``rqworker --with-scheduler``."""
 
-    name = conf.DELIVERY_RQ
     label = "RQ"
     no_worker = "none runs, or its Redis restarted and lost the workers' registrations"
     can_list_queued = True
@@ -692,6 +670,52 @@ class RQBackend(Backend):
 
     def worker_hint(self, queue: str) -> str:
         return f"python manage.py rqworker {queue} --with-scheduler"
+
+    def check(self) -> list[CheckMessage]:
+        """E001 / E002: :func:`queue_problem`; W008: django-rq's worker class forks a work horse per job and
+        loads nothing before the fork (:func:`safeupdates.delivery.rq_worker.worker_class_problem`); W002: a
+        queue named in another ``SAFEUPDATES_*_QUEUE`` setting is not in ``RQ_QUEUES``."""
+        from safeupdates.delivery.rq_worker import worker_class_problem
+
+        messages: list[CheckMessage] = []
+        problem = queue_problem()
+        if problem is not None:
+            message, hint, check_id = problem
+            messages.append(Error(message, hint=hint, id=check_id))
+        problem = worker_class_problem()
+        if problem is not None:
+            message, hint, check_id = problem
+            messages.append(Warning(message, hint=hint, id=check_id))
+        return messages + _queue_setting_warnings()
+
+
+def _queue_setting_warnings() -> list[CheckMessage]:
+    """W002 for each ``SAFEUPDATES_*_QUEUE`` setting of :data:`safeupdates.conf.SETTINGS` that names no queue
+    of ``RQ_QUEUES`` (``SAFEUPDATES_QUEUE`` itself is E002's)."""
+    queues = getattr(settings, "RQ_QUEUES", {}) or {}
+    choices = ", ".join(sorted(queues)) or "(none configured)"
+    messages: list[CheckMessage] = []
+    for name in sorted(setting.name for setting in conf.SETTINGS if setting.name.endswith("_QUEUE")):
+        if name == conf.QUEUE.name or not hasattr(settings, name):
+            continue
+        value = getattr(settings, name)
+        if not isinstance(value, str):
+            messages.append(
+                Warning(
+                    f"{name} is {value!r}, which is not the name of a queue in RQ_QUEUES.",
+                    hint=f"Set {name} to one of: {choices}.",
+                    id="safeupdates.W002",
+                )
+            )
+        elif value not in queues:
+            messages.append(
+                Warning(
+                    f"{name} is {value!r}, which is not a queue in RQ_QUEUES; jobs sent there would be refused.",
+                    hint=f"Add {value!r} to RQ_QUEUES or set {name} to one of: {choices}.",
+                    id="safeupdates.W002",
+                )
+            )
+    return messages
 
 
 def _scheduler_warning(queue_name: str, moved: int) -> str | None:

@@ -2,7 +2,9 @@
 
 Used with ``SAFEUPDATES_DELIVERY = "tasks"``, on the ``TASKS`` backend ``SAFEUPDATES_TASK_BACKEND``.
 ``django.tasks`` (Django 6.0+) is used where it exists, else the ``django-tasks`` backport
-(``django_tasks``, on Django 5.2): this module is imported only with tasks delivery, and by workers.
+(``django_tasks``, on Django 5.2): this module is imported only with tasks delivery, at start-up in every
+process (:func:`safeupdates.delivery.ready`), and the framework with it: Django 6 registers its task backends'
+own system checks (a backend's missing app ...) only when ``django.tasks`` is imported.
 
 The apply task (:func:`apply_update`) carries the request id, the record's identity and an attempt number,
 all JSON, never the changes (with OpenTelemetry, also the trace context of the enqueue); it runs
@@ -29,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import DEFAULT_DB_ALIAS, router
 from django.db.models import Count
 from django.utils import timezone
@@ -36,30 +39,30 @@ from django.utils.module_loading import import_string
 
 from safeupdates import conf, tracing
 from safeupdates.database.registry import request_log
-from safeupdates.delivery import APPLY_UPDATE, Backend, Delivery, QueueHealth, Redelivered, RunningJob, retry_delay
+from safeupdates.delivery import (
+    APPLY_UPDATE,
+    Backend,
+    Delivery,
+    QueueHealth,
+    Redelivered,
+    RunningJob,
+    requires,
+    retry_delay,
+)
 from safeupdates.exceptions import BackendUnavailable, InvalidUpdate
 
-try:  # Django 6.0+
-    from django.tasks import task, task_backends  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # Django 5.2, with the django-tasks backport
-    from django_tasks import task, task_backends  # type: ignore[import-not-found,no-redef,assignment,unused-ignore]
-
-__all__ = [
-    "APPLY_TASK",
-    "TRAITS",
-    "Attempt",
-    "TasksBackend",
-    "Traits",
-    "apply_update",
-    "backend",
-    "coalesces",
-    "current_attempt",
-    "deliver",
-    "queue_name",
-    "running",
-    "traits",
-    "will_retry",
-]
+with requires(
+    Error(
+        'SAFEUPDATES_DELIVERY is "tasks", but Django\'s Tasks framework cannot be imported.',
+        hint="Use Django 6.0 or later (django.tasks), or install the django-tasks backport on Django 5.2 "
+        "(the [tasks] extra of django-safeupdates, or pip install django-tasks).",
+        id="safeupdates.E021",
+    )
+):
+    try:  # Django 6.0+
+        from django.tasks import task, task_backends  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # Django 5.2, with the django-tasks backport
+        from django_tasks import task, task_backends  # type: ignore[import-not-found,no-redef,assignment,unused-ignore]
 
 logger = logging.getLogger("safeupdates")
 
@@ -319,8 +322,8 @@ class TasksBackend(Backend):
     log alone. Retries: a task deferred by the back-off where the backend can defer, else the relay.
     """
 
-    name = conf.DELIVERY_TASKS
     label = "the task backend"
+    task_functions = "Django task functions"
 
     @property
     def can_list_queued(self) -> bool:  # type: ignore[override]
@@ -412,3 +415,56 @@ class TasksBackend(Backend):
 
     def will_retry(self, request_id: uuid.UUID) -> bool:
         return will_retry(request_id)
+
+    def check(self) -> list[CheckMessage]:
+        """E022: ``SAFEUPDATES_TASK_BACKEND`` is not a ``TASKS`` alias; E024: its backend never runs a task
+        (``DummyBackend``); E023: ``SAFEUPDATES_QUEUE`` is not one of its ``QUEUES``; W020: the backend has no
+        deferred runs (retries come from the relay). E021, the framework cannot be imported, is this module's
+        :func:`~safeupdates.delivery.requires`."""
+        alias = conf.task_backend()
+        configured = getattr(settings, "TASKS", None)
+        aliases = set(configured) if configured is not None else {"default"}  # the framework's default backend
+        if alias not in aliases:
+            return [
+                Error(
+                    f"SAFEUPDATES_TASK_BACKEND is {alias!r}, which is not a backend in TASKS.",
+                    hint=f"Add {alias!r} to TASKS or set SAFEUPDATES_TASK_BACKEND to one of: "
+                    f"{', '.join(sorted(aliases)) or '(none configured)'}.",
+                    id="safeupdates.E022",
+                )
+            ]
+        chosen = backend()
+        if not traits(chosen).runs_tasks:
+            return [
+                Error(
+                    f"SAFEUPDATES_TASK_BACKEND is {alias!r}, a {type(chosen).__name__}: it keeps every task and "
+                    "never runs one, so no request would ever be applied.",
+                    hint="Use the ImmediateBackend in development and tests (tasks run when the transaction "
+                    "commits), and a backend with workers in production (django-tasks-db's DatabaseBackend, "
+                    "django-tasks-rq's RQBackend, django-tasks-celery's CeleryBackend).",
+                    id="safeupdates.E024",
+                )
+            ]
+        messages: list[CheckMessage] = []
+        served = sorted(getattr(chosen, "queues", None) or ())
+        queue = conf.queue_name()
+        if served and queue not in served:
+            messages.append(
+                Error(
+                    f"SAFEUPDATES_QUEUE is {queue!r}, which is not in the QUEUES of TASKS[{alias!r}].",
+                    hint=f"Add {queue!r} to its QUEUES or set SAFEUPDATES_QUEUE to one of: {', '.join(served)}.",
+                    id="safeupdates.E023",
+                )
+            )
+        if not getattr(chosen, "supports_defer", False):
+            messages.append(
+                Warning(
+                    f"The task backend {alias!r} ({type(chosen).__name__}) cannot defer a task (run_after): an "
+                    "apply task that fails on a transient database error is not retried with back-off.",
+                    hint="The relay (safeupdates_relay) delivers the request again, up to SAFEUPDATES_RETRY['max'] "
+                    "failed attempts (counted in the request's attempts); run it, or use a backend with deferred "
+                    "runs (django-tasks-db, django-tasks-rq, django-tasks-celery).",
+                    id="safeupdates.W020",
+                )
+            )
+        return messages

@@ -52,7 +52,7 @@ class Command(BaseCommand):
             pool.start(options["workers"], (queue,), verbosity=1, env=env)
             # Separate pools, as in production: toggles never wait behind a slow job (RQ's job tools only).
             slow = ""
-            if slow_queue != queue and conf.delivery() == conf.DELIVERY_RQ:
+            if slow_queue != queue and conf.delivery() == "rq":
                 slow_pool.start(1, (slow_queue,), verbosity=1, env=env)
                 slow = f" and one on the slow queue {slow_queue!r}"
             interval = options["relay_interval"]
@@ -99,9 +99,9 @@ class Command(BaseCommand):
     def _pools() -> tuple[Workers, Workers, str]:
         """The worker pools of ``SAFEUPDATES_DELIVERY`` (the apply queue's, the slow queue's) and what
         their workers are called."""
-        if conf.uses_celery():
+        if conf.delivery() == "celery":
             return CeleryWorkers(name="demo-serve", output=None), Workers(), "Celery prefork worker(s)"
-        if conf.uses_tasks():
+        if conf.delivery() == "tasks":
             backend = conf.task_backend()
             return TaskWorkers(name="demo-serve", backend=backend, output=None), Workers(), "db_worker(s)"
         return Workers(name="demo-serve", output=None), Workers(name="demo-serve-slow", output=None), "RQ worker(s)"

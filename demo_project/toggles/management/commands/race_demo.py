@@ -73,9 +73,9 @@ class Command(BaseCommand):
         """The race demo of ``SAFEUPDATES_DELIVERY``: RQ, Django tasks (db_workers, no Redis) or Celery
         (prefork workers of the demo's Celery app). Celery is imported only for Celery: it is an extra."""
         demo_class: type[RaceBase]
-        if conf.uses_tasks():
+        if conf.delivery() == "tasks":
             from demo_project.toggles.race_tasks import TasksRaceDemo as demo_class
-        elif conf.uses_celery():
+        elif conf.delivery() == "celery":
             from demo_project.toggles.race_celery import CeleryRaceDemo as demo_class
         else:
             from demo_project.toggles.race_rq import RqRaceDemo as demo_class
