@@ -672,8 +672,8 @@ class RQBackend(Backend):
         return f"python manage.py rqworker {queue} --with-scheduler"
 
     def check(self) -> list[CheckMessage]:
-        """E001 / E002: :func:`queue_problem`; W008: django-rq's worker class forks a work horse per job and
-        loads nothing before the fork (:func:`safeupdates.delivery.rq_worker.worker_class_problem`); W002: a
+        """E001 / E002: :func:`queue_problem`; W008: django-rq's worker class runs each apply job in a new
+        process (:func:`safeupdates.delivery.rq_worker.worker_class_problem`); W002: a
         queue named in another ``SAFEUPDATES_*_QUEUE`` setting is not in ``RQ_QUEUES``."""
         from safeupdates.delivery.rq_worker import worker_class_problem
 
