@@ -16,11 +16,12 @@ seconds between the two contenders, on the same queue and the same workers:
   (``benchmarks.jobs.naive_save`` on RQ, ``benchmarks.celery_jobs.naive_toggle`` on Celery), on a plain
   table of the same shape (``saveapp.PlainRow``); its moment is the send of the job (nothing to commit).
 
-Each toggle writes its own number (a counter across the run) to its record's ``score``, so a separate
-process that reads every record of both tables every 5 ms (:func:`poll`) can tell toggles apart: a
-toggle is visible at the first read that shows its number or a higher one on its record (a newer toggle
-of the same record supersedes it: the app coalesces a record's pending toggles into one write). The
-read's moment is the middle of its round trip. Latency = visible - commit, p50/p95/p99 per contender,
+Each toggle writes its own number (a counter across the run) to its record's ``score``, so toggles can be
+told apart: a toggle is visible at the commit that wrote its number or a higher one on its record (a newer
+toggle of the same record supersedes it: the app coalesces a record's pending toggles into one write),
+stamped by a deferred trigger (:func:`commit_stamps`), or with ``--observe read`` at the first read that
+shows it of a separate process that reads every record of both tables every 5 ms (:func:`poll`; the
+read's moment is the middle of its round trip). Latency = visible - commit, p50/p95/p99 per contender,
 and the ratios app / naive, printed side by side.
 
 Cells: ``rq-200`` and ``rq-5`` (2 ``rqworker --with-scheduler`` processes, 20 toggles/s, 200 or 5
