@@ -308,3 +308,15 @@ def test_json_nested_to_the_limit_is_written_and_one_deeper_is_refused(entry, pk
     assert Everything.objects.get(pk=pk).data == nested(MAX_JSON_DEPTH - 1, {"a": 1})
     with refused(pk, rf"Everything\.data.*at most {MAX_JSON_DEPTH} levels"):
         entry(pk, data=nested(MAX_JSON_DEPTH, {"a": 1}))
+
+
+def test_json_at_the_limit_with_more_brackets_than_levels_is_written(entry, pk):
+    """The brackets are counted first (a cheap bound on the depth): a value of 100 levels with siblings
+    has more than 100 of them, and its depth decides, at the limit itself."""
+    from safeupdates.write.validation import MAX_JSON_DEPTH
+
+    value = [nested(MAX_JSON_DEPTH - 2, {"a": 1}), [], {}]  # 1 + 98 lists + an object: 100 levels
+    entry(pk, data=value)
+    assert Everything.objects.get(pk=pk).data == value
+    with refused(pk, rf"Everything\.data.*at most {MAX_JSON_DEPTH} levels"):
+        entry(pk, data=[nested(MAX_JSON_DEPTH - 1, {"a": 1}), [], {}])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -188,3 +189,17 @@ def test_an_array_whose_rows_mix_lists_and_null_is_refused(grid, path, cells):
         Document.objects.create(title="after")  # the caller's transaction goes on
     assert cells_of(grid) == before
     assert ProcessedRequest.objects.count() == logged
+
+
+# -- decimals: the whole digits its column holds (Everything.amount: max_digits=8, decimal_places=3) ---------
+
+
+@pytest.mark.parametrize("given", ["99999.999", "-99999.999", "99999", "0.001"])
+def test_a_decimal_with_all_the_whole_digits_its_column_holds_is_stored(entry, pk, given):
+    assert written(entry, pk, amount=Decimal(given))["amount"] == Decimal(given)
+
+
+@pytest.mark.parametrize("given", ["100000", "-100000", "100000.0"])
+def test_a_decimal_with_one_whole_digit_more_is_refused(entry, pk, given):
+    with refused(pk, r"Everything\.amount.* 5 digit(s|\(s\)) before the decimal point"):
+        entry(pk, amount=Decimal(given))

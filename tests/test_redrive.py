@@ -263,3 +263,24 @@ def test_a_request_no_longer_failed_in_a_selection_is_skipped_and_said_so(redis)
     assert (first.requests, first.records, first.skipped) == (1, 1, 0)
     assert (second.requests, second.records, second.skipped) == (0, 0, 1)
     assert queue().count == 1
+
+
+def test_a_model_without_an_admin_is_re_driven_by_whoever_holds_its_change_permission(django_user_model, redis):
+    """``Gadget`` has no ``ModelAdmin`` to ask: its change permission decides (its view permission shows its
+    requests but does not let them be re-driven, as it lets no row of it be written)."""
+    gadget = Gadget.objects.create(label="before")
+    request = enqueue_update(gadget, label="after")
+    redis.flushdb()
+    ProcessedRequest.objects.filter(pk=request.pk).update(status="failed", error=OUTAGE, processed_at=Now())
+    log = ("safeupdates.view_processedrequest", "safeupdates.redrive_failedrequest")
+    viewer = staff(django_user_model, *log, "testapp.view_gadget")
+    assert str(request.request_id) in viewer.get(reverse(FAILED_LIST)).content.decode()
+    page = redrive(viewer, request).content.decode()
+    assert "1 request(s) not re-driven: you may not change testapp.gadget" in page
+    assert ProcessedRequest.objects.get(pk=request.pk).status == "failed" and queue().count == 0
+    operator = staff(django_user_model, *log, "testapp.change_gadget")
+    page = redrive(operator, request).content.decode()
+    assert "1 request(s) of 1 record(s) made pending again and delivered" in page
+    work()
+    assert ProcessedRequest.objects.get(pk=request.pk).status == "applied"
+    assert Gadget.objects.get(pk=gadget.pk).label == "after"

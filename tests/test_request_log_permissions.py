@@ -208,6 +208,8 @@ def test_the_status_page_hides_the_error_of_a_request_whose_model_is_gone(django
         assert str(gone.request_id) in listed and SECRET not in listed and GONE in listed
         status_page = client.get(reverse("admin:safeupdates_processedrequest_status")).content.decode()
         assert "content type 987654" in status_page and SECRET not in status_page and GONE in status_page
+        page = client.get(reverse("admin:safeupdates_processedrequest_change", args=[gone.pk])).content.decode()
+        assert str(gone.request_id) in page and SECRET not in page and GONE in page  # its content type read alone
 
 
 def test_a_stale_timestamp_request_tells_its_records_time_only_to_who_may_view_it(
@@ -353,3 +355,12 @@ def test_a_viewer_who_may_change_the_model_but_holds_no_view_permission_sees_the
     for name, page in _pages(gadgets, gadget_request).items():
         assert "gadget-" + SECRET in page and "hidden: you may not view testapp.gadget" not in page, name
     assert HIDDEN in _listed(gadgets)  # nor does change_gadget show a profile's
+
+
+def test_a_row_not_read_through_the_logs_admin_is_shown_as_the_logs_permission_allows(redis):
+    """The admin marks each row of its queryset with whether its values may be shown; a row a project reads
+    itself (its own view or action over the request log) has no mark, and is shown to whoever the project
+    lets call it."""
+    request = ProcessedRequest.objects.get(pk=request_with_a_secret().pk)
+    log_admin = ProcessedRequestAdmin(ProcessedRequest, admin.site)
+    assert SECRET in log_admin.wanted_in_full(request) and SECRET in log_admin.wanted(request)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -27,7 +28,14 @@ from safeupdates.exceptions import InvalidUpdate
 from safeupdates.jobs import apply_update
 from safeupdates.models import ProcessedRequest
 from safeupdates.versions import next_version
-from safeupdates.write.validation import clean_changes, clean_object_id, clean_pk, clean_synced_at
+from safeupdates.write.validation import (
+    clean_changes,
+    clean_object_id,
+    clean_pk,
+    clean_synced_at,
+    clean_version,
+    short_message,
+)
 from tests.django_contract.models import GenericB1
 from tests.testapp.models import Attachment, Bookmark, Document, Gadget, Profile, Shelter, Specimen, Stamp, Tag
 
@@ -523,3 +531,37 @@ def test_a_nul_character_anywhere_in_json_is_refused(data):
 
     with pytest.raises(InvalidUpdate, match=r"^testapp\.Specimen\.data=.* contains a NUL character \(\\x00\)"):
         clean_changes(Specimen, {"data": data})
+
+
+@pytest.mark.parametrize("version", [0, -1, 2**63, True, 7.0, "7"])
+def test_a_version_that_is_no_positive_64_bit_integer_is_refused_with_what_to_do(redis, profile, version):
+    """Just outside each limit (0, one past the column's range), a bool and an integral float or text: the
+    refusal names the range and what to call, and nothing is written."""
+    message = (
+        f"version must be a positive integer of at most 9223372036854775807, got {version!r}; allocate one "
+        "with safeupdates.versions.next_version()."
+    )
+    with refused(f"^{re.escape(message)}$", profile):
+        Profile.objects.update_if_newer(profile.pk, version=version, active=True)
+
+
+@pytest.mark.parametrize("version", [1, 2**63 - 1])
+def test_a_version_just_inside_the_range_is_clean(version):
+    """1 and the largest ``bigint``: whether the version source issued it is asked later, of the database."""
+    assert clean_version(version) == version and type(clean_version(version)) is int
+
+
+def test_a_refusals_quoted_message_is_cut_past_150_characters_and_an_unprintable_one_named():
+    """The message of a database's or an encoder's error is quoted in a refusal: whole up to 150
+    characters, its first 140 and "..." past that; one that cannot even be printed (it quotes an integer
+    past Python's int-to-str limit), named by its type."""
+
+    class HugeValueError(ValueError):
+        def __str__(self) -> str:
+            return str(10**5000)  # Python refuses to print it: ValueError
+
+    assert short_message(ValueError("x" * 150)) == "x" * 150
+    assert short_message(ValueError("y" * 151)) == "y" * 140 + "..."
+    assert short_message(HugeValueError()) == (
+        "HugeValueError (its message quotes the value, which is too large to print)"
+    )
