@@ -553,15 +553,15 @@ def test_a_version_just_inside_the_range_is_clean(version):
 
 def test_a_refusals_quoted_message_is_cut_past_150_characters_and_an_unprintable_one_named():
     """The message of a database's or an encoder's error is quoted in a refusal: whole up to 150
-    characters, its first 140 and "..." past that; one that cannot even be printed (it quotes an integer
-    past Python's int-to-str limit), named by its type."""
+    characters, cut to 150 with "..." past that (Django's Truncator); one that cannot even be printed (it
+    quotes an integer past Python's int-to-str limit), named by its type."""
 
     class HugeValueError(ValueError):
         def __str__(self) -> str:
             return str(10**5000)  # Python refuses to print it: ValueError
 
     assert short_message(ValueError("x" * 150)) == "x" * 150
-    assert short_message(ValueError("y" * 151)) == "y" * 140 + "..."
+    assert short_message(ValueError("y" * 151)) == "y" * 147 + "..."
     assert short_message(HugeValueError()) == (
         "HugeValueError (its message quotes the value, which is too large to print)"
     )
