@@ -16,7 +16,7 @@ import time
 import pytest
 from django.db import transaction
 from django.db.models.signals import post_save, pre_save
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from safeupdates.conflicts import changed_from_seen, digests, find_field_conflict
@@ -378,6 +378,8 @@ def test_two_connections_saving_at_the_same_moment(other, both_land):
 
 FIELDS = ("name", "active", "score")
 VALUES = {"name": st.sampled_from(["a", "b", "c"]), "active": st.booleans(), "score": st.integers(0, 3)}
+#: The model's fields the steps never name, which a full save writes all the same (dark_mode, note ...).
+REST = "the other fields"
 INSTANCES = 3
 
 
@@ -396,18 +398,32 @@ def save_step():
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(save_step(), min_size=1, max_size=30))
+# Found by CI: a full save after refreshing only the generated fields writes the other fields too, which
+# another instance's full save wrote since this one read them: stale, as the code says.
+@example(
+    steps=[
+        ("full", 0, {"name": "a"}),
+        ("refresh", 1, "name"),
+        ("refresh", 1, "active"),
+        ("refresh", 1, "score"),
+        ("save", 1, {"name": "a"}),
+        ("full", 1, {"name": "a"}),
+    ]
+)
 def test_a_save_fails_exactly_when_one_of_its_fields_was_written_since_it_was_read(steps):
     """Several instances of one row load, refresh and save some fields (or all). A save of some fields
     fails iff another successful save wrote one of them since this instance last read it; a full save iff
     another wrote any field since the instance took its lock_version (row-level), or since it read that
-    field. Every field ends as the last successful save of it wrote it."""
+    field. Every field ends as the last successful save of it wrote it. A full save writes the model's
+    other fields too: they are tracked together, as ``REST``, read by a load and written by a full save."""
     profile = ProfileFactory(name="a", active=False, score=0)
     values = {"name": "a", "active": False, "score": 0}
     clock = itertools.count(1)
-    written_at = dict.fromkeys(FIELDS, 0)  # when each field was last written, by the model's clock
-    writer = dict.fromkeys(FIELDS, -1)  # which instance wrote it
+    tracked = [*FIELDS, REST]
+    written_at = dict.fromkeys(tracked, 0)  # when each field was last written, by the model's clock
+    writer = dict.fromkeys(tracked, -1)  # which instance wrote it
     instances = [Profile.objects.get(pk=profile.pk) for _ in range(INSTANCES)]
-    read_at = [dict.fromkeys(FIELDS, 0) for _ in range(INSTANCES)]  # when each instance last read each field
+    read_at = [dict.fromkeys(tracked, 0) for _ in range(INSTANCES)]  # when each instance last read each field
     versioned_at = [0] * INSTANCES  # when each took the lock_version it holds (a load, or its own save)
 
     for op, i, *args in steps:
@@ -415,7 +431,7 @@ def test_a_save_fails_exactly_when_one_of_its_fields_was_written_since_it_was_re
         if op == "load":
             instances[i] = Profile.objects.get(pk=profile.pk)
             now = next(clock)
-            read_at[i], versioned_at[i] = dict.fromkeys(FIELDS, now), now
+            read_at[i], versioned_at[i] = dict.fromkeys(tracked, now), now
             continue
         if op == "refresh":
             (name,) = args
@@ -425,13 +441,13 @@ def test_a_save_fails_exactly_when_one_of_its_fields_was_written_since_it_was_re
         (changes,) = args
         for name, value in changes.items():
             setattr(instance, name, value)
-        names = list(changes) if op == "save" else list(FIELDS)
+        names = list(changes) if op == "save" else tracked
         # Written by another instance's save since this one read it (its own writes it has read).
         moved = [n for n in names if written_at[n] > read_at[i][n] and writer[n] != i]
         if op == "full":
             # A full save stays row-level: any field another writer changed since the instance took its
             # lock_version, or since it read that field, if earlier (a save of other fields merged over it).
-            moved = [n for n in FIELDS if written_at[n] > min(read_at[i][n], versioned_at[i]) and writer[n] != i]
+            moved = [n for n in tracked if written_at[n] > min(read_at[i][n], versioned_at[i]) and writer[n] != i]
         before = Profile.objects.get(pk=profile.pk)
         if moved:
             with pytest.raises(StaleObjectError):
@@ -443,7 +459,8 @@ def test_a_save_fails_exactly_when_one_of_its_fields_was_written_since_it_was_re
             now = next(clock)
             versioned_at[i] = now
             for n in names:
-                values[n] = getattr(instance, n)
+                if n != REST:
+                    values[n] = getattr(instance, n)
                 written_at[n], writer[n], read_at[i][n] = now, i, now
         row = Profile.objects.get(pk=profile.pk)
         assert {n: getattr(row, n) for n in FIELDS} == values, (op, i, changes)
