@@ -772,7 +772,11 @@ def test_a_kept_connection_that_died_between_tasks_is_replaced(transactional_db,
 
     def backends() -> set[int]:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [name])
+            # This database's: a pool process may hold one to the tenant database too (same name).
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
+                [name],
+            )
             return {pid for (pid,) in cursor.fetchall()}
 
     def apply(count: int) -> list[ProcessedRequest]:
