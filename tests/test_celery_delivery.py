@@ -199,6 +199,37 @@ def test_the_note_and_its_delete_are_one_statement_each_in_autocommit(transactio
         assert WaitingMessage.objects.count() == 1
 
 
+def test_a_note_that_fails_in_a_transaction_begun_by_hand_leaves_it_usable(transactional_db, postgres_only, caplog):
+    """With autocommit turned off by hand (no ``atomic()`` block), a note the database refuses is published
+    all the same, and the caller's transaction goes on: the statement ran in a savepoint."""
+    profile = ProfileFactory()
+    record = Delivery(str(uuid.uuid4()), content_type_id(), str(profile.pk), "default")
+    table = WaitingMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION safeupdates_test_refuse_note() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'no note'; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER safeupdates_test_refuse_note BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION safeupdates_test_refuse_note()"
+        )
+    try:
+        transaction.set_autocommit(False)
+        try:
+            with caplog.at_level(logging.WARNING, logger="safeupdates"):
+                assert celery_backend_module._claim(record, "first") is True  # published all the same
+            assert "could not be noted" in caplog.text
+            assert Profile.objects.filter(pk=profile.pk).exists()  # the transaction is usable
+        finally:
+            transaction.rollback()
+            transaction.set_autocommit(True)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER safeupdates_test_refuse_note ON {table}")
+            cursor.execute("DROP FUNCTION safeupdates_test_refuse_note()")
+
+
 def test_an_eager_apply_leaves_the_callers_transaction_alone(db, rabbit, django_capture_on_commit_callbacks):
     """Run eagerly (``task.apply()``, ``task_always_eager``), the apply task runs inside the caller's
     transaction: it must not tidy that transaction's connection away as it tidies a worker's."""

@@ -61,6 +61,7 @@ from safeupdates.database.cursors import execute, fetch_one
 from safeupdates.database.errors import is_transient
 from safeupdates.database.registry import waiting_messages
 from safeupdates.database.statements import waiting_message_statements
+from safeupdates.database.transactions import in_transaction
 from safeupdates.delivery import (
     APPLY_UPDATE,
     Backend,
@@ -170,11 +171,12 @@ def _claim(delivery: Delivery, task_id: str) -> bool:
     (committed before this call). One statement (an insert that does nothing on a conflict), in autocommit
     after the caller's commit. A database error here is no reason to publish nothing: True."""
     note, _forget = waiting_message_statements()
+    connection = connections[delivery.using]
+    # A savepoint only in the caller's transaction (an error then leaves it usable); none in autocommit.
+    savepoint = transaction.atomic(using=delivery.using) if in_transaction(connection) else contextlib.nullcontext()
     try:
-        with _savepoint(delivery.using):
-            noted = fetch_one(
-                connections[delivery.using], note, [delivery.content_type_id, delivery.object_id, task_id]
-            )
+        with savepoint:
+            noted = fetch_one(connection, note, [delivery.content_type_id, delivery.object_id, task_id])
         return noted is not None
     except DatabaseError:
         logger.warning(
@@ -200,19 +202,9 @@ def _started(using: str, content_type_id: int, object_id: str) -> None:
     note is read by this task, and one whose delivery comes later publishes a message of its own (the
     follow-up)."""
     _note, forget = waiting_message_statements()
-    with _savepoint(using):
-        execute(connections[using], forget, [content_type_id, object_id])
-
-
-@contextmanager
-def _savepoint(using: str) -> Iterator[None]:
-    """Nothing in autocommit (the statement is its own transaction); a savepoint inside a transaction, so
-    that an error leaves the caller's transaction usable."""
-    if not connections[using].in_atomic_block:
-        yield
-        return
-    with transaction.atomic(using=using):
-        yield
+    connection = connections[using]
+    with transaction.atomic(using=using) if in_transaction(connection) else contextlib.nullcontext():
+        execute(connection, forget, [content_type_id, object_id])
 
 
 def run_apply_update(
